@@ -1,0 +1,9 @@
+#ifndef TRIBUTARY_CLMDB_SHIM_H
+#define TRIBUTARY_CLMDB_SHIM_H
+// Debian's liblmdb-dev (LMDB 0.9.x). lmdb.h caveats this project depends on:
+//  - "A thread may use parallel read-only transactions ... with MDB_NOTLS" (we open with MDB_NOTLS);
+//  - "Use an MDB_env* in the process which opened it, without fork()ing";
+//  - "Do not have open an LMDB database twice in the same process at the same time";
+//  - stale reader slots of dead processes are cleared with mdb_reader_check().
+#include <lmdb.h>
+#endif

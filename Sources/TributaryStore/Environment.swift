@@ -1,0 +1,235 @@
+import CLMDB
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The tables of the shared store (LMDB named databases).
+struct Tables {
+    /// Event records keyed by the big-endian global sequence number.
+    var events: MDB_dbi = 0
+    /// Store-wide counters and the schema version.
+    var meta: MDB_dbi = 0
+    /// The app group's identity: anonymous id, login id, device id.
+    var identity: MDB_dbi = 0
+    /// Configuration written by the main app (key → JSON text).
+    var config: MDB_dbi = 0
+    /// Producer registrations keyed by producer id.
+    var producers: MDB_dbi = 0
+}
+
+/// One LMDB environment, opened once per process and shared by every ``SharedStore`` on that path.
+///
+/// lmdb.h: "Do not have open an LMDB database twice in the same process at the same time. Not even
+/// from a plain open() call - close()ing it breaks flock() advisory locking." — so environments are
+/// kept in a process-wide registry keyed by path.
+final class Environment: @unchecked Sendable {
+    let env: OpaquePointer
+    let path: String
+    let quota: Int
+    let tables: Tables
+    let faults = LMDBFaults()
+    var mdb: MDB { MDB(faults: faults) }
+
+    /// Held shared by every transaction, exclusively by a map resize (see ``ReadWriteLock``).
+    private let resizeLock = ReadWriteLock()
+
+    /// Stale reader slots cleared when this environment was opened.
+    let staleReadersCleared: Int32
+
+    private struct WeakBox: @unchecked Sendable { weak var environment: Environment? }
+    private static let registry = Mutex<[String: WeakBox]>([:])
+
+    /// Opens (or returns the already open) environment for `path`.
+    static func open(path: String, options: SharedStore.Options) throws(StoreError) -> Environment {
+        var result: Result<Environment, StoreError>!
+        registry.withLock { table in
+            if let existing = table[path]?.environment {
+                result = .success(existing)
+                return
+            }
+            do throws(StoreError) {
+                let opened = try Environment(path: path, options: options)
+                table[path] = WeakBox(environment: opened)
+                result = .success(opened)
+            } catch {
+                result = .failure(error)
+            }
+        }
+        return try result.get()
+    }
+
+    private init(path: String, options: SharedStore.Options) throws(StoreError) {
+        var handle: OpaquePointer?
+        var rc = mdb_env_create(&handle)
+        guard rc == MDB_SUCCESS, let handle else {
+            throw StoreError(.lmdb, "Could not create an LMDB environment handle.", lmdbCode: rc)
+        }
+        do {
+            try Environment.mapError(mdb_env_set_maxdbs(handle, 8), "mdb_env_set_maxdbs", path: path)
+            try Environment.mapError(
+                mdb_env_set_mapsize(handle, min(options.initialMapSize, options.quota)), "mdb_env_set_mapsize",
+                path: path)
+            // MDB_NOTLS: read transactions are not tied to threads, which Swift tasks may hop between.
+            // MDB_NOSUBDIR: the environment is two files in the group directory (tributary.mdb, -lock).
+            var flags = MDB_NOSUBDIR | MDB_NOTLS
+            if !options.durable { flags |= MDB_NOSYNC }
+            rc = mdb_env_open(handle, path, UInt32(flags), 0o660)
+            try Environment.mapError(rc, "mdb_env_open", path: path)
+
+            // lmdb.h: "mdb_reader_check: Check for stale entries in the reader lock table" — slots left
+            // by processes that died (kill -9) while reading would otherwise pin old pages forever.
+            var dead: Int32 = 0
+            try Environment.mapError(mdb_reader_check(handle, &dead), "mdb_reader_check", path: path)
+            staleReadersCleared = dead
+            tables = try Environment.openTables(handle, path: path)
+        } catch {
+            mdb_env_close(handle)
+            throw error
+        }
+        self.env = handle
+        self.path = path
+        self.quota = options.quota
+    }
+
+    deinit { mdb_env_close(env) }
+
+    private static func openTables(_ env: OpaquePointer, path: String) throws(StoreError) -> Tables {
+        var txn: OpaquePointer?
+        try mapError(mdb_txn_begin(env, nil, 0, &txn), "mdb_txn_begin", path: path)
+        var tables = Tables()
+        let names: [(String, WritableKeyPath<Tables, MDB_dbi>)] = [
+            ("events", \.events), ("meta", \.meta), ("identity", \.identity), ("config", \.config),
+            ("producers", \.producers),
+        ]
+        for (name, keyPath) in names {
+            var dbi: MDB_dbi = 0
+            let rc = mdb_dbi_open(txn, name, UInt32(MDB_CREATE), &dbi)
+            if rc != MDB_SUCCESS {
+                mdb_txn_abort(txn)
+                try mapError(rc, "mdb_dbi_open(\(name))", path: path)
+            }
+            tables[keyPath: keyPath] = dbi
+        }
+        try mapError(mdb_txn_commit(txn), "mdb_txn_commit", path: path)
+        return tables
+    }
+
+    /// The current map size (what LMDB uses: the larger of ours and the one another process set).
+    var mapSize: Int {
+        var info = MDB_envinfo()
+        mdb_env_info(env, &info)
+        return info.me_mapsize
+    }
+
+    /// Size of the data file on disk, in bytes.
+    var fileSize: Int {
+        var st = stat()
+        return stat(path, &st) == 0 ? Int(st.st_size) : 0
+    }
+
+    // MARK: Transactions
+
+    /// Runs `body` in a read-only transaction.
+    func read<T>(_ body: (Transaction) throws -> T) throws -> T {
+        while true {
+            do {
+                return try resizeLock.withReadLock {
+                    var txn: OpaquePointer?
+                    try check(mdb.txnBegin(env, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin")
+                    defer { mdb_txn_abort(txn) }
+                    return try body(Transaction(txn: txn!, mdb: mdb))
+                }
+            } catch let failure as LMDBFailure {
+                try recover(from: failure)
+            }
+        }
+    }
+
+    /// Runs `body` in a write transaction and commits it (durably unless the store was opened with
+    /// `durable: false`). If the map is full the transaction is aborted, the map grown up to the quota,
+    /// and `body` run again from the start; at the quota, ``StoreError/Code/storeFull`` is thrown and
+    /// nothing is written.
+    func write<T>(_ body: (Transaction) throws -> T) throws -> T {
+        while true {
+            do {
+                return try resizeLock.withReadLock {
+                    var txn: OpaquePointer?
+                    try check(mdb.txnBegin(env, 0, &txn), "mdb_txn_begin")
+                    let value: T
+                    do {
+                        value = try body(Transaction(txn: txn!, mdb: mdb))
+                    } catch {
+                        mdb_txn_abort(txn)
+                        throw error
+                    }
+                    try check(mdb.txnCommit(txn!), "mdb_txn_commit")
+                    return value
+                }
+            } catch let failure as LMDBFailure {
+                try recover(from: failure)
+            }
+        }
+    }
+
+    /// Handles the LMDB failures that a retry can cure; throws a ``StoreError`` for the rest.
+    private func recover(from failure: LMDBFailure) throws(StoreError) {
+        switch failure.rc {
+        case MDB_MAP_RESIZED:
+            // Another process grew the map: adopt its size (lmdb.h: "call mdb_env_set_mapsize() with
+            // a size of zero to adopt the new size").
+            try resizeLock.withWriteLock { () throws(StoreError) in
+                try Environment.mapError(mdb.setMapSize(env, 0), "mdb_env_set_mapsize", path: path)
+            }
+        case MDB_MAP_FULL:
+            try grow()
+        case MDB_READERS_FULL:
+            var dead: Int32 = 0
+            mdb_reader_check(env, &dead)
+            if dead == 0 {
+                throw StoreError(
+                    .lmdb, "All LMDB reader slots of \(path) are in use by live processes; close some readers.",
+                    lmdbCode: failure.rc)
+            }
+        default:
+            try Environment.mapError(failure.rc, failure.call, path: path)
+        }
+    }
+
+    /// Doubles the map size, up to the quota.
+    private func grow() throws(StoreError) {
+        try resizeLock.withWriteLock { () throws(StoreError) in
+            let current = mapSize
+            guard current < quota else {
+                throw StoreError(
+                    .storeFull,
+                    "The shared store \(path) reached its quota of \(quota) bytes. Nothing was written; "
+                        + "start the agent to drain it, or raise the quota.")
+            }
+            let target = min(quota, max(current * 2, current + 1 << 20))
+            try Environment.mapError(mdb.setMapSize(env, target), "mdb_env_set_mapsize", path: path)
+        }
+    }
+
+    static func mapError(_ rc: Int32, _ call: StaticString, path: String) throws(StoreError) {
+        guard rc != MDB_SUCCESS else { return }
+        try mapError(rc, "\(call)", path: path)
+    }
+
+    static func mapError(_ rc: Int32, _ call: String, path: String) throws(StoreError) {
+        guard rc != MDB_SUCCESS else { return }
+        switch rc {
+        case MDB_BAD_VALSIZE:
+            throw StoreError(.valueTooLarge, "\(call) on \(path): a key or value has a size LMDB cannot store.",
+                             lmdbCode: rc)
+        case MDB_MAP_FULL:
+            throw StoreError(.storeFull, "\(call) on \(path): the store reached its size quota.", lmdbCode: rc)
+        case MDB_INVALID, MDB_VERSION_MISMATCH:
+            throw StoreError(
+                .unsupportedSchema, "\(path) is not an LMDB store this version of liblmdb can read.", lmdbCode: rc)
+        default:
+            throw StoreError(.lmdb, "\(call) failed on \(path).", lmdbCode: rc)
+        }
+    }
+}

@@ -1,0 +1,480 @@
+import CLMDB
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The shared, crash-safe event store of one app group: an LMDB environment in the group directory.
+///
+/// Every producer process appends to it; the sync agent drains it. Any number of processes may open
+/// the same group at once. Within a process, instances for the same directory share one LMDB
+/// environment. Do not `fork()` a process that has a store open (lmdb.h: "Use an MDB_env* in the
+/// process which opened it, without fork()ing"); spawn child processes instead.
+public final class SharedStore: Sendable {
+    /// How a store is opened.
+    public struct Options: Sendable {
+        /// Map size to start with; the map doubles on demand up to ``quota``. Default 32 MiB.
+        public var initialMapSize: Int = 32 << 20
+        /// Largest size the store may grow to; past it appends fail with `storeFull`. Default 1 GiB.
+        public var quota: Int = 1 << 30
+        /// Whether each commit is fsynced before it returns. Default true; only benchmarks turn it off.
+        public var durable: Bool = true
+        /// Whether a missing group directory is created. Default true.
+        public var create: Bool = true
+
+        /// The defaults.
+        public init() {}
+    }
+
+    /// The schema this code writes, stored under `meta/schema_version`.
+    public static let schemaVersion: UInt32 = 1
+    /// Name of the LMDB data file inside the group directory (the lock file adds `-lock`).
+    public static let fileName = "tributary.mdb"
+
+    /// The app group directory.
+    public let groupDirectory: String
+    let environment: Environment
+
+    /// Opens the store of the app group at `groupDirectory`, creating the directory and store if needed.
+    public init(groupDirectory: String, options: Options = Options()) throws {
+        var directory = groupDirectory
+        while directory.count > 1 && directory.hasSuffix("/") { directory.removeLast() }
+        try GroupDirectory.prepare(directory, create: options.create)
+        self.groupDirectory = directory
+        let path = directory + "/" + Self.fileName
+        if !options.create && access(path, F_OK) != 0 {
+            throw StoreError(
+                .directoryUnavailable,
+                "There is no Tributary store in \(directory) (no \(Self.fileName)); a producer creates it on first use.")
+        }
+        environment = try Environment.open(path: path, options: options)
+        try checkSchema()
+    }
+
+    /// Fault injection for this store's LMDB calls (tests only).
+    package var faults: LMDBFaults { environment.faults }
+
+    private func checkSchema() throws {
+        let meta = environment.tables.meta
+        let stored: UInt32? = try environment.read { txn in
+            try withKey(MetaKey.schemaVersion) { key in try txn.withValue(meta, &key) { $0.map(decodeU32) } }
+        }
+        if let stored {
+            guard stored <= Self.schemaVersion else {
+                throw StoreError(
+                    .unsupportedSchema,
+                    "The store in \(groupDirectory) has schema version \(stored); this Tributary reads up to "
+                        + "\(Self.schemaVersion). Upgrade Tributary; the store was left untouched.")
+            }
+            return
+        }
+        try environment.write { txn in
+            try withKey(MetaKey.schemaVersion) { key in
+                if try txn.withValue(meta, &key, { $0 == nil }) {
+                    try withUnsafeBytes(of: Self.schemaVersion.bigEndian) { try txn.put(meta, &key, $0) }
+                }
+            }
+        }
+    }
+
+    // MARK: Appending
+
+    /// The producer that appends events.
+    public struct Producer: Sendable, Hashable {
+        /// Which kind of process this is.
+        public var kind: ProducerKind
+        /// A stable id for the producer (for example `app`, `share-extension`); at most 255 UTF-8 bytes.
+        public var id: String
+        /// The process id.
+        public var pid: Int32
+
+        /// Describes a producer; `pid` defaults to the calling process.
+        public init(kind: ProducerKind, id: String, pid: Int32 = getpid()) {
+            self.kind = kind
+            self.id = id
+            self.pid = pid
+        }
+    }
+
+    /// What a producer hands the store for one event.
+    public struct Draft: Sendable {
+        /// Wall-clock time at trigger, ms since the epoch.
+        public var wallTimeMillis: Int64
+        /// `CLOCK_BOOTTIME` at trigger, ns.
+        public var bootTimeNanos: UInt64
+        /// The boot of that reading.
+        public var bootID: BootID
+        /// The event JSON.
+        public var body: [UInt8]
+
+        /// Creates a draft.
+        public init(wallTimeMillis: Int64, bootTimeNanos: UInt64, bootID: BootID = .current, body: [UInt8]) {
+            self.wallTimeMillis = wallTimeMillis
+            self.bootTimeNanos = bootTimeNanos
+            self.bootID = bootID
+            self.body = body
+        }
+    }
+
+    /// Where an appended event landed.
+    public struct Appended: Sendable, Hashable {
+        /// The global sequence number (the store key): total commit order, gap-free.
+        public var seq: UInt64
+        /// The producer's own sequence number.
+        public var producerSeq: UInt64
+    }
+
+    /// Appends `count` events in one durable write transaction and returns their sequence numbers.
+    ///
+    /// `build` is called inside the transaction, once per event, with the group's current identity
+    /// (so an event can never carry an identity older than one committed before it). It must not block
+    /// or `await`. When the call returns, every event is durable; when it throws, none was written.
+    public func append(
+        producer: Producer, count: Int, _ build: (_ index: Int, _ identity: Identity) throws -> Draft
+    ) throws -> [Appended] {
+        guard count > 0 else { return [] }
+        let idBytes = producer.id.utf8.count
+        guard idBytes > 0, idBytes <= EventRecord.maxProducerIDBytes else {
+            throw StoreError(
+                .valueTooLarge,
+                "A producer id must have 1 to \(EventRecord.maxProducerIDBytes) UTF-8 bytes; this one has \(idBytes).")
+        }
+        let tables = environment.tables
+        return try environment.write { txn in
+            let identity = try self.identity(in: txn, creating: true)!
+            var registration = try self.registration(in: txn, producerID: producer.id)
+            var lastSeq = try withKey(MetaKey.lastSeq) { key in
+                try txn.withValue(tables.meta, &key) { $0.map(decodeU64) ?? 0 }
+            }
+            let now = BootClock.wallMillis()
+            var appended: [Appended] = []
+            appended.reserveCapacity(count)
+            for index in 0..<count {
+                let draft = try build(index, identity)
+                lastSeq += 1
+                registration.lastSeq += 1
+                let record = EventRecord(
+                    producerKind: producer.kind, producerID: producer.id, pid: producer.pid,
+                    producerSeq: registration.lastSeq, wallTimeMillis: draft.wallTimeMillis,
+                    bootTimeNanos: draft.bootTimeNanos, bootID: draft.bootID, body: draft.body)
+                try withKey(lastSeq) { key in
+                    // Keys only grow, so MDB_APPEND skips the B-tree search.
+                    try txn.putReserved(tables.events, &key, count: record.encodedSize, flags: MDB_APPEND) {
+                        record.encode(into: $0)
+                    }
+                }
+                appended.append(Appended(seq: lastSeq, producerSeq: registration.lastSeq))
+            }
+            try withKey(MetaKey.lastSeq) { key in
+                try withUnsafeBytes(of: lastSeq.bigEndian) { try txn.put(tables.meta, &key, $0) }
+            }
+            registration.kind = producer.kind
+            registration.pid = producer.pid
+            if registration.firstSeenMillis == 0 { registration.firstSeenMillis = now }
+            registration.lastSeenMillis = now
+            try self.store(registration, in: txn)
+            return appended
+        }
+    }
+
+    // MARK: Reading and deleting (the agent's side)
+
+    /// One entry read from the store.
+    public struct StoredEvent: Sendable {
+        /// The global sequence number.
+        public var seq: UInt64
+        /// The decoded record, or why it could not be decoded (a corrupt record is never returned as data).
+        public var record: Result<EventRecord, EventRecord.Corruption>
+    }
+
+    /// Reads up to `limit` events with `seq ≥ start`, oldest first, in one read transaction.
+    public func events(from start: UInt64 = 0, limit: Int) throws -> [StoredEvent] {
+        let dbi = environment.tables.events
+        return try environment.read { txn in
+            var out: [StoredEvent] = []
+            out.reserveCapacity(min(limit, 4096))
+            try txn.scan(dbi, from: start) { key, value in
+                guard out.count < limit else { return false }
+                guard let seq = decodeSequence(key) else { return true }
+                let record: Result<EventRecord, EventRecord.Corruption>
+                do throws(EventRecord.Corruption) {
+                    record = .success(try EventRecord.decode(value))
+                } catch {
+                    record = .failure(error)
+                }
+                out.append(StoredEvent(seq: seq, record: record))
+                return out.count < limit
+            }
+            return out
+        }
+    }
+
+    /// Deletes every event with `seq ≤ last` in one durable write transaction; returns how many.
+    @discardableResult
+    public func deleteEvents(through last: UInt64) throws -> Int {
+        let dbi = environment.tables.events
+        return try environment.write { txn in try txn.deleteThrough(dbi, last) }
+    }
+
+    // MARK: Identity
+
+    /// Reads the group's identity, creating the anonymous and device ids on first use.
+    public func identity() throws -> Identity {
+        let existing: Identity? = try environment.read { txn in try self.identity(in: txn, creating: false) }
+        if let existing {
+            return existing
+        }
+        return try environment.write { txn in try self.identity(in: txn, creating: true)! }
+    }
+
+    /// Binds the group to a login id (shared by every process of the group).
+    public func login(_ loginID: String) throws -> Identity {
+        try updateIdentity { $0.loginID = loginID }
+    }
+
+    /// Clears the login id.
+    public func logout() throws -> Identity {
+        try updateIdentity { $0.loginID = nil }
+    }
+
+    /// Replaces the anonymous id.
+    public func identify(anonymousID: String) throws -> Identity {
+        try updateIdentity { $0.anonymousID = anonymousID }
+    }
+
+    private func updateIdentity(_ change: (inout Identity) -> Void) throws -> Identity {
+        let dbi = environment.tables.identity
+        return try environment.write { txn in
+            var identity = try self.identity(in: txn, creating: true)!
+            change(&identity)
+            for (name, value) in [(IdentityKey.anonymousID, identity.anonymousID), (IdentityKey.loginID, identity.loginID)] {
+                try withKey(name) { key in
+                    if let value {
+                        try Array(value.utf8).withUnsafeBytes { try txn.put(dbi, &key, $0) }
+                    } else {
+                        try txn.delete(dbi, &key)
+                    }
+                }
+            }
+            return identity
+        }
+    }
+
+    /// Reads the identity inside a transaction; in a write transaction, creates the missing ids.
+    private func identity(in txn: Transaction, creating: Bool) throws -> Identity? {
+        let dbi = environment.tables.identity
+        func read(_ name: String) throws -> String? {
+            try withKey(name) { key in try txn.withValue(dbi, &key) { $0.map { String(decoding: $0, as: UTF8.self) } } }
+        }
+        var anonymous = try read(IdentityKey.anonymousID)
+        var device = try read(IdentityKey.deviceID)
+        if anonymous == nil || device == nil {
+            guard creating else { return nil }
+            for (name, current) in [(IdentityKey.anonymousID, anonymous), (IdentityKey.deviceID, device)] where current == nil {
+                let fresh = randomUUIDString()
+                try withKey(name) { key in try Array(fresh.utf8).withUnsafeBytes { try txn.put(dbi, &key, $0) } }
+                if name == IdentityKey.anonymousID { anonymous = fresh } else { device = fresh }
+            }
+        }
+        return Identity(anonymousID: anonymous!, loginID: try read(IdentityKey.loginID), deviceID: device!)
+    }
+
+    // MARK: Configuration written by the main app
+
+    /// Stores a configuration value (JSON text) under `key`.
+    public func setConfiguration(_ key: String, json: String) throws {
+        let dbi = environment.tables.config
+        try environment.write { txn in
+            try withKey(key) { k in try Array(json.utf8).withUnsafeBytes { try txn.put(dbi, &k, $0) } }
+        }
+    }
+
+    /// Removes a configuration value; returns whether it was there.
+    @discardableResult
+    public func removeConfiguration(_ key: String) throws -> Bool {
+        let dbi = environment.tables.config
+        return try environment.write { txn in try withKey(key) { k in try txn.delete(dbi, &k) } }
+    }
+
+    /// Every configuration value (key → JSON text).
+    public func configuration() throws -> [String: String] {
+        let dbi = environment.tables.config
+        return try environment.read { txn in
+            var out: [String: String] = [:]
+            try txn.scan(dbi) { key, value in
+                let name = String(decoding: UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size), as: UTF8.self)
+                out[name] = String(decoding: value, as: UTF8.self)
+                return true
+            }
+            return out
+        }
+    }
+
+    // MARK: Producers
+
+    /// Every producer that has appended to this store.
+    public func producers() throws -> [ProducerRegistration] {
+        let dbi = environment.tables.producers
+        return try environment.read { txn in
+            var out: [ProducerRegistration] = []
+            try txn.scan(dbi) { key, value in
+                let id = String(decoding: UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size), as: UTF8.self)
+                if let registration = ProducerRegistration(id: id, encoded: value) { out.append(registration) }
+                return true
+            }
+            return out
+        }
+    }
+
+    private func registration(in txn: Transaction, producerID: String) throws -> ProducerRegistration {
+        let dbi = environment.tables.producers
+        return try withKey(producerID) { key in
+            try txn.withValue(dbi, &key) { $0.flatMap { ProducerRegistration(id: producerID, encoded: $0) } }
+        } ?? ProducerRegistration(id: producerID)
+    }
+
+    private func store(_ registration: ProducerRegistration, in txn: Transaction) throws {
+        let dbi = environment.tables.producers
+        try withKey(registration.id) { key in try registration.encoded().withUnsafeBytes { try txn.put(dbi, &key, $0) } }
+    }
+
+    // MARK: Status
+
+    /// A snapshot of the store, for `tributary status`.
+    public struct Status: Sendable {
+        /// Events waiting to be drained.
+        public var pendingEvents: Int
+        /// Sequence number of the oldest pending event.
+        public var oldestSeq: UInt64?
+        /// Sequence number of the newest pending event.
+        public var newestSeq: UInt64?
+        /// The last sequence number ever assigned (drained events included).
+        public var lastAssignedSeq: UInt64
+        /// Size of the data file in bytes.
+        public var fileSize: Int
+        /// Current LMDB map size in bytes.
+        public var mapSize: Int
+        /// Largest size the map may grow to.
+        public var quota: Int
+        /// Stale reader slots this process cleared when it opened the store.
+        public var staleReadersCleared: Int
+        /// The group's identity.
+        public var identity: Identity?
+        /// Producers that have appended.
+        public var producers: [ProducerRegistration]
+    }
+
+    /// Reads a consistent snapshot of the store's state.
+    public func status() throws -> Status {
+        let tables = environment.tables
+        var status = try environment.read { txn in
+            var status = Status(
+                pendingEvents: try txn.count(tables.events), oldestSeq: nil, newestSeq: nil, lastAssignedSeq: 0,
+                fileSize: 0, mapSize: 0, quota: environment.quota, staleReadersCleared: Int(environment.staleReadersCleared),
+                identity: try self.identity(in: txn, creating: false), producers: [])
+            try txn.scan(tables.events) { key, _ in
+                status.oldestSeq = decodeSequence(key)
+                return false
+            }
+            status.newestSeq = try txn.lastKey(tables.events).flatMap(decodeSequence)
+            status.lastAssignedSeq = try withKey(MetaKey.lastSeq) { key in
+                try txn.withValue(tables.meta, &key) { $0.map(decodeU64) ?? 0 }
+            }
+            return status
+        }
+        status.producers = try producers()
+        status.fileSize = environment.fileSize
+        status.mapSize = environment.mapSize
+        return status
+    }
+}
+
+/// The app group's identity, shared by every process through the store (the group's "keychain").
+public struct Identity: Sendable, Hashable, Codable {
+    /// A random id created once for the group, or set with `identify(anonymousID:)`.
+    public var anonymousID: String
+    /// The logged-in user's id, if any.
+    public var loginID: String?
+    /// A random id created once for the group, never reset (like iOS's identifierForVendor).
+    public var deviceID: String
+
+    /// The id events are attributed to: the login id when logged in, else the anonymous id.
+    public var distinctID: String { loginID ?? anonymousID }
+
+    /// Creates an identity.
+    public init(anonymousID: String, loginID: String?, deviceID: String) {
+        self.anonymousID = anonymousID
+        self.loginID = loginID
+        self.deviceID = deviceID
+    }
+}
+
+/// What the store knows about one producer.
+public struct ProducerRegistration: Sendable, Hashable {
+    /// The producer id.
+    public var id: String
+    /// Its kind, as of its last append.
+    public var kind: ProducerKind = .app
+    /// The last producer sequence number assigned.
+    public var lastSeq: UInt64 = 0
+    /// Its process id at its last append.
+    public var pid: Int32 = 0
+    /// When it first appended (wall clock, ms).
+    public var firstSeenMillis: Int64 = 0
+    /// When it last appended (wall clock, ms).
+    public var lastSeenMillis: Int64 = 0
+
+    init(id: String) { self.id = id }
+
+    /// Fixed 29-byte layout: lastSeq u64, kind u8, pid u32, firstSeen i64, lastSeen i64 (big-endian).
+    init?(id: String, encoded: UnsafeRawBufferPointer) {
+        guard encoded.count >= 29 else { return nil }
+        var r = ByteReader(encoded)
+        self.id = id
+        lastSeq = r.u64()
+        kind = ProducerKind(rawValue: r.u8())
+        pid = Int32(bitPattern: r.u32())
+        firstSeenMillis = Int64(bitPattern: r.u64())
+        lastSeenMillis = Int64(bitPattern: r.u64())
+    }
+
+    func encoded() -> [UInt8] {
+        [UInt8](unsafeUninitializedCapacity: 29) { buffer, count in
+            var w = ByteWriter(UnsafeMutableRawBufferPointer(buffer))
+            w.u64(lastSeq)
+            w.u8(kind.rawValue)
+            w.u32(UInt32(bitPattern: pid))
+            w.u64(UInt64(bitPattern: firstSeenMillis))
+            w.u64(UInt64(bitPattern: lastSeenMillis))
+            count = 29
+        }
+    }
+}
+
+enum MetaKey {
+    static let schemaVersion = "schema_version"
+    static let lastSeq = "last_seq"
+}
+
+enum IdentityKey {
+    static let anonymousID = "anonymous_id"
+    static let loginID = "login_id"
+    static let deviceID = "device_id"
+}
+
+func decodeU64(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
+    bytes.count == 8 ? UInt64(bigEndian: bytes.loadUnaligned(as: UInt64.self)) : 0
+}
+
+func decodeU32(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
+    bytes.count == 4 ? UInt32(bigEndian: bytes.loadUnaligned(as: UInt32.self)) : 0
+}
+
+/// A random (version 4) UUID in canonical lowercase text form.
+public func randomUUIDString() -> String {
+    var g = SystemRandomNumberGenerator()
+    var bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &g) }
+    bytes[6] = (bytes[6] & 0x0f) | 0x40
+    bytes[8] = (bytes[8] & 0x3f) | 0x80
+    return BootID(bytes: bytes).description
+}

@@ -1,0 +1,65 @@
+/// An error from the shared store.
+///
+/// Errors are structs with an extensible ``Code`` rather than enums, so that new failure kinds can be
+/// added without breaking callers that `switch` over the codes they know. The ``message`` says what
+/// happened and what to do; it never contains event property values.
+public struct StoreError: Error, CustomStringConvertible, Sendable {
+    /// What kind of failure this is.
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        /// The store reached its size quota; nothing was written and nothing stored was touched.
+        public static let storeFull = Code(rawValue: "storeFull")
+        /// A stored record failed its CRC or structure check.
+        public static let corruptRecord = Code(rawValue: "corruptRecord")
+        /// The group directory is writable by other users, or is not a directory.
+        public static let insecureDirectory = Code(rawValue: "insecureDirectory")
+        /// The group directory could not be created or read.
+        public static let directoryUnavailable = Code(rawValue: "directoryUnavailable")
+        /// The store was written by a newer, incompatible version of Tributary.
+        public static let unsupportedSchema = Code(rawValue: "unsupportedSchema")
+        /// A value is too large to be stored (an LMDB key or record limit).
+        public static let valueTooLarge = Code(rawValue: "valueTooLarge")
+        /// Any other LMDB failure; ``StoreError/lmdbCode`` holds LMDB's result code.
+        public static let lmdb = Code(rawValue: "lmdb")
+    }
+
+    /// What kind of failure this is.
+    public var code: Code
+    /// A sentence saying what went wrong and what to do about it.
+    public var message: String
+    /// LMDB's (or the system's) result code, when the failure came from a C call.
+    public var lmdbCode: Int32?
+    /// The underlying error, if any.
+    public var cause: (any Error & Sendable)?
+    /// Where the error was raised, for bug reports.
+    public var location: SourceLocation
+
+    /// Where in Tributary's source an error was raised.
+    public struct SourceLocation: Sendable, CustomStringConvertible {
+        public var file: String
+        public var line: Int
+        public var description: String { "\(file):\(line)" }
+    }
+
+    /// Creates an error.
+    public init(
+        _ code: Code, _ message: String, lmdbCode: Int32? = nil, cause: (any Error & Sendable)? = nil,
+        file: String = #fileID, line: Int = #line
+    ) {
+        self.code = code
+        self.message = message
+        self.lmdbCode = lmdbCode
+        self.cause = cause
+        self.location = SourceLocation(file: file, line: line)
+    }
+
+    public var description: String {
+        var text = "\(code): \(message)"
+        if let lmdbCode { text += " (LMDB \(lmdbCode): \(LMDBResult(lmdbCode)))" }
+        if let cause { text += " [cause: \(cause)]" }
+        return text
+    }
+}
