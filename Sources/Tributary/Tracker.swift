@@ -1,1 +1,290 @@
-public enum Placeholder {}
+import Foundation
+import Synchronization
+import TributaryStore
+
+/// What `track` returns once the event is durable in the shared store.
+public struct TrackReceipt: Sendable, Hashable {
+    /// The event's unique id (`event_id`), stable all the way to the collector.
+    public var eventID: String
+    /// The event's `_track_id`.
+    public var trackID: Int64
+    /// The global sequence number the store assigned.
+    public var seq: UInt64
+    /// This producer's own sequence number for the event.
+    public var producerSeq: UInt64
+
+    init(event: PreparedEvent, appended: SharedStore.Appended) {
+        eventID = event.eventID
+        trackID = event.trackID
+        seq = appended.seq
+        producerSeq = appended.producerSeq
+    }
+}
+
+/// The producer library: records events from one process into its app group's shared store.
+///
+/// Every producer process (main app, extension, hybrid bridge) creates one `Tracker` for its group.
+/// `track` returns only after the event is durably committed; identity is shared by every process of
+/// the group through the store.
+///
+/// ```swift
+/// let tracker = try Tracker(configuration: .init(groupDirectory: "/var/lib/myapp/group"))
+/// let receipt = try await tracker.track("BuyProduct", properties: ["price": 9.99, "sku": "A-1"])
+/// ```
+public final class Tracker: Sendable {
+    /// How a tracker is set up.
+    public struct Configuration: Sendable {
+        /// The app group directory holding the shared store.
+        public var groupDirectory: String
+        /// Which kind of process this is. Default `.app`.
+        public var producerKind: ProducerKind = .app
+        /// A stable id for this producer. Default: the kind's name (`app`, `extension`, `hybrid`).
+        public var producerID: String?
+        /// The app's version, sent as `$app_version`. Default `"0.0.0"`.
+        public var appVersion: String = "0.0.0"
+        /// Largest encoded event, in bytes. Default 256 KiB.
+        public var maxEventBytes: Int = 256 << 10
+        /// Most events one group commit writes in a transaction. Default 1,000.
+        public var maxGroupCommit: Int = 1000
+        /// How the store is opened (quota, durability).
+        public var store = SharedStore.Options()
+        /// The monotonic clock for timers, in ns. Default `CLOCK_BOOTTIME`; tests pass a manual clock.
+        public var monotonicNanos: @Sendable () -> UInt64 = BootClock.nowNanos
+        /// The wall clock for event times, in ms. Default `CLOCK_REALTIME`.
+        public var wallMillis: @Sendable () -> Int64 = BootClock.wallMillis
+
+        /// A configuration for the group at `groupDirectory`, with defaults for everything else.
+        public init(groupDirectory: String, producerKind: ProducerKind = .app, producerID: String? = nil) {
+            self.groupDirectory = groupDirectory
+            self.producerKind = producerKind
+            self.producerID = producerID
+        }
+    }
+
+    private struct State {
+        var superProperties: [String: PropertyValue] = [:]
+        var base: BaseProperties
+        var timers: [String: EventTimer] = [:]
+        var inBackground = false
+    }
+
+    /// The shared store this tracker writes to.
+    public let store: SharedStore
+    /// The producer identity written into every record.
+    public let producer: SharedStore.Producer
+    private let configuration: Configuration
+    private let presets: [String: PropertyValue]
+    private let state: Mutex<State>
+    private let committer: GroupCommitter
+
+    /// Opens the group's store and registers this producer.
+    public init(configuration: Configuration) throws {
+        let producerID = configuration.producerID ?? configuration.producerKind.description
+        try EventRules.validateID(producerID, what: "producer id")
+        self.configuration = configuration
+        store = try SharedStore(groupDirectory: configuration.groupDirectory, options: configuration.store)
+        producer = SharedStore.Producer(kind: configuration.producerKind, id: producerID)
+        let identity = try store.identity()
+        presets = PresetProperties.current(appVersion: configuration.appVersion, deviceID: identity.deviceID)
+        state = Mutex(State(base: BaseProperties(presets: presets, superProperties: [:])))
+        committer = GroupCommitter(store: store, producer: producer, maxBatch: configuration.maxGroupCommit)
+    }
+
+    // MARK: Tracking
+
+    /// Records an event and returns once it is durably committed (one write transaction per call).
+    @discardableResult
+    public func track(_ event: String, properties: [String: PropertyValue] = [:]) throws -> TrackReceipt {
+        let prepared = try prepare(event, properties: properties)
+        let appended = try store.append(producer: producer, count: 1) { _, identity in prepared.draft(with: identity) }
+        return TrackReceipt(event: prepared, appended: appended[0])
+    }
+
+    /// Records an event and resumes once it is durably committed. Concurrent callers share one write
+    /// transaction (group commit); each resumes only after the transaction holding its event is durable.
+    @discardableResult
+    public func track(_ event: String, properties: [String: PropertyValue] = [:]) async throws -> TrackReceipt {
+        let prepared = try prepare(event, properties: properties)
+        return try await committer.commit(prepared)
+    }
+
+    private func prepare(
+        _ event: String, properties: [String: PropertyValue], libMethod: StaticString = "code"
+    ) throws -> PreparedEvent {
+        try EventRules.validateEventName(event)
+        try EventRules.validateProperties(properties)
+        let base = state.withLock { $0.base }
+        let prepared = EventEncoder.prepare(
+            event: event, properties: properties, base: base, libMethod: libMethod,
+            wallTimeMillis: configuration.wallMillis(), bootTimeNanos: configuration.monotonicNanos())
+        let size = prepared.prefix.count + prepared.suffix.count + 3 * 300
+        guard size <= configuration.maxEventBytes else {
+            throw TrackingError(
+                .eventTooLarge, field: event,
+                "Event \(event) encodes to about \(size) bytes; the limit is \(configuration.maxEventBytes).")
+        }
+        return prepared
+    }
+
+    // MARK: Identity (shared by every process of the group)
+
+    /// The group's current identity.
+    public func identity() throws -> Identity { try store.identity() }
+
+    /// Logs the group in as `loginID`; later events of every process carry it.
+    @discardableResult
+    public func login(_ loginID: String) throws -> Identity {
+        try EventRules.validateID(loginID, what: "login id")
+        return try store.login(loginID)
+    }
+
+    /// Logs the group out; later events carry the anonymous id only.
+    @discardableResult
+    public func logout() throws -> Identity { try store.logout() }
+
+    /// Replaces the anonymous id (for apps that bring their own).
+    @discardableResult
+    public func identify(anonymousID: String) throws -> Identity {
+        try EventRules.validateID(anonymousID, what: "anonymous id")
+        return try store.identify(anonymousID: anonymousID)
+    }
+
+    // MARK: Super properties (this process)
+
+    /// Properties added to every later event of this process; an event's own properties win.
+    public func registerSuperProperties(_ properties: [String: PropertyValue]) throws {
+        try EventRules.validateProperties(properties)
+        state.withLock { state in
+            state.superProperties.merge(properties) { _, new in new }
+            state.base = BaseProperties(presets: presets, superProperties: state.superProperties)
+        }
+    }
+
+    /// Removes one super property.
+    public func unregisterSuperProperty(_ key: String) {
+        state.withLock { state in
+            state.superProperties[key] = nil
+            state.base = BaseProperties(presets: presets, superProperties: state.superProperties)
+        }
+    }
+
+    /// Removes every super property.
+    public func clearSuperProperties() {
+        state.withLock { state in
+            state.superProperties = [:]
+            state.base = BaseProperties(presets: presets, superProperties: [:])
+        }
+    }
+
+    /// The current super properties.
+    public var superProperties: [String: PropertyValue] { state.withLock { $0.superProperties } }
+
+    /// The preset properties of this producer.
+    public var presetProperties: [String: PropertyValue] { presets }
+
+    // MARK: Event timers (monotonic clock, paused in background)
+
+    /// Starts (or restarts) a timer for `event`.
+    public func trackTimerStart(_ event: String) throws {
+        try EventRules.validateEventName(event)
+        let now = configuration.monotonicNanos()
+        state.withLock { state in
+            var timer = EventTimer(startedAt: now)
+            if state.inBackground { timer.pause(at: now, byApp: false) }
+            state.timers[event] = timer
+        }
+    }
+
+    /// Pauses the timer for `event`.
+    public func trackTimerPause(_ event: String) throws {
+        let now = configuration.monotonicNanos()
+        try withTimer(event) { $0.pause(at: now, byApp: true) }
+    }
+
+    /// Resumes the timer for `event`.
+    public func trackTimerResume(_ event: String) throws {
+        let now = configuration.monotonicNanos()
+        try withTimer(event) { $0.resume(at: now, byApp: true) }
+    }
+
+    /// Ends the timer for `event` and tracks it with `$event_duration` (seconds, 3 decimals).
+    @discardableResult
+    public func trackTimerEnd(_ event: String, properties: [String: PropertyValue] = [:]) async throws -> TrackReceipt {
+        let duration = try endTimer(event)
+        var properties = properties
+        properties["$event_duration"] = .double(duration)
+        return try await track(event, properties: properties)
+    }
+
+    /// Removes every timer without tracking.
+    public func clearTrackTimers() { state.withLock { $0.timers.removeAll() } }
+
+    /// Ends a timer and returns its duration in seconds (3 decimals), without tracking.
+    func endTimer(_ event: String) throws -> Double {
+        let now = configuration.monotonicNanos()
+        let nanos: UInt64? = state.withLock { state in state.timers.removeValue(forKey: event)?.elapsed(at: now) }
+        guard let nanos else {
+            throw TrackingError(.unknownTimer, field: event, "No timer was started for event \(event).")
+        }
+        return (Double(nanos) / 1_000_000).rounded() / 1000
+    }
+
+    private func withTimer(_ event: String, _ body: (inout EventTimer) -> Void) throws {
+        let found = state.withLock { state in
+            guard var timer = state.timers[event] else { return false }
+            body(&timer)
+            state.timers[event] = timer
+            return true
+        }
+        guard found else {
+            throw TrackingError(.unknownTimer, field: event, "No timer was started for event \(event).")
+        }
+    }
+
+    // MARK: App state
+
+    /// The app entered the background: running timers stop counting.
+    public func enterBackground() {
+        let now = configuration.monotonicNanos()
+        state.withLock { state in
+            state.inBackground = true
+            for key in state.timers.keys { state.timers[key]!.pause(at: now, byApp: false) }
+        }
+    }
+
+    /// The app returns to the foreground: timers paused by backgrounding resume.
+    public func enterForeground() {
+        let now = configuration.monotonicNanos()
+        state.withLock { state in
+            state.inBackground = false
+            for key in state.timers.keys { state.timers[key]!.resume(at: now, byApp: false) }
+        }
+    }
+}
+
+/// One event timer: accumulated running time, and who paused it (the app, or backgrounding).
+struct EventTimer: Sendable {
+    private var accumulated: UInt64 = 0
+    private var runningSince: UInt64?
+    private var pausedByApp = false
+    private var pausedByBackground = false
+
+    init(startedAt now: UInt64) { runningSince = now }
+
+    mutating func pause(at now: UInt64, byApp: Bool) {
+        if byApp { pausedByApp = true } else { pausedByBackground = true }
+        if let since = runningSince {
+            accumulated += now >= since ? now - since : 0
+            runningSince = nil
+        }
+    }
+
+    mutating func resume(at now: UInt64, byApp: Bool) {
+        if byApp { pausedByApp = false } else { pausedByBackground = false }
+        if runningSince == nil && !pausedByApp && !pausedByBackground { runningSince = now }
+    }
+
+    func elapsed(at now: UInt64) -> UInt64 {
+        accumulated + (runningSince.map { now >= $0 ? now - $0 : 0 } ?? 0)
+    }
+}

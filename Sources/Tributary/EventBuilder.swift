@@ -1,0 +1,110 @@
+import Foundation
+import TributaryStore
+
+/// Turns a validated event into the Sensors Analytics JSON body, in two halves.
+///
+/// Everything but the identity is encoded before the write transaction (`prefix` and `suffix`); the
+/// identity fields are spliced in inside it, so an event always carries the identity committed
+/// before it, whichever process changed it.
+struct PreparedEvent: Sendable {
+    /// `{"type":"track","event":…,"time":…,`
+    var prefix: [UInt8]
+    /// `"_track_id":…,"event_id":…,"lib":{…},"properties":{…}}`
+    var suffix: [UInt8]
+    var eventID: String
+    var trackID: Int64
+    var wallTimeMillis: Int64
+    var bootTimeNanos: UInt64
+
+    /// The full body with `identity` spliced in.
+    func body(with identity: Identity) -> [UInt8] {
+        var w = JSONWriter(capacity: prefix.count + suffix.count + 128)
+        w.raw(prefix)
+        w.key("distinct_id")
+        w.string(identity.distinctID)
+        w.raw(",")
+        w.key("anonymous_id")
+        w.string(identity.anonymousID)
+        w.raw(",")
+        if let login = identity.loginID {
+            w.key("login_id")
+            w.string(login)
+            w.raw(",")
+        }
+        w.raw(suffix)
+        return w.bytes
+    }
+
+    func draft(with identity: Identity) -> SharedStore.Draft {
+        SharedStore.Draft(wallTimeMillis: wallTimeMillis, bootTimeNanos: bootTimeNanos, body: body(with: identity))
+    }
+}
+
+/// The properties every event of a producer starts with (presets, then super properties), encoded once.
+struct BaseProperties: Sendable {
+    var merged: [String: PropertyValue]
+    var encoded: [UInt8]
+
+    init(presets: [String: PropertyValue], superProperties: [String: PropertyValue]) {
+        merged = presets.merging(superProperties) { _, new in new }
+        var w = JSONWriter()
+        var first = true
+        w.members(merged, first: &first)
+        encoded = w.bytes
+    }
+
+    /// Encodes `{base…, properties…}`; a property overrides a base property of the same key.
+    func encode(_ properties: [String: PropertyValue], into w: inout JSONWriter) {
+        w.raw("{")
+        if properties.keys.contains(where: { merged[$0] != nil }) {
+            var first = true
+            w.members(merged.merging(properties) { _, new in new }, first: &first)
+        } else {
+            w.raw(encoded)
+            var first = merged.isEmpty
+            w.members(properties, first: &first)
+        }
+        w.raw("}")
+    }
+}
+
+enum EventEncoder {
+    static func prepare(
+        event: String, type: StaticString = "track", properties: [String: PropertyValue], base: BaseProperties,
+        libMethod: StaticString, wallTimeMillis: Int64, bootTimeNanos: UInt64
+    ) -> PreparedEvent {
+        var head = JSONWriter(capacity: 64 + event.utf8.count)
+        head.raw("{\"type\":\"")
+        head.raw(type)
+        head.raw("\",\"event\":")
+        head.string(event)
+        head.raw(",\"time\":")
+        head.int(wallTimeMillis)
+        head.raw(",")
+
+        let eventID = randomUUIDString()
+        let trackID = Int64.random(in: 0...Int64(Int32.max))
+        var tail = JSONWriter(capacity: 512)
+        tail.raw("\"_track_id\":")
+        tail.int(trackID)
+        tail.raw(",\"event_id\":")
+        tail.string(eventID)
+        tail.raw(",\"lib\":{\"$lib\":")
+        tail.string(PresetProperties.libName)
+        tail.raw(",\"$lib_version\":")
+        tail.string(PresetProperties.libVersion)
+        tail.raw(",\"$lib_method\":\"")
+        tail.raw(libMethod)
+        tail.raw("\"")
+        if case .string(let version)? = base.merged["$app_version"] {
+            tail.raw(",\"$app_version\":")
+            tail.string(version)
+        }
+        tail.raw("},\"properties\":")
+        base.encode(properties, into: &tail)
+        tail.raw("}")
+        return PreparedEvent(
+            prefix: head.bytes, suffix: tail.bytes, eventID: eventID, trackID: trackID, wallTimeMillis: wallTimeMillis,
+            bootTimeNanos: bootTimeNanos)
+    }
+}

@@ -1,0 +1,100 @@
+/// The Sensors Analytics validation rules for event names, property keys and values.
+public enum EventRules {
+    /// Longest event name or property key.
+    public static let maxNameLength = 100
+    /// Longest string value (and list element), in UTF-8 bytes.
+    public static let maxStringBytes = 8192
+    /// Longest login or anonymous id, in UTF-8 bytes.
+    public static let maxIDBytes = 255
+
+    /// Names Sensors reserves for its own columns (compared case-insensitively).
+    public static let reservedNames: Set<String> = [
+        "distinct_id", "original_id", "time", "properties", "id", "first_id", "second_id", "users", "events",
+        "event", "user_id", "date", "datetime",
+    ]
+    /// Reserved prefixes (case-insensitive).
+    public static let reservedPrefixes = ["user_group", "user_tag"]
+
+    /// The `$`-prefixed event names the SDK itself emits; other `$` event names are reserved.
+    public static let presetEvents: Set<String> = [
+        "$AppStart", "$AppStartPassively", "$AppEnd", "$AppViewScreen", "$AppClick", "$AppCrashed",
+        "$AppDeeplinkLaunch", "$AppExposure", "$SignUp", "$WebClick", "$pageview", "$WebStay", "$WebPageLeave",
+    ]
+
+    /// Checks an event name.
+    public static func validateEventName(_ name: String) throws {
+        try validateName(name, what: "event name")
+        if name.hasPrefix("$") && !presetEvents.contains(name) {
+            throw TrackingError(
+                .reservedName, field: name,
+                "Event names starting with $ are reserved for preset events (\(presetEvents.sorted().joined(separator: ", "))).")
+        }
+    }
+
+    /// Checks a property key and its value.
+    public static func validateProperty(_ key: String, _ value: PropertyValue) throws {
+        try validateName(key, what: "property name")
+        switch value {
+        case .string(let s):
+            try checkLength(s, field: key, what: "value of property \(key)")
+        case .list(let items):
+            for (i, s) in items.enumerated() {
+                try checkLength(s, field: key, what: "element \(i) of list property \(key)")
+            }
+        case .double(let d):
+            guard d.isFinite else {
+                throw TrackingError(
+                    .nonFiniteNumber, field: key, "Property \(key) is \(d.isNaN ? "NaN" : "infinite"); numbers must be finite.")
+            }
+        case .int, .bool, .date:
+            break
+        }
+    }
+
+    /// Checks every property of an event.
+    public static func validateProperties(_ properties: [String: PropertyValue]) throws {
+        for (key, value) in properties { try validateProperty(key, value) }
+    }
+
+    /// Checks a login or anonymous id.
+    public static func validateID(_ id: String, what: String) throws {
+        let bytes = id.utf8.count
+        guard bytes > 0, bytes <= maxIDBytes, !id.allSatisfy(\.isWhitespace) else {
+            throw TrackingError(
+                .invalidID, field: what,
+                "The \(what) must be 1 to \(maxIDBytes) UTF-8 bytes and not blank; it has \(bytes).")
+        }
+    }
+
+    private static func validateName(_ name: String, what: String) throws {
+        let scalars = name.unicodeScalars
+        guard !scalars.isEmpty else {
+            throw TrackingError(.invalidName, field: name, "The \(what) is empty.")
+        }
+        guard scalars.count <= maxNameLength else {
+            throw TrackingError(
+                .nameTooLong, field: String(name.prefix(32)) + "…",
+                "The \(what) has \(scalars.count) characters; the limit is \(maxNameLength).")
+        }
+        for (i, s) in scalars.enumerated() {
+            let ok = s == "_" || s == "$" || (s.isASCII && s.properties.isAlphabetic) || (i > 0 && s.isASCII && ("0"..."9").contains(s))
+            guard ok else {
+                throw TrackingError(
+                    .invalidName, field: name,
+                    "The \(what) \(name) has character \(i + 1) not allowed: names match ^[a-zA-Z_$][a-zA-Z0-9_$]{0,99}$.")
+            }
+        }
+        let lower = name.lowercased()
+        if reservedNames.contains(lower) || reservedPrefixes.contains(where: { lower.hasPrefix($0) }) {
+            throw TrackingError(.reservedName, field: name, "The \(what) \(name) is reserved by Sensors Analytics.")
+        }
+    }
+
+    private static func checkLength(_ s: String, field: String, what: String) throws {
+        let bytes = s.utf8.count
+        guard bytes <= maxStringBytes else {
+            throw TrackingError(
+                .valueTooLong, field: field, "The \(what) has \(bytes) UTF-8 bytes; the limit is \(maxStringBytes).")
+        }
+    }
+}

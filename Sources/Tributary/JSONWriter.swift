@@ -1,0 +1,114 @@
+import Foundation
+
+/// A small, allocation-light JSON writer for event bodies.
+///
+/// Events are written on every `track()`, so this avoids `JSONEncoder`'s reflection and intermediate
+/// dictionaries. Output is compact UTF-8; strings are escaped per RFC 8259.
+public struct JSONWriter {
+    /// The bytes written so far.
+    public private(set) var bytes: [UInt8] = []
+
+    /// Creates an empty writer with room for `capacity` bytes.
+    public init(capacity: Int = 512) { bytes.reserveCapacity(capacity) }
+
+    /// Appends raw, already-valid JSON bytes.
+    public mutating func raw(_ text: StaticString) {
+        text.withUTF8Buffer { bytes.append(contentsOf: $0) }
+    }
+
+    /// Appends raw, already-valid JSON bytes.
+    public mutating func raw<C: Collection>(_ other: C) where C.Element == UInt8 { bytes.append(contentsOf: other) }
+
+    /// Appends a JSON string literal.
+    public mutating func string(_ s: String) {
+        bytes.append(UInt8(ascii: "\""))
+        var s = s
+        s.withUTF8 { utf8 in
+            var runStart = 0
+            for (i, b) in utf8.enumerated() where b < 0x20 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") {
+                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<i]))
+                escape(b)
+                runStart = i + 1
+            }
+            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart...]))
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    private mutating func escape(_ b: UInt8) {
+        bytes.append(UInt8(ascii: "\\"))
+        switch b {
+        case UInt8(ascii: "\""): bytes.append(UInt8(ascii: "\""))
+        case UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\"))
+        case 0x0A: bytes.append(UInt8(ascii: "n"))
+        case 0x0D: bytes.append(UInt8(ascii: "r"))
+        case 0x09: bytes.append(UInt8(ascii: "t"))
+        case 0x08: bytes.append(UInt8(ascii: "b"))
+        case 0x0C: bytes.append(UInt8(ascii: "f"))
+        default:
+            let hex: [UInt8] = Array("0123456789abcdef".utf8)
+            bytes.append(contentsOf: [UInt8(ascii: "u"), 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 0xF)]])
+        }
+    }
+
+    /// Appends a whole number.
+    public mutating func int(_ v: Int64) { bytes.append(contentsOf: String(v).utf8) }
+
+    /// Appends a finite number (callers validate finiteness first).
+    public mutating func double(_ v: Double) {
+        if v == v.rounded(), abs(v) < 1e15 {
+            bytes.append(contentsOf: String(Int64(v)).utf8)  // 3.0 -> 3, as JavaScript would print it
+        } else {
+            bytes.append(contentsOf: v.description.utf8)
+        }
+    }
+
+    /// Appends `"key":`.
+    public mutating func key(_ k: String) {
+        string(k)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    /// Appends a property value.
+    public mutating func value(_ v: PropertyValue) {
+        switch v {
+        case .string(let s): string(s)
+        case .int(let i): int(i)
+        case .double(let d): double(d)
+        case .bool(let b): raw(b ? "true" : "false")
+        case .list(let items):
+            bytes.append(UInt8(ascii: "["))
+            for (i, item) in items.enumerated() {
+                if i > 0 { bytes.append(UInt8(ascii: ",")) }
+                string(item)
+            }
+            bytes.append(UInt8(ascii: "]"))
+        case .date(let date): string(Self.sensorsDate(date))
+        }
+    }
+
+    /// Appends `"k":v` pairs (sorted by key, for stable output), each preceded by a comma unless first.
+    public mutating func members(_ properties: [String: PropertyValue], first: inout Bool) {
+        for (k, v) in properties.sorted(by: { $0.key < $1.key }) {
+            if !first { bytes.append(UInt8(ascii: ",")) }
+            first = false
+            key(k)
+            value(v)
+        }
+    }
+
+    /// `yyyy-MM-dd HH:mm:ss.SSS` in local time, the Sensors DATETIME format.
+    static func sensorsDate(_ date: Date) -> String {
+        let millis = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        var seconds = time_t(millis / 1000)
+        var parts = tm()
+        localtime_r(&seconds, &parts)
+        func pad(_ v: Int32, _ width: Int) -> String {
+            let s = String(v)
+            return String(repeating: "0", count: max(0, width - s.count)) + s
+        }
+        let ms = Int32(((millis % 1000) + 1000) % 1000)
+        return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2)) "
+            + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(ms, 3))"
+    }
+}

@@ -1,0 +1,97 @@
+import Foundation
+
+/// A property value an event may carry (the Sensors Analytics value types).
+public enum PropertyValue: Sendable, Hashable {
+    /// Text, at most ``EventRules/maxStringBytes`` UTF-8 bytes.
+    case string(String)
+    /// A whole number.
+    case int(Int64)
+    /// A finite floating-point number (NaN and infinities are rejected).
+    case double(Double)
+    /// True or false.
+    case bool(Bool)
+    /// A list of strings (Sensors' LIST type).
+    case list([String])
+    /// A point in time, sent as `yyyy-MM-dd HH:mm:ss.SSS` in local time (Sensors' DATETIME type).
+    case date(Date)
+}
+
+extension PropertyValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByFloatLiteral,
+    ExpressibleByBooleanLiteral, ExpressibleByArrayLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(arrayLiteral elements: String...) { self = .list(elements) }
+}
+
+extension PropertyValue {
+    /// Parses a JSON object of properties (as the CLI's `--properties` takes it).
+    ///
+    /// Strings, numbers, booleans and arrays of strings map to the matching case; anything else
+    /// (null, nested objects, mixed arrays) is a ``TrackingError`` naming the property.
+    public static func properties(fromJSON text: String) throws -> [String: PropertyValue] {
+        let parsed: JSONValue
+        do {
+            parsed = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+        } catch {
+            throw TrackingError(.malformedProperties, field: "properties", "The properties are not valid JSON: \(error).")
+        }
+        guard case .object(let object) = parsed else {
+            throw TrackingError(.malformedProperties, field: "properties", "The properties must be a JSON object.")
+        }
+        var out: [String: PropertyValue] = [:]
+        for (key, value) in object {
+            switch value {
+            case .string(let s): out[key] = .string(s)
+            case .int(let i): out[key] = .int(i)
+            case .double(let d): out[key] = .double(d)
+            case .bool(let b): out[key] = .bool(b)
+            case .array(let items):
+                var strings: [String] = []
+                for item in items {
+                    guard case .string(let s) = item else {
+                        throw TrackingError(
+                            .invalidValueType, field: key,
+                            "Property \(key) is a list; list elements must all be strings.")
+                    }
+                    strings.append(s)
+                }
+                out[key] = .list(strings)
+            case .null, .object:
+                throw TrackingError(
+                    .invalidValueType, field: key,
+                    "Property \(key) is \(value.kindName); allowed types are string, number, boolean and list of strings.")
+            }
+        }
+        return out
+    }
+}
+
+/// Any JSON value, decoded strictly (a number is never taken for a boolean).
+enum JSONValue: Decodable {
+    case null, bool(Bool), int(Int64), double(Double), string(String), array([JSONValue]), object([String: JSONValue])
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.singleValueContainer()
+        if c.decodeNil() { self = .null }
+        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
+        else if let i = try? c.decode(Int64.self) { self = .int(i) }
+        else if let d = try? c.decode(Double.self) { self = .double(d) }
+        else if let s = try? c.decode(String.self) { self = .string(s) }
+        else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
+        else { self = .object(try c.decode([String: JSONValue].self)) }
+    }
+
+    var kindName: String {
+        switch self {
+        case .null: "null"
+        case .bool: "a boolean"
+        case .int, .double: "a number"
+        case .string: "a string"
+        case .array: "a list"
+        case .object: "an object"
+        }
+    }
+}
