@@ -77,6 +77,9 @@ final class Environment: @unchecked Sendable {
             if !options.durable { flags |= MDB_NOSYNC }
             rc = mdb_env_open(handle, path, UInt32(flags), 0o660)
             try Environment.mapError(rc, "mdb_env_open", path: path)
+            // LMDB creates its files through the umask; every process of the group must be able to write.
+            chmod(path, 0o660)
+            chmod(path + "-lock", 0o660)
 
             // lmdb.h: "mdb_reader_check: Check for stale entries in the reader lock table" — slots left
             // by processes that died (kill -9) while reading would otherwise pin old pages forever.

@@ -1,0 +1,151 @@
+import ArgumentParser
+import Foundation
+import Tributary
+import TributaryStore
+
+/// Exit codes (sysexits.h), chosen so that scripts and systemd can tell failures apart.
+enum Exit {
+    static let rejected: Int32 = 65  // EX_DATAERR: invalid event, property or id; nothing written
+    static let noStore: Int32 = 66  // EX_NOINPUT: no store in the group directory
+    static let ioError: Int32 = 74  // EX_IOERR: LMDB failure or corrupt record
+    static let storeFull: Int32 = 75  // EX_TEMPFAIL: quota reached; retry after the agent drained
+    static let unsafeDirectory: Int32 = 77  // EX_NOPERM: world-writable group directory
+}
+
+/// Writes a line to stdout unbuffered (stdout is a pipe under systemd and in tests).
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+/// Runs `body`, turning Tributary's errors into a message on stderr and a documented exit code.
+func reportingErrors(_ body: () throws -> Void) throws {
+    do {
+        try body()
+    } catch let error as TrackingError {
+        fail(Exit.rejected, "rejected: \(error.message)")
+    } catch let error as StoreError {
+        switch error.code {
+        case .storeFull: fail(Exit.storeFull, error.message)
+        case .insecureDirectory: fail(Exit.unsafeDirectory, error.message)
+        case .directoryUnavailable: fail(Exit.noStore, error.message)
+        case .valueTooLarge: fail(Exit.rejected, error.message)
+        default: fail(Exit.ioError, error.description)
+        }
+    }
+}
+
+private func fail(_ code: Int32, _ message: String) -> Never {
+    FileHandle.standardError.write(Data(("tributary: " + message + "\n").utf8))
+    exit(code)
+}
+
+/// Opens a group's store for reading without creating anything.
+func openExisting(_ group: String) throws -> SharedStore {
+    var options = SharedStore.Options()
+    options.create = false
+    return try SharedStore(groupDirectory: group, options: options)
+}
+
+func encodeJSON<T: Encodable>(_ value: T) throws -> String {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys]
+    encoder.keyEncodingStrategy = .convertToSnakeCase
+    return String(decoding: try encoder.encode(value), as: UTF8.self)
+}
+
+func jsonString(_ s: String) -> String {
+    var w = JSONWriter()
+    w.string(s)
+    return String(decoding: w.bytes, as: UTF8.self)
+}
+
+struct StatusReport: Encodable {
+    struct Producer: Encodable {
+        var id: String
+        var kind: String
+        var lastSeq: UInt64
+        var pid: Int32
+        var lastSeenMillis: Int64
+    }
+    var group: String
+    var pendingEvents: Int
+    var oldestSeq: UInt64?
+    var newestSeq: UInt64?
+    var lastAssignedSeq: UInt64
+    var fileSize: Int
+    var mapSize: Int
+    var quota: Int
+    var staleReadersCleared: Int
+    var identity: Identity?
+    var producers: [Producer]
+
+    init(_ s: SharedStore.Status, group: String) {
+        self.group = group
+        pendingEvents = s.pendingEvents
+        oldestSeq = s.oldestSeq
+        newestSeq = s.newestSeq
+        lastAssignedSeq = s.lastAssignedSeq
+        fileSize = s.fileSize
+        mapSize = s.mapSize
+        quota = s.quota
+        staleReadersCleared = s.staleReadersCleared
+        identity = s.identity
+        producers = s.producers.map {
+            Producer(id: $0.id, kind: $0.kind.description, lastSeq: $0.lastSeq, pid: $0.pid, lastSeenMillis: $0.lastSeenMillis)
+        }
+    }
+
+    var text: String {
+        var lines = [
+            "group:          \(group)",
+            "pending events: \(pendingEvents)"
+                + (oldestSeq.map { " (seq \($0)…\(newestSeq ?? $0))" } ?? ""),
+            "last seq:       \(lastAssignedSeq)",
+            "store size:     \(mib(fileSize)) on disk, map \(mib(mapSize)), quota \(mib(quota))",
+        ]
+        if let identity {
+            lines.append("distinct id:    \(identity.distinctID)")
+            lines.append("anonymous id:   \(identity.anonymousID)")
+            lines.append("login id:       \(identity.loginID ?? "-")")
+        }
+        lines.append("producers:      \(producers.isEmpty ? "none" : "")")
+        for p in producers.sorted(by: { $0.id < $1.id }) {
+            lines.append("  \(p.id) (\(p.kind)): last seq \(p.lastSeq), pid \(p.pid)")
+        }
+        return lines.joined(separator: "\n")
+    }
+}
+
+private func mib(_ bytes: Int) -> String {
+    String(format: "%.1f MiB", Double(bytes) / 1_048_576)
+}
+
+func inspectLine(seq: UInt64, _ r: EventRecord) -> String {
+    let object = (try? JSONSerialization.jsonObject(with: Data(r.body))) as? [String: Any]
+    let name = object?["event"] as? String ?? "?"
+    return "\(seq)\t\(r.producerID)#\(r.producerSeq)\t\(r.producerKind)\tpid \(r.pid)\t\(r.wallTimeMillis)\t\(name)"
+}
+
+func inspectJSON(seq: UInt64, _ r: EventRecord) -> String {
+    var w = JSONWriter()
+    w.raw("{\"seq\":")
+    w.int(Int64(seq))
+    w.raw(",\"producer\":")
+    w.string(r.producerID)
+    w.raw(",\"producer_kind\":")
+    w.string(r.producerKind.description)
+    w.raw(",\"producer_seq\":")
+    w.int(Int64(r.producerSeq))
+    w.raw(",\"pid\":")
+    w.int(Int64(r.pid))
+    w.raw(",\"wall_time_ms\":")
+    w.int(r.wallTimeMillis)
+    w.raw(",\"boot_time_ns\":")
+    w.int(Int64(bitPattern: r.bootTimeNanos))
+    w.raw(",\"boot_id\":")
+    w.string(r.bootID.description)
+    w.raw(",\"event\":")
+    w.raw(r.body)
+    w.raw("}")
+    return String(decoding: w.bytes, as: UTF8.self)
+}

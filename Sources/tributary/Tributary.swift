@@ -1,0 +1,161 @@
+import ArgumentParser
+import Foundation
+import Tributary
+import TributaryStore
+
+@main
+struct TributaryCLI: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tributary",
+        abstract: "Record analytics events into an app group's shared store and look inside it.",
+        discussion: """
+            Every command takes --group DIR, the app group directory that holds the shared store \
+            (tributary.mdb). Producers append to it; the sync agent (tributary-agent) drains it.
+
+            Exit codes: 0 success; 64 bad usage; 65 the event or id was rejected (nothing written); \
+            66 no store in the group directory; 74 store I/O error or corrupt data; 75 the store is full \
+            (retry once the agent has drained it); 77 the group directory is unsafe (world-writable).
+            """,
+        subcommands: [Track.self, Status.self, Inspect.self, Login.self, Logout.self, Identify.self]
+    )
+}
+
+struct GroupOption: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The app group directory.", valueName: "dir"))
+    var group: String
+}
+
+struct Track: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Record one event; prints its event id once it is durably stored.")
+
+    @OptionGroup var options: GroupOption
+
+    @Argument(help: "The event name, e.g. BuyProduct (Sensors rules: ^[a-zA-Z_$][a-zA-Z0-9_$]{0,99}$).")
+    var name: String
+
+    @Option(help: ArgumentHelp("Event properties as a JSON object, e.g. '{\"price\": 9.99}'.", valueName: "json"))
+    var properties: String?
+
+    @Option(help: ArgumentHelp("Producer kind: app, extension or hybrid.", valueName: "kind"))
+    var producer: String = "app"
+
+    @Option(name: .customLong("producer-id"), help: ArgumentHelp("Producer id (default: the kind).", valueName: "id"))
+    var producerID: String?
+
+    @Option(name: .customLong("app-version"), help: "Sent as $app_version.")
+    var appVersion: String = "0.0.0"
+
+    func validate() throws {
+        guard ProducerKind(name: producer) != nil else {
+            throw ValidationError("--producer must be app, extension or hybrid, not '\(producer)'.")
+        }
+    }
+
+    func run() throws {
+        try reportingErrors {
+            let props = try properties.map(PropertyValue.properties(fromJSON:)) ?? [:]
+            var config = Tracker.Configuration(
+                groupDirectory: options.group, producerKind: ProducerKind(name: producer)!, producerID: producerID)
+            config.appVersion = appVersion
+            let receipt = try Tracker(configuration: config).track(name, properties: props)
+            say(receipt.eventID)
+        }
+    }
+}
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show pending events, sequence numbers, size, quota, identity and producers.")
+
+    @OptionGroup var options: GroupOption
+
+    @Flag(help: "Print JSON instead of text.")
+    var json = false
+
+    func run() throws {
+        try reportingErrors {
+            let store = try openExisting(options.group)
+            let status = try store.status()
+            if json {
+                say(try encodeJSON(StatusReport(status, group: store.groupDirectory)))
+            } else {
+                say(StatusReport(status, group: store.groupDirectory).text)
+            }
+        }
+    }
+}
+
+struct Inspect: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List pending events, oldest first.")
+
+    @OptionGroup var options: GroupOption
+
+    @Option(help: "Show at most this many events.")
+    var limit: Int = 20
+
+    @Option(help: "Start at this global sequence number.")
+    var from: UInt64 = 0
+
+    @Flag(help: "Print one JSON object per line (header fields and the event).")
+    var json = false
+
+    func validate() throws {
+        guard limit > 0 else { throw ValidationError("--limit must be positive.") }
+    }
+
+    func run() throws {
+        try reportingErrors {
+            let store = try openExisting(options.group)
+            var corrupt = 0
+            for entry in try store.events(from: from, limit: limit) {
+                switch entry.record {
+                case .success(let record):
+                    say(json ? inspectJSON(seq: entry.seq, record) : inspectLine(seq: entry.seq, record))
+                case .failure(let corruption):
+                    corrupt += 1
+                    say(json ? "{\"seq\":\(entry.seq),\"corrupt\":\(jsonString(corruption.reason))}"
+                        : "\(entry.seq)\tCORRUPT\t\(corruption.reason)")
+                }
+            }
+            if corrupt > 0 {
+                throw StoreError(.corruptRecord, "\(corrupt) record(s) failed their CRC check; they are reported above, not used.")
+            }
+        }
+    }
+}
+
+struct Login: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Log the group in; later events of every process carry the login id.")
+    @OptionGroup var options: GroupOption
+    @Argument(help: "The login id.") var loginID: String
+
+    func run() throws {
+        try reportingErrors {
+            try EventRules.validateID(loginID, what: "login id")
+            say(try SharedStore(groupDirectory: options.group).login(loginID).distinctID)
+        }
+    }
+}
+
+struct Logout: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Log the group out.")
+    @OptionGroup var options: GroupOption
+
+    func run() throws {
+        try reportingErrors { say(try SharedStore(groupDirectory: options.group).logout().distinctID) }
+    }
+}
+
+struct Identify: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Replace the group's anonymous id.")
+    @OptionGroup var options: GroupOption
+    @Argument(help: "The new anonymous id.") var anonymousID: String
+
+    func run() throws {
+        try reportingErrors {
+            try EventRules.validateID(anonymousID, what: "anonymous id")
+            say(try SharedStore(groupDirectory: options.group).identify(anonymousID: anonymousID).distinctID)
+        }
+    }
+}
