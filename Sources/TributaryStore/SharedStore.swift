@@ -41,7 +41,12 @@ public final class SharedStore: Sendable {
         while directory.count > 1 && directory.hasSuffix("/") { directory.removeLast() }
         try GroupDirectory.prepare(directory, create: options.create)
         self.groupDirectory = directory
-        let path = directory + "/" + Self.fileName
+        // One environment per file per process (see Environment): key it by the canonical path.
+        let canonical = realpath(directory, nil).map { pointer in
+            defer { free(pointer) }
+            return String(cString: pointer)
+        } ?? directory
+        let path = canonical + "/" + Self.fileName
         if !options.create && access(path, F_OK) != 0 {
             throw StoreError(
                 .directoryUnavailable,
@@ -477,4 +482,32 @@ public func randomUUIDString() -> String {
     bytes[6] = (bytes[6] & 0x0f) | 0x40
     bytes[8] = (bytes[8] & 0x3f) | 0x80
     return BootID(bytes: bytes).description
+}
+
+// MARK: Test hooks (package access only)
+
+extension SharedStore {
+    /// Overwrites the stored bytes of event `seq` (tests use it to plant a corrupt record).
+    package func overwriteRawEvent(seq: UInt64, bytes: [UInt8]) throws {
+        let dbi = environment.tables.events
+        try environment.write { txn in
+            try withKey(seq) { key in try bytes.withUnsafeBytes { try txn.put(dbi, &key, $0) } }
+        }
+    }
+
+    /// The raw stored bytes of event `seq`.
+    package func rawEvent(seq: UInt64) throws -> [UInt8]? {
+        let dbi = environment.tables.events
+        return try environment.read { txn in try withKey(seq) { key in try txn.get(dbi, &key) } }
+    }
+
+    /// Writes a schema version (tests use it to simulate a store from a newer Tributary).
+    package func overwriteSchemaVersion(_ version: UInt32) throws {
+        let dbi = environment.tables.meta
+        try environment.write { txn in
+            try withKey(MetaKey.schemaVersion) { key in
+                try withUnsafeBytes(of: version.bigEndian) { try txn.put(dbi, &key, $0) }
+            }
+        }
+    }
 }

@@ -1,0 +1,60 @@
+import Testing
+import TributaryStore
+
+@Suite("Record format v1")
+struct EventRecordTests {
+    static func sample(id: String = "app", body: String = #"{"event":"X"}"#) -> EventRecord {
+        EventRecord(
+            producerKind: .extension, producerID: id, pid: 4242, producerSeq: 7, wallTimeMillis: 1_700_000_000_123,
+            bootTimeNanos: 123_456_789_012, bootID: BootID(uuidString: "52fe9acc-1bcf-4248-9725-f68ca9e48bf7")!,
+            body: Array(body.utf8))
+    }
+
+    @Test("round trip", arguments: [
+        ("app", #"{"event":"X"}"#),
+        ("share-extension", ""),
+        ("é-producer-ü", #"{"k":"\u00e9 \n"}"#),
+        (String(repeating: "p", count: 255), String(repeating: "x", count: 70_000)),
+    ])
+    func roundTrip(id: String, body: String) throws {
+        let record = Self.sample(id: id, body: body)
+        let bytes = record.encoded()
+        #expect(bytes.count == record.encodedSize)
+        #expect(bytes[0] == EventRecord.formatVersion)
+        let decoded = try bytes.withUnsafeBytes { try EventRecord.decode($0) }
+        #expect(decoded == record)
+    }
+
+    @Test("a flipped byte anywhere after the CRC field is detected", arguments: [8, 12, 20, 30, 40, 52, 54, 60, 66])
+    func crcDetectsFlip(offset: Int) {
+        var bytes = Self.sample().encoded()
+        bytes[offset] ^= 0x40
+        #expect(throws: EventRecord.Corruption.self) {
+            try bytes.withUnsafeBytes { try EventRecord.decode($0) }
+        }
+    }
+
+    @Test("truncated records and unknown versions are rejected")
+    func truncatedAndVersion() {
+        let bytes = Self.sample().encoded()
+        for length in [0, 1, 10, 53, bytes.count - 1] {
+            #expect(throws: EventRecord.Corruption.self) {
+                try Array(bytes.prefix(length)).withUnsafeBytes { try EventRecord.decode($0) }
+            }
+        }
+        var future = bytes
+        future[0] = 9
+        let error = #expect(throws: EventRecord.Corruption.self) {
+            try future.withUnsafeBytes { try EventRecord.decode($0) }
+        }
+        #expect(error?.reason.contains("version 9") == true)
+    }
+
+    @Test("boot id parses and prints the canonical form")
+    func bootID() {
+        let text = "52fe9acc-1bcf-4248-9725-f68ca9e48bf7"
+        #expect(BootID(uuidString: text)?.description == text)
+        #expect(BootID(uuidString: "nope") == nil)
+        #expect(BootID.current != BootID.unknown)
+    }
+}

@@ -1,0 +1,217 @@
+import CLMDB
+import Foundation
+import Testing
+import TributaryTestSupport
+
+@testable import TributaryStore
+
+@Suite("Shared store")
+struct SharedStoreTests {
+    static let producer = SharedStore.Producer(kind: .app, id: "app")
+
+    static func draft(_ body: String) -> SharedStore.Draft {
+        SharedStore.Draft(wallTimeMillis: BootClock.wallMillis(), bootTimeNanos: BootClock.nowNanos(), body: Array(body.utf8))
+    }
+
+    @discardableResult
+    static func append(_ store: SharedStore, _ n: Int, producer: SharedStore.Producer = producer, size: Int = 16) throws
+        -> [SharedStore.Appended]
+    {
+        try store.append(producer: producer, count: n) { i, _ in draft(String(repeating: "x", count: max(0, size - 8)) + "\(i)") }
+    }
+
+    @Test("sequence numbers are gap-free across concurrent writers and batches")
+    func gapFreeSequences() async throws {
+        try await withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            let producers = (0..<4).map { SharedStore.Producer(kind: .app, id: "p\($0)") }
+            let results = try await withThrowingTaskGroup(of: [SharedStore.Appended].self) { tasks in
+                for p in producers {
+                    tasks.addTask {
+                        var out: [SharedStore.Appended] = []
+                        for batch in [1, 5, 1, 20, 3] { out += try Self.append(store, batch, producer: p) }
+                        return out
+                    }
+                }
+                return try await tasks.reduce(into: []) { $0.append($1) }
+            }
+            let seqs = results.flatMap { $0.map(\.seq) }.sorted()
+            #expect(seqs == Array(1...UInt64(4 * 30)))
+            for perProducer in results {
+                #expect(perProducer.map(\.producerSeq) == Array(1...30))
+                #expect(perProducer.map(\.seq) == perProducer.map(\.seq).sorted())
+            }
+            let stored = try store.events(limit: 1000)
+            #expect(stored.map(\.seq) == Array(1...120))
+            let status = try store.status()
+            #expect(status.pendingEvents == 120 && status.lastAssignedSeq == 120)
+            #expect(Set(status.producers.map(\.lastSeq)) == [30])
+        }
+    }
+
+    @Test("deleting drained events keeps the sequence counter")
+    func deleteThrough() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            try Self.append(store, 10)
+            #expect(try store.deleteEvents(through: 4) == 4)
+            #expect(try store.events(limit: 100).map(\.seq) == Array(5...10))
+            #expect(try store.deleteEvents(through: 4) == 0)
+            #expect(try Self.append(store, 1).first?.seq == 11)
+            #expect(try store.deleteEvents(through: 100) == 7)
+            #expect(try store.status().oldestSeq == nil)
+        }
+    }
+
+    @Test("the map grows on MDB_MAP_FULL up to the quota, then appends fail with storeFull and nothing is touched")
+    func mapGrowthThenStoreFull() throws {
+        try withTemporaryGroup { group in
+            var options = SharedStore.Options()
+            options.initialMapSize = 256 << 10
+            options.quota = 2 << 20
+            let store = try SharedStore(groupDirectory: group, options: options)
+            let initialMap = try store.status().mapSize
+            var committed = 0
+            var failure: StoreError?
+            while failure == nil && committed < 100_000 {
+                do {
+                    try Self.append(store, 10, size: 500)
+                    committed += 10
+                } catch let error as StoreError {
+                    failure = error
+                }
+            }
+            #expect(failure?.code == .storeFull)
+            let status = try store.status()
+            #expect(status.mapSize > initialMap)
+            #expect(status.mapSize <= options.quota)
+            #expect(status.pendingEvents == committed)
+            #expect(status.lastAssignedSeq == UInt64(committed))
+            let stored = try store.events(limit: committed + 10)
+            #expect(stored.count == committed)
+            #expect(stored.allSatisfy { (try? $0.record.get()) != nil })
+            // Draining makes room again without growing past the quota.
+            try store.deleteEvents(through: UInt64(committed))
+            #expect(try Self.append(store, 10, size: 500).first?.seq == UInt64(committed + 1))
+        }
+    }
+
+    @Test("an I/O error at commit is reported and writes nothing")
+    func commitFailure() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            try Self.append(store, 3)
+            store.faults.inject(EIO, at: .commit)
+            let error = #expect(throws: StoreError.self) { try Self.append(store, 5) }
+            #expect(error?.code == .lmdb)
+            #expect(error?.lmdbCode == EIO)
+            #expect(try store.status().pendingEvents == 3)
+            #expect(try Self.append(store, 1).first?.seq == 4)
+        }
+    }
+
+    @Test("an injected MDB_MAP_FULL is cured by growing the map")
+    func injectedMapFull() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            let before = try store.status().mapSize
+            store.faults.inject(MDB_MAP_FULL, at: .put)
+            #expect(try Self.append(store, 1).first?.seq == 1)
+            #expect(try store.status().mapSize == before * 2)
+        }
+    }
+
+    @Test("a record whose CRC does not match is reported, never returned as data")
+    func corruptRecordReported() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            try Self.append(store, 3)
+            var raw = try #require(try store.rawEvent(seq: 2))
+            raw[raw.count - 1] ^= 0x01
+            try store.overwriteRawEvent(seq: 2, bytes: raw)
+            let events = try store.events(limit: 10)
+            #expect(events.count == 3)
+            #expect((try? events[0].record.get()) != nil)
+            guard case .failure(let corruption) = events[1].record else {
+                Issue.record("corrupt record was returned as valid data")
+                return
+            }
+            #expect(corruption.reason.contains("CRC mismatch"))
+            #expect((try? events[2].record.get()) != nil)
+        }
+    }
+
+    @Test("identity: anonymous id created once, login and logout")
+    func identity() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            let first = try store.identity()
+            #expect(try store.identity() == first)
+            #expect(first.loginID == nil && first.distinctID == first.anonymousID)
+            let loggedIn = try store.login("user-1")
+            #expect(loggedIn.distinctID == "user-1" && loggedIn.anonymousID == first.anonymousID)
+            #expect(try store.logout().distinctID == first.anonymousID)
+            #expect(try store.identify(anonymousID: "anon-2").anonymousID == "anon-2")
+            #expect(try store.identity().deviceID == first.deviceID)
+        }
+    }
+
+    @Test("configuration values round trip")
+    func configuration() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            try store.setConfiguration("server_url", json: #""http://127.0.0.1:8106/sa?project=demo""#)
+            try store.setConfiguration("flush_bulk_size", json: "100")
+            #expect(try store.configuration() == [
+                "server_url": #""http://127.0.0.1:8106/sa?project=demo""#, "flush_bulk_size": "100",
+            ])
+            #expect(try store.removeConfiguration("flush_bulk_size"))
+            #expect(try store.configuration().count == 1)
+        }
+    }
+
+    @Test("the group directory is created owner/group-only; a world-writable one is refused")
+    func directoryPermissions() throws {
+        try withTemporaryGroup { group in
+            _ = try SharedStore(groupDirectory: group + "/nested")
+            let attributes = try FileManager.default.attributesOfItem(atPath: group + "/nested")
+            #expect((attributes[.posixPermissions] as? Int) == 0o770)
+
+            let open = group + "/open"
+            try FileManager.default.createDirectory(atPath: open, withIntermediateDirectories: true)
+            chmod(open, 0o777)
+            let error = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: open) }
+            #expect(error?.code == .insecureDirectory)
+            #expect(error?.message.contains("writable by every user") == true)
+            #expect(!FileManager.default.fileExists(atPath: open + "/" + SharedStore.fileName))
+        }
+    }
+
+    @Test("a store from a newer schema is refused and left untouched")
+    func newerSchema() throws {
+        try withTemporaryGroup { group in
+            do {
+                let store = try SharedStore(groupDirectory: group)
+                try Self.append(store, 2)
+                try store.overwriteSchemaVersion(SharedStore.schemaVersion + 1)
+            }
+            // The first store is gone, so this opens the environment afresh and reads the schema again.
+            let error = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group) }
+            #expect(error?.code == .unsupportedSchema)
+        }
+    }
+
+    @Test("producer ids outside 1...255 bytes are refused")
+    func producerIDLimits() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            for id in ["", String(repeating: "x", count: 256)] {
+                let error = #expect(throws: StoreError.self) {
+                    try Self.append(store, 1, producer: .init(kind: .app, id: id))
+                }
+                #expect(error?.code == .valueTooLarge)
+            }
+            #expect(try store.status().pendingEvents == 0)
+        }
+    }
+}
