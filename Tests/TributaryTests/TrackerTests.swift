@@ -1,0 +1,193 @@
+import Foundation
+import Synchronization
+import Testing
+import Tributary
+import TributaryStore
+import TributaryTestSupport
+
+/// A clock the test moves by hand.
+final class ManualClock: Sendable {
+    private let nanos = Mutex<UInt64>(1_000_000_000)
+    func advance(seconds: Double) { nanos.withLock { $0 += UInt64(seconds * 1e9) } }
+    var now: UInt64 { nanos.withLock { $0 } }
+}
+
+@Suite("Tracker")
+struct TrackerTests {
+    static func tracker(_ group: String, clock: ManualClock? = nil, kind: ProducerKind = .app) throws -> Tracker {
+        var config = Tracker.Configuration(groupDirectory: group, producerKind: kind)
+        config.appVersion = "2.3.4"
+        if let clock { config.monotonicNanos = { clock.now } }
+        return try Tracker(configuration: config)
+    }
+
+    static func body(_ store: SharedStore, seq: UInt64) throws -> [String: Any] {
+        let entry = try #require(try store.events(from: seq, limit: 1).first)
+        let record = try entry.record.get()
+        return try #require(try JSONSerialization.jsonObject(with: Data(record.body)) as? [String: Any])
+    }
+
+    @Test("an event has the Sensors shape, presets, and the header fields")
+    func eventShape() throws {
+        try withTemporaryGroup { group in
+            let tracker = try Self.tracker(group)
+            let before = BootClock.wallMillis()
+            let receipt = try tracker.track("BuyProduct", properties: ["price": 9.99, "sku": "A-1", "tags": ["x"]])
+            let body = try Self.body(tracker.store, seq: receipt.seq)
+            #expect(body["type"] as? String == "track")
+            #expect(body["event"] as? String == "BuyProduct")
+            #expect(body["event_id"] as? String == receipt.eventID)
+            #expect((body["_track_id"] as? NSNumber)?.int64Value == receipt.trackID)
+            let time = try #require((body["time"] as? NSNumber)?.int64Value)
+            #expect(time >= before && time <= BootClock.wallMillis())
+            let identity = try tracker.identity()
+            #expect(body["distinct_id"] as? String == identity.anonymousID)
+            #expect(body["anonymous_id"] as? String == identity.anonymousID)
+            #expect(body["login_id"] == nil)
+            let lib = try #require(body["lib"] as? [String: Any])
+            #expect(lib["$lib"] as? String == "Linux")
+            #expect(lib["$lib_method"] as? String == "code")
+            #expect(lib["$app_version"] as? String == "2.3.4")
+            let props = try #require(body["properties"] as? [String: Any])
+            #expect(props["price"] as? Double == 9.99)
+            #expect(props["sku"] as? String == "A-1")
+            #expect(props["tags"] as? [String] == ["x"])
+            for key in ["$os", "$os_version", "$model", "$manufacturer", "$app_version", "$lib", "$lib_version", "$device_id"] {
+                #expect(props[key] is String, "missing preset \(key)")
+            }
+            #expect(props["$device_id"] as? String == identity.deviceID)
+
+            let record = try #require(try tracker.store.events(from: receipt.seq, limit: 1).first).record.get()
+            #expect(record.producerKind == .app && record.producerID == "app" && record.pid == getpid())
+            #expect(record.producerSeq == receipt.producerSeq)
+            #expect(record.bootID == BootID.current)
+            #expect(record.wallTimeMillis == time)
+        }
+    }
+
+    @Test("super properties override presets; event properties override both")
+    func propertyPrecedence() throws {
+        try withTemporaryGroup { group in
+            let tracker = try Self.tracker(group)
+            try tracker.registerSuperProperties(["channel": "store", "$app_version": "9.9", "plan": "free"])
+            let r1 = try tracker.track("A", properties: ["plan": "pro"])
+            let p1 = try #require(try Self.body(tracker.store, seq: r1.seq)["properties"] as? [String: Any])
+            #expect(p1["channel"] as? String == "store")
+            #expect(p1["$app_version"] as? String == "9.9")
+            #expect(p1["plan"] as? String == "pro")
+            tracker.unregisterSuperProperty("channel")
+            let r2 = try tracker.track("A")
+            let p2 = try #require(try Self.body(tracker.store, seq: r2.seq)["properties"] as? [String: Any])
+            #expect(p2["channel"] == nil && p2["plan"] as? String == "free")
+            tracker.clearSuperProperties()
+            #expect(tracker.superProperties.isEmpty)
+            #expect(throws: TrackingError.self) { try tracker.registerSuperProperties(["time": 1]) }
+        }
+    }
+
+    @Test("login and logout change distinct_id of later events, for every tracker of the group")
+    func identityAcrossTrackers() throws {
+        try withTemporaryGroup { group in
+            let app = try Self.tracker(group)
+            let ext = try Self.tracker(group, kind: .extension)
+            try app.login("user-7")
+            let r1 = try ext.track("Shared")
+            let b1 = try Self.body(app.store, seq: r1.seq)
+            #expect(b1["distinct_id"] as? String == "user-7")
+            #expect(b1["login_id"] as? String == "user-7")
+            try ext.logout()
+            let r2 = try app.track("Shared")
+            let b2 = try Self.body(app.store, seq: r2.seq)
+            #expect(b2["distinct_id"] as? String == b2["anonymous_id"] as? String)
+            #expect(b2["login_id"] == nil)
+            #expect(throws: TrackingError.self) { try app.login("") }
+        }
+    }
+
+    @Test("invalid input writes nothing")
+    func invalidWritesNothing() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Self.tracker(group)
+            try await tracker.track("Ok")
+            await #expect(throws: TrackingError.self) { try await tracker.track("bad name") }
+            await #expect(throws: TrackingError.self) { try await tracker.track("Ok", properties: ["x": .double(.nan)]) }
+            await #expect(throws: TrackingError.self) { try await tracker.track("Ok", properties: ["big": .string(String(repeating: "x", count: 9000))]) }
+            #expect(try tracker.store.status().pendingEvents == 1)
+        }
+    }
+
+    @Test("an oversized event is refused with its size and the limit")
+    func eventTooLarge() throws {
+        try withTemporaryGroup { group in
+            var config = Tracker.Configuration(groupDirectory: group)
+            config.maxEventBytes = 4096
+            let tracker = try Tracker(configuration: config)
+            var props: [String: PropertyValue] = [:]
+            for i in 0..<10 { props["p\(i)"] = .string(String(repeating: "x", count: 800)) }
+            let error = #expect(throws: TrackingError.self) { try tracker.track("Big", properties: props) }
+            #expect(error?.code == .eventTooLarge)
+            #expect(error?.message.contains("4096") == true)
+        }
+    }
+
+    @Test("group commit: concurrent callers each get their own durable receipt")
+    func groupCommit() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Self.tracker(group)
+            let receipts = try await withThrowingTaskGroup(of: TrackReceipt.self) { tasks in
+                for i in 0..<300 { tasks.addTask { try await tracker.track("Concurrent", properties: ["i": .int(Int64(i))]) } }
+                return try await tasks.reduce(into: []) { $0.append($1) }
+            }
+            #expect(Set(receipts.map(\.eventID)).count == 300)
+            #expect(receipts.map(\.seq).sorted() == Array(1...300))
+            #expect(receipts.map(\.producerSeq).sorted() == Array(1...300))
+            // Every receipt's event is in the store under the seq it was given.
+            let stored = try tracker.store.events(limit: 1000)
+            for receipt in receipts {
+                let body = try #require(try? stored[Int(receipt.seq) - 1].record.get()).body
+                #expect(String(decoding: body, as: UTF8.self).contains(receipt.eventID))
+            }
+        }
+    }
+
+    @Test("timers use the monotonic clock and stop counting in background")
+    func timers() async throws {
+        try await withTemporaryGroup { group in
+            let clock = ManualClock()
+            let tracker = try Self.tracker(group, clock: clock)
+            try tracker.trackTimerStart("Watch")
+            clock.advance(seconds: 2)
+            tracker.enterBackground()
+            clock.advance(seconds: 100)
+            tracker.enterForeground()
+            clock.advance(seconds: 1.5)
+            try tracker.trackTimerPause("Watch")
+            clock.advance(seconds: 50)
+            try tracker.trackTimerResume("Watch")
+            clock.advance(seconds: 0.25)
+            let receipt = try await tracker.trackTimerEnd("Watch", properties: ["video": "v1"])
+            let props = try #require(try Self.body(tracker.store, seq: receipt.seq)["properties"] as? [String: Any])
+            #expect(props["$event_duration"] as? Double == 3.75)
+            #expect(props["video"] as? String == "v1")
+            await #expect(throws: TrackingError.self) { try await tracker.trackTimerEnd("Watch") }
+            #expect(throws: TrackingError.self) { try tracker.trackTimerPause("Never") }
+        }
+    }
+
+    @Test("an app-paused timer stays paused across a background/foreground cycle")
+    func timerPausedByApp() async throws {
+        try await withTemporaryGroup { group in
+            let clock = ManualClock()
+            let tracker = try Self.tracker(group, clock: clock)
+            try tracker.trackTimerStart("T")
+            clock.advance(seconds: 1)
+            try tracker.trackTimerPause("T")
+            tracker.enterBackground()
+            tracker.enterForeground()
+            clock.advance(seconds: 10)
+            let receipt = try await tracker.trackTimerEnd("T")
+            let props = try #require(try Self.body(tracker.store, seq: receipt.seq)["properties"] as? [String: Any])
+            #expect(props["$event_duration"] as? Double == 1.0)
+        }
+    }
+}

@@ -1,0 +1,91 @@
+import Testing
+import Tributary
+
+@Suite("Sensors validation rules")
+struct ValidationTests {
+    @Test("valid event names", arguments: ["BuyProduct", "_x", "a1", "$AppClick", "$AppStart", "x_$y", String(repeating: "a", count: 100)])
+    func validEventNames(name: String) throws {
+        try EventRules.validateEventName(name)
+    }
+
+    @Test("invalid event names", arguments: [
+        ("", TrackingError.Code.invalidName),
+        ("1abc", .invalidName),
+        ("has space", .invalidName),
+        ("dash-ed", .invalidName),
+        ("ünïcode", .invalidName),
+        (String(repeating: "a", count: 101), .nameTooLong),
+        ("time", .reservedName),
+        ("DISTINCT_ID", .reservedName),
+        ("Event", .reservedName),
+        ("user_group_x", .reservedName),
+        ("user_tagged", .reservedName),
+        ("$MyEvent", .reservedName),
+    ])
+    func invalidEventNames(name: String, code: TrackingError.Code) {
+        let error = #expect(throws: TrackingError.self) { try EventRules.validateEventName(name) }
+        #expect(error?.code == code)
+        #expect(error?.message.isEmpty == false)
+    }
+
+    @Test("property values", arguments: [
+        ("s", PropertyValue.string(String(repeating: "x", count: 8192)), nil as TrackingError.Code?),
+        ("s", .string(String(repeating: "x", count: 8193)), .valueTooLong),
+        ("s", .string(String(repeating: "é", count: 4097)), .valueTooLong),
+        ("l", .list(["a", String(repeating: "x", count: 8193)]), .valueTooLong),
+        ("n", .double(.nan), .nonFiniteNumber),
+        ("n", .double(.infinity), .nonFiniteNumber),
+        ("n", .double(-.infinity), .nonFiniteNumber),
+        ("n", .double(1.5), nil),
+        ("i", .int(.max), nil),
+        ("b", .bool(false), nil),
+        ("$screen_name", .string("Home"), nil),
+        ("time", .int(1), .reservedName),
+        ("bad key", .int(1), .invalidName),
+    ])
+    func propertyValues(key: String, value: PropertyValue, code: TrackingError.Code?) throws {
+        if let code {
+            let error = #expect(throws: TrackingError.self) { try EventRules.validateProperty(key, value) }
+            #expect(error?.code == code)
+            #expect(error?.field == key)
+        } else {
+            try EventRules.validateProperty(key, value)
+        }
+    }
+
+    @Test("error messages never contain the property value")
+    func privacy() {
+        let secret = "SECRET-" + String(repeating: "z", count: 9000)
+        let error = #expect(throws: TrackingError.self) { try EventRules.validateProperty("card", .string(secret)) }
+        #expect(error?.message.contains("SECRET") == false)
+        #expect(error?.message.contains("9007") == true)
+        #expect(error?.message.contains("8192") == true)
+    }
+
+    @Test("properties from JSON", arguments: [
+        (#"{"a": 1, "b": 1.5, "c": "x", "d": true, "e": ["x", "y"]}"#, nil as TrackingError.Code?),
+        (#"{"a": null}"#, .invalidValueType),
+        (#"{"a": {"b": 1}}"#, .invalidValueType),
+        (#"{"a": [1, 2]}"#, .invalidValueType),
+        (#"[1]"#, .malformedProperties),
+        (#"{"a": "#, .malformedProperties),
+    ])
+    func propertiesFromJSON(text: String, code: TrackingError.Code?) throws {
+        if let code {
+            let error = #expect(throws: TrackingError.self) { try PropertyValue.properties(fromJSON: text) }
+            #expect(error?.code == code)
+        } else {
+            let parsed = try PropertyValue.properties(fromJSON: text)
+            #expect(parsed == ["a": .int(1), "b": .double(1.5), "c": .string("x"), "d": .bool(true), "e": .list(["x", "y"])])
+        }
+    }
+
+    @Test("ids", arguments: [("", false), ("  ", false), ("user-1", true), (String(repeating: "u", count: 256), false)])
+    func ids(id: String, valid: Bool) {
+        if valid {
+            #expect(throws: Never.self) { try EventRules.validateID(id, what: "login id") }
+        } else {
+            #expect(throws: TrackingError.self) { try EventRules.validateID(id, what: "login id") }
+        }
+    }
+}
