@@ -1,0 +1,146 @@
+import Foundation
+import Testing
+import TributaryStore
+import TributaryTestSupport
+
+/// Real producer processes writing into one shared store concurrently.
+@Suite("Multi-process producers", .serialized)
+struct MultiProcessTests {
+    struct LedgerLine: Hashable {
+        var producerSeq: UInt64
+        var seq: UInt64
+        var eventID: String
+    }
+
+    static func readLedger(_ path: String) throws -> [LedgerLine] {
+        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").compactMap { line in
+            let parts = line.split(separator: " ")
+            guard parts.count == 3, let p = UInt64(parts[0]), let s = UInt64(parts[1]) else { return nil }
+            return LedgerLine(producerSeq: p, seq: s, eventID: String(parts[2]))
+        }
+    }
+
+    /// Decodes every stored event; fails the test on any corrupt record.
+    static func storedEvents(_ group: String) throws -> [(seq: UInt64, record: EventRecord, eventID: String)] {
+        let store = try SharedStore(groupDirectory: group)
+        return try store.events(limit: .max).map { entry in
+            let record = try entry.record.get()
+            let body = try #require(try JSONSerialization.jsonObject(with: Data(record.body)) as? [String: Any])
+            return (entry.seq, record, try #require(body["event_id"] as? String))
+        }
+    }
+
+    @Test("4 producers × 5,000 events: each exactly once, in producer order, global sequence gap-free")
+    func fourProducers() throws {
+        try withTemporaryGroup { group in
+            let perProducer = 5000
+            var children: [(id: String, ledger: String, process: ChildProcess)] = []
+            for p in 0..<4 {
+                let ledger = group + "-ledger-\(p)"
+                // Two producers commit one event per transaction, two use group commit.
+                let args = ["app", "--group", group, "--producer-id", "producer-\(p)", "--count", "\(perProducer)",
+                            "--ledger", ledger, "--concurrency", p < 2 ? "0" : "8"]
+                children.append(("producer-\(p)", ledger, try ChildProcess("tributary-sim", args)))
+            }
+            for child in children {
+                let result = child.process.finish()
+                #expect(result.status == 0, "\(child.id) failed: \(result.stderr)")
+            }
+
+            let stored = try Self.storedEvents(group)
+            #expect(stored.count == 4 * perProducer)
+            #expect(stored.map(\.seq) == Array(1...UInt64(4 * perProducer)), "global sequence must be gap-free")
+            #expect(Set(stored.map(\.eventID)).count == stored.count, "an event id appears twice")
+            let storedIDs = Dictionary(uniqueKeysWithValues: stored.map { ($0.eventID, $0) })
+            for child in children {
+                let mine = stored.filter { $0.record.producerID == child.id }
+                #expect(mine.map(\.record.producerSeq) == Array(1...UInt64(perProducer)), "\(child.id) out of order")
+                let ledger = try Self.readLedger(child.ledger)
+                #expect(ledger.count == perProducer)
+                for line in ledger {
+                    let found = storedIDs[line.eventID]
+                    #expect(found?.seq == line.seq && found?.record.producerSeq == line.producerSeq)
+                }
+            }
+        }
+    }
+
+    @Test("a producer killed with SIGKILL mid-stream leaves only whole events; the others and a reader carry on")
+    func killedProducer() async throws {
+        try await withTemporaryGroup { group in
+            let perProducer = 3000
+            var survivors: [(id: String, process: ChildProcess)] = []
+            for p in 0..<3 {
+                let args = ["app", "--group", group, "--producer-id", "survivor-\(p)", "--count", "\(perProducer)",
+                            "--concurrency", p == 0 ? "0" : "4"]
+                survivors.append(("survivor-\(p)", try ChildProcess("tributary-sim", args)))
+            }
+            let victimLedger = group + "-victim-ledger"
+            let victim = try ChildProcess(
+                "tributary-sim",
+                ["app", "--group", group, "--producer-id", "victim", "--count", "1000000", "--ledger", victimLedger,
+                 "--concurrency", "8"])
+            #expect(victim.waitForLine(startingWith: "READY") != nil)
+
+            // A reader in this process keeps reading while the victim dies.
+            let store = try SharedStore(groupDirectory: group)
+            var victimSeen = 0
+            for _ in 0..<200 where victimSeen < 500 {
+                victimSeen = try store.producers().first { $0.id == "victim" }.map { Int($0.lastSeq) } ?? 0
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            #expect(victimSeen > 0)
+            victim.send(SIGKILL)
+            let victimResult = victim.finish()
+            #expect(victimResult.status == SIGKILL || victim.process.terminationReason == .uncaughtSignal)
+
+            // Readers carry on right after the kill, in this process and in a fresh one.
+            #expect(try store.status().pendingEvents > 0)
+            let cli = try ChildProcess.run("tributary", ["status", "--group", group, "--json"])
+            #expect(cli.status == 0, "status after kill failed: \(cli.stderr)")
+
+            for survivor in survivors {
+                let result = survivor.process.finish()
+                #expect(result.status == 0, "\(survivor.id) failed after the kill: \(result.stderr)")
+            }
+
+            let stored = try Self.storedEvents(group)  // throws on any torn or corrupt record
+            #expect(stored.map(\.seq) == Array(1...UInt64(stored.count)), "global sequence must stay gap-free")
+            for survivor in survivors {
+                let mine = stored.filter { $0.record.producerID == survivor.id }.map(\.record.producerSeq)
+                #expect(mine == Array(1...UInt64(perProducer)))
+            }
+            let victims = stored.filter { $0.record.producerID == "victim" }
+            #expect(victims.map(\.record.producerSeq) == Array(1...UInt64(victims.count)), "victim's events must be a prefix")
+            // Everything acknowledged to the victim before it died is in the store.
+            let storedIDs = Set(victims.map(\.eventID))
+            let acknowledged = try Self.readLedger(victimLedger)
+            #expect(!acknowledged.isEmpty)
+            #expect(acknowledged.allSatisfy { storedIDs.contains($0.eventID) })
+            // And a new producer can keep writing after the kill.
+            let after = try ChildProcess.run("tributary", ["track", "--group", group, "AfterKill"])
+            #expect(after.status == 0, "\(after.stderr)")
+        }
+    }
+
+    @Test("identity is shared between processes")
+    func identityAcrossProcesses() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            let anonymous = try store.identity().anonymousID
+            let login = try ChildProcess.run("tributary", ["login", "--group", group, "user-42"])
+            #expect(login.status == 0, "\(login.stderr)")
+            #expect(try store.identity().loginID == "user-42")
+            #expect(try store.identity().anonymousID == anonymous)
+            let status = try ChildProcess.run("tributary", ["status", "--group", group, "--json"])
+            #expect(status.stdout.contains(anonymous))
+            _ = try store.logout()
+            let track = try ChildProcess.run("tributary", ["track", "--group", group, "AfterLogout"])
+            let stored = try Self.storedEvents(group)
+            let body = try #require(try JSONSerialization.jsonObject(with: Data(stored.last!.record.body)) as? [String: Any])
+            #expect(track.status == 0)
+            #expect(body["distinct_id"] as? String == anonymous)
+        }
+    }
+}
