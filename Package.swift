@@ -15,10 +15,16 @@ let package = Package(
         .library(name: "TributaryStore", targets: ["TributaryStore"]),
         .executable(name: "tributary", targets: ["tributary"]),
         .executable(name: "tributary-sim", targets: ["tributary-sim"]),
+        .executable(name: "tributary-agent", targets: ["tributary-agent"]),
+        .executable(name: "tributary-collector", targets: ["tributary-collector"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
     ],
     targets: [
         // C libraries from Debian, wrapped as system libraries (see each shim.h).
@@ -33,6 +39,32 @@ let package = Package(
             dependencies: ["TributaryStore", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
+        // Wire formats shared by the agent and the collector: gzip, Sensors form, NDJSON.
+        .target(name: "TributaryWire", dependencies: ["CZlib"], swiftSettings: strict),
+        // The sync agent: drain, enrich, outbox, batching, upload, retry, flush policies.
+        .target(
+            name: "TributaryAgentCore",
+            dependencies: [
+                "TributaryStore", "TributaryWire",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        // The reference collector, as a library so tests run it in-process.
+        .target(
+            name: "TributaryCollector",
+            dependencies: [
+                "TributaryWire",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
 
         // Executables: wiring only.
         .executableTarget(
@@ -43,6 +75,20 @@ let package = Package(
         .executableTarget(
             name: "tributary-sim",
             dependencies: ["Tributary", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "tributary-agent",
+            dependencies: [
+                "TributaryAgentCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "tributary-collector",
+            dependencies: [
+                "TributaryCollector", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             swiftSettings: strict
         ),
 
@@ -65,9 +111,24 @@ let package = Package(
                     swiftSettings: strict),
         .testTarget(name: "TributaryTests", dependencies: ["Tributary", "TributaryTestSupport"],
                     swiftSettings: strict),
+        .testTarget(name: "TributaryWireTests", dependencies: ["TributaryWire"], swiftSettings: strict),
+        .testTarget(
+            name: "TributaryCollectorTests",
+            dependencies: ["TributaryCollector", "TributaryTestSupport",
+                           .product(name: "AsyncHTTPClient", package: "async-http-client")],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "TributaryAgentCoreTests",
+            dependencies: ["TributaryAgentCore", "TributaryCollector", "Tributary", "TributaryTestSupport"],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["Tributary", "TributaryTestSupport", "tributary", "tributary-sim"],
+            dependencies: [
+                "Tributary", "TributaryTestSupport", "TributaryCollector", "tributary", "tributary-sim",
+                "tributary-agent", "tributary-collector",
+            ],
             path: "Integration/Tests",
             swiftSettings: strict
         ),

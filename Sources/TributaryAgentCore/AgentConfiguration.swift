@@ -1,0 +1,75 @@
+import Foundation
+import TributaryWire
+
+/// Everything the agent needs to run. Defaults follow the iOS SDK (flush at 100 events or every 15 s).
+public struct AgentConfiguration: Sendable {
+    /// The app group directory to drain.
+    public var groupDirectory: String
+    /// The agent's private SQLite outbox. Default: ``defaultOutboxPath(environment:)``.
+    public var outboxPath: String
+    /// Upload settings (server, format, batch limits, backoff, token).
+    public var upload: UploadConfiguration
+    /// Upload as soon as this many events are pending. Default 100.
+    public var bulkSize = 100
+    /// Upload at least this often when anything is pending. Default 15 s.
+    public var flushInterval: Duration = .seconds(15)
+    /// How often the store is checked for new events. Default 200 ms.
+    public var pollInterval: Duration = .milliseconds(200)
+    /// Events per drain transaction. Default 1,000.
+    public var drainChunk = 1000
+    /// Stop draining while the outbox holds this many bytes of events (the store then fills up and
+    /// producers get `storeFull`, rather than the disk). Default 512 MiB.
+    public var outboxQuotaBytes = 512 << 20
+    /// Drain and upload everything there is, then return. Default false (run until stopped).
+    public var once = false
+    /// A file holding the bearer token; re-read after a 401/403 so a fixed token takes effect.
+    public var authTokenFile: String?
+
+    /// A configuration with defaults for everything but the group and the server.
+    public init(groupDirectory: String, serverURL: String, outboxPath: String? = nil) {
+        self.groupDirectory = groupDirectory
+        self.upload = UploadConfiguration(serverURL: serverURL)
+        self.outboxPath = outboxPath ?? Self.defaultOutboxPath(groupDirectory: groupDirectory)
+    }
+
+    /// The default outbox path: `$STATE_DIRECTORY/outbox.sqlite` under systemd (`StateDirectory=`),
+    /// else `$XDG_STATE_HOME/tributary/<group>-<hash>/outbox.sqlite` (`~/.local/state` by default),
+    /// one outbox per group directory.
+    public static func defaultOutboxPath(
+        groupDirectory: String, environment: [String: String] = ProcessInfo.processInfo.environment
+    ) -> String {
+        if let state = environment["STATE_DIRECTORY"]?.split(separator: ":").first, !state.isEmpty {
+            return "\(state)/outbox.sqlite"
+        }
+        let base = environment["XDG_STATE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? (environment["HOME"] ?? NSHomeDirectory()) + "/.local/state"
+        let absolute = URL(fileURLWithPath: groupDirectory).standardizedFileURL.path
+        let name = URL(fileURLWithPath: absolute).lastPathComponent
+        return "\(base)/tributary/\(name)-\(fnv1a(absolute))/outbox.sqlite"
+    }
+
+    /// Checks values a user may have mistyped.
+    public func validate() throws {
+        guard let url = URL(string: upload.serverURL), let scheme = url.scheme?.lowercased(),
+            scheme == "http" || scheme == "https", url.host != nil
+        else {
+            throw AgentError(.configuration, "The server URL \(upload.serverURL) is not an http:// or https:// URL.")
+        }
+        guard bulkSize > 0, upload.batchSize > 0, upload.maxBatchBytes > 0, drainChunk > 0 else {
+            throw AgentError(.configuration, "Bulk size, batch size, batch bytes and drain chunk must be positive.")
+        }
+        guard flushInterval > .zero, upload.backoff.base > .zero, upload.backoff.cap >= upload.backoff.base else {
+            throw AgentError(.configuration, "The flush interval and backoff base must be positive, and the cap ≥ the base.")
+        }
+    }
+}
+
+/// FNV-1a 64-bit, hex: a short stable name for a path.
+func fnv1a(_ text: String) -> String {
+    var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+    for byte in text.utf8 {
+        hash ^= UInt64(byte)
+        hash = hash &* 0x0000_0100_0000_01b3
+    }
+    return String(hash, radix: 16)
+}

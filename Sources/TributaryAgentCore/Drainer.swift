@@ -1,0 +1,66 @@
+import Logging
+import TributaryStore
+
+/// The drain stage: store → enrich → outbox → store delete, in bounded chunks.
+///
+/// Each chunk is read with one read transaction, inserted into the outbox in one SQLite transaction
+/// (which also advances `last_drained_seq`), committed, and only then deleted from the store in one
+/// write transaction. A crash between the outbox commit and the store delete leaves the events in
+/// both; the next drain skips them (they are at or below `last_drained_seq`) and deletes them. A crash
+/// before the outbox commit leaves them only in the store. Neither loses nor duplicates.
+public struct Drainer: Sendable {
+    let store: SharedStore
+    let outbox: Outbox
+    let chunkSize: Int
+    let logger: Logger
+
+    /// A drain of `store` into `outbox`, `chunkSize` events at a time.
+    public init(store: SharedStore, outbox: Outbox, chunkSize: Int = 1000, logger: Logger) {
+        self.store = store
+        self.outbox = outbox
+        self.chunkSize = chunkSize
+        self.logger = logger
+    }
+
+    /// Drains one chunk; returns how many store entries it moved (0 when the store is empty).
+    public func drainChunk() throws -> Int {
+        let entries = try store.events(limit: chunkSize)
+        guard let lastSeq = entries.last?.seq else { return 0 }
+        let enricher = try Enricher(store: store)
+        var incoming: [Outbox.Incoming] = []
+        incoming.reserveCapacity(entries.count)
+        for entry in entries {
+            switch entry.record {
+            case .success(let record):
+                do {
+                    incoming.append(.event(try enricher.enrich(seq: entry.seq, record: record)))
+                } catch {
+                    logger.error("event cannot be uploaded; kept as a dead letter", metadata: [
+                        "tributary.seq": "\(entry.seq)", "tributary.reason": "\(error)",
+                    ])
+                    incoming.append(.corrupt(seq: entry.seq, raw: record.body, reason: "\(error)"))
+                }
+            case .failure(let corruption):
+                logger.error("corrupt record in the shared store; kept as a dead letter", metadata: [
+                    "tributary.seq": "\(entry.seq)", "tributary.reason": "\(corruption.reason)",
+                ])
+                incoming.append(.corrupt(seq: entry.seq, raw: (try? store.rawEvent(seq: entry.seq)) ?? [], reason: corruption.reason))
+            }
+        }
+        try outbox.insertDrained(incoming) { CrashPoint.hit("drain.before-outbox-commit") }
+        CrashPoint.hit("drain.after-outbox-commit")
+        try store.deleteEvents(through: lastSeq)
+        return entries.count
+    }
+
+    /// Drains until the store is empty or `maxEvents` were moved; returns how many were moved.
+    public func drainAvailable(maxEvents: Int = .max) throws -> Int {
+        var moved = 0
+        while moved < maxEvents {
+            let n = try drainChunk()
+            if n == 0 { break }
+            moved += n
+        }
+        return moved
+    }
+}

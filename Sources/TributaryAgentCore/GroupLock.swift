@@ -1,0 +1,101 @@
+import Foundation
+import TributaryStore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The exclusive claim of one agent on one group directory (`flock` on `agent.lock`).
+///
+/// A second agent on the same group is refused with the first one's pid. The lock is released by
+/// ``release()`` on a clean stop and by the kernel when the process dies, so a `kill -9` never leaves
+/// a group locked.
+final class GroupLock: Sendable {
+    private let fd: Int32
+    let path: String
+
+    init(groupDirectory: String) throws {
+        path = groupDirectory + "/" + AgentChannel.lockFile
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o660)
+        guard fd >= 0 else {
+            throw AgentError(.startup, "Cannot open \(path): \(String(cString: strerror(errno))).")
+        }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let holder = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+            close(fd)
+            throw AgentError(
+                .alreadyRunning,
+                "Another tributary-agent (pid \(holder?.isEmpty == false ? holder! : "unknown")) is already draining "
+                    + "\(groupDirectory). Only one agent may drain a group; stop it first.")
+        }
+        let pid = "\(getpid())\n"
+        _ = ftruncate(fd, 0)
+        _ = pid.withCString { pwrite(fd, $0, strlen($0), 0) }
+    }
+
+    /// Releases the lock.
+    func release() {
+        _ = ftruncate(fd, 0)
+        flock(fd, LOCK_UN)
+        close(fd)
+    }
+}
+
+/// Listens on the group's `agent.sock` for flush requests.
+final class FlushListener: Sendable {
+    private let path: String
+    private let stopped = StopFlag()
+
+    init(groupDirectory: String, onFlush: @escaping @Sendable () -> Void) throws {
+        path = groupDirectory + "/" + AgentChannel.socketFile
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw AgentError(.startup, "Cannot create the flush socket: \(String(cString: strerror(errno))).") }
+        unlink(path)  // a stale socket of a dead agent; we hold the group lock
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            close(fd)
+            throw AgentError(.startup, "The group directory path is too long for a Unix socket (\(bytes.count) bytes): \(path).")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let rc = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard rc == 0 else {
+            let message = String(cString: strerror(errno))
+            close(fd)
+            throw AgentError(.startup, "Cannot bind the flush socket \(path): \(message).")
+        }
+        chmod(path, 0o660)
+        let stopped = self.stopped
+        Thread.detachNewThread {
+            var buffer = [UInt8](repeating: 0, count: 64)
+            while !stopped.isSet {
+                var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                guard poll(&pfd, 1, 200) > 0 else { continue }
+                let n = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+                if n > 0 && String(decoding: buffer[0..<n], as: UTF8.self).hasPrefix("flush") { onFlush() }
+            }
+            close(fd)
+        }
+    }
+
+    /// Stops listening and removes the socket file.
+    func stop() {
+        stopped.set()
+        unlink(path)
+    }
+}
+
+/// A flag one thread sets and another polls.
+final class StopFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    var isSet: Bool { value.load(ordering: .acquiring) }
+    func set() { value.store(true, ordering: .releasing) }
+}
+
+import Synchronization

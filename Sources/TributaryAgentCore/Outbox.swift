@@ -1,0 +1,368 @@
+import Foundation
+import GRDB
+import TributaryStore
+
+/// The agent's private SQLite outbox: events drained from the shared store, waiting for upload.
+///
+/// WAL mode with `synchronous=FULL` (sqlite.org: in WAL mode, FULL syncs the WAL on every commit, so
+/// a committed transaction survives power loss). Rows are uploaded in `id` order, which is the
+/// store's global sequence order. See `docs/outbox.md` for the schema.
+public final class Outbox: Sendable {
+    /// One event waiting for upload.
+    public struct Row: Sendable, Hashable {
+        /// Upload order (SQLite rowid).
+        public var id: Int64
+        /// Global store sequence number.
+        public var seq: UInt64
+        public var eventID: String
+        public var producer: String
+        public var producerKind: ProducerKind
+        public var producerSeq: UInt64
+        /// Wall-clock time at trigger (ms) and `CLOCK_BOOTTIME` (ns) with its boot id.
+        public var wallMillis: Int64
+        public var bootNanos: UInt64
+        public var bootID: BootID
+        /// The event JSON, enriched, with `_tributary`; `_flush_time` is added at upload.
+        public var body: [UInt8]
+        /// The batch this row was last sent in, stable across retries.
+        public var batchID: String?
+    }
+
+    /// A dead letter: an event the collector rejected on its own, or a store record that was corrupt.
+    public struct DeadLetter: Sendable, Hashable, Codable {
+        public var id: Int64
+        public var seq: UInt64
+        public var eventID: String?
+        public var producer: String?
+        public var status: Int
+        public var reason: String
+        public var batchID: String?
+        public var deadAtMillis: Int64
+        public var body: String
+    }
+
+    /// Counters kept in the outbox (they survive restarts).
+    public struct Counters: Sendable, Hashable, Codable {
+        public var drained: Int64 = 0
+        public var delivered: Int64 = 0
+        public var batches: Int64 = 0
+        public var retries: Int64 = 0
+        public var deadLetters: Int64 = 0
+        public var corruptRecords: Int64 = 0
+        public var duplicatesSkipped: Int64 = 0
+    }
+
+    /// Where the outbox lives.
+    public let path: String
+    let writer: DatabasePool
+
+    /// Opens (creating and migrating) the outbox at `path`.
+    public init(path: String) throws {
+        self.path = path
+        try FileManager.default.createDirectory(
+            atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
+        var config = Configuration()
+        config.busyMode = .timeout(10)
+        config.prepareDatabase { db in
+            // sqlite.org/pragma.html#pragma_synchronous: "FULL ... ensures that an operating system
+            // crash or power failure will not corrupt the database" and, in WAL mode, that every
+            // committed transaction is durable.
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        writer = try DatabasePool(path: path, configuration: config)
+        try Self.migrator.migrate(writer)
+    }
+
+    private static var migrator: DatabaseMigrator {
+        var m = DatabaseMigrator()
+        m.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE outbox (
+                    id INTEGER PRIMARY KEY,
+                    seq INTEGER NOT NULL UNIQUE,
+                    event_id TEXT NOT NULL UNIQUE,
+                    producer TEXT NOT NULL,
+                    producer_kind INTEGER NOT NULL,
+                    producer_seq INTEGER NOT NULL,
+                    wall_ms INTEGER NOT NULL,
+                    boot_ns INTEGER NOT NULL,
+                    boot_id BLOB NOT NULL,
+                    body BLOB NOT NULL,
+                    batch_id TEXT
+                );
+                CREATE INDEX outbox_batch ON outbox(batch_id) WHERE batch_id IS NOT NULL;
+                CREATE TABLE dead_letters (
+                    id INTEGER PRIMARY KEY,
+                    seq INTEGER NOT NULL,
+                    event_id TEXT,
+                    producer TEXT,
+                    producer_kind INTEGER,
+                    producer_seq INTEGER,
+                    wall_ms INTEGER,
+                    boot_ns INTEGER,
+                    boot_id BLOB,
+                    status INTEGER NOT NULL,
+                    reason TEXT NOT NULL,
+                    batch_id TEXT,
+                    dead_at_ms INTEGER NOT NULL,
+                    body BLOB NOT NULL
+                );
+                CREATE TABLE agent_state (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                """)
+        }
+        return m
+    }
+
+    // MARK: Drain side
+
+    /// The highest store sequence number ever committed to this outbox (drained), or 0.
+    public func lastDrainedSeq() throws -> UInt64 {
+        try writer.read { db in UInt64(try Self.state(db, "last_drained_seq")) }
+    }
+
+    /// What the drain hands the outbox for one store entry.
+    public enum Incoming: Sendable {
+        case event(Row)
+        case corrupt(seq: UInt64, raw: [UInt8], reason: String)
+    }
+
+    /// Inserts drained entries and advances `last_drained_seq` in one durable transaction.
+    ///
+    /// Idempotent: entries at or below `last_drained_seq`, or whose event id is already present, are
+    /// skipped (counted as `duplicatesSkipped`), so a drain repeated after a crash never copies an
+    /// event twice. `beforeCommit` runs inside the transaction (crash-point tests use it).
+    @discardableResult
+    public func insertDrained(_ entries: [Incoming], beforeCommit: () -> Void = {}) throws -> Int {
+        guard let last = entries.last else { return 0 }
+        let lastSeq: UInt64 = switch last {
+        case .event(let row): row.seq
+        case .corrupt(let seq, _, _): seq
+        }
+        return try writer.write { db in
+            let already = UInt64(try Self.state(db, "last_drained_seq"))
+            var inserted = 0
+            var skipped = 0
+            var corrupt = 0
+            let insert = try db.cachedStatement(sql: """
+                INSERT OR IGNORE INTO outbox
+                    (seq, event_id, producer, producer_kind, producer_seq, wall_ms, boot_ns, boot_id, body)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """)
+            for entry in entries {
+                switch entry {
+                case .event(let row):
+                    guard row.seq > already else {
+                        skipped += 1
+                        continue
+                    }
+                    try insert.execute(arguments: [
+                        Int64(row.seq), row.eventID, row.producer, Int(row.producerKind.rawValue),
+                        Int64(row.producerSeq), row.wallMillis, Int64(bitPattern: row.bootNanos),
+                        Data(row.bootID.bytes), Data(row.body),
+                    ])
+                    if db.changesCount == 1 { inserted += 1 } else { skipped += 1 }
+                case .corrupt(let seq, let raw, let reason):
+                    guard seq > already else { continue }
+                    try db.execute(
+                        sql: """
+                            INSERT INTO dead_letters (seq, status, reason, dead_at_ms, body)
+                            VALUES (?, 0, ?, ?, ?)
+                            """,
+                        arguments: [Int64(seq), "corrupt store record: \(reason)", BootClock.wallMillis(), Data(raw)])
+                    corrupt += 1
+                }
+            }
+            if lastSeq > already { try Self.setState(db, "last_drained_seq", Int64(lastSeq)) }
+            try Self.bump(db, "drained", inserted)
+            try Self.bump(db, "duplicates_skipped", skipped)
+            try Self.bump(db, "corrupt_records", corrupt)
+            try Self.bump(db, "dead_letters", corrupt)
+            beforeCommit()
+            return inserted
+        }
+    }
+
+    // MARK: Upload side
+
+    /// Number of events waiting, and their total body size.
+    public func pending() throws -> (count: Int, bytes: Int) {
+        try writer.read { db in
+            let row = try GRDB.Row.fetchOne(db, sql: "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM outbox")
+            return (row?[0] ?? 0, row?[1] ?? 0)
+        }
+    }
+
+    /// The batch to send next: the batch already in flight (same rows, same id) if a previous attempt
+    /// did not finish, else the oldest rows up to `maxCount` events and `maxBytes` body bytes, given a
+    /// new batch id. Returns an empty array when the outbox is empty.
+    public func nextBatch(maxCount: Int, maxBytes: Int) throws -> [Row] {
+        try writer.write { db in
+            if let inFlight = try String.fetchOne(
+                db, sql: "SELECT batch_id FROM outbox WHERE batch_id IS NOT NULL ORDER BY id LIMIT 1")
+            {
+                return try Self.rows(db, sql: "SELECT * FROM outbox WHERE batch_id = ? ORDER BY id", [inFlight])
+            }
+            let candidates = try Self.rows(db, sql: "SELECT * FROM outbox ORDER BY id LIMIT ?", [maxCount])
+            var batch: [Row] = []
+            var bytes = 0
+            for row in candidates {
+                if !batch.isEmpty && bytes + row.body.count > maxBytes { break }
+                batch.append(row)
+                bytes += row.body.count
+            }
+            return try Self.assign(db, batch, batchID: UUID().uuidString.lowercased())
+        }
+    }
+
+    /// Makes `rows` (a subset of a failed batch) a new batch of their own with a new id; the other
+    /// rows of their old batch go back to the pool of unbatched rows.
+    public func rebatch(_ rows: [Row], from old: String) throws -> [Row] {
+        try writer.write { db in
+            try db.execute(sql: "UPDATE outbox SET batch_id = NULL WHERE batch_id = ?", arguments: [old])
+            return try Self.assign(db, rows, batchID: UUID().uuidString.lowercased())
+        }
+    }
+
+    /// Returns a batch's rows to the pool of unbatched rows.
+    public func unbatch(_ batchID: String) throws {
+        try writer.write { db in
+            try db.execute(sql: "UPDATE outbox SET batch_id = NULL WHERE batch_id = ?", arguments: [batchID])
+        }
+    }
+
+    /// Deletes an acknowledged batch.
+    public func acknowledge(_ batchID: String, count: Int) throws {
+        try writer.write { db in
+            try db.execute(sql: "DELETE FROM outbox WHERE batch_id = ?", arguments: [batchID])
+            try Self.bump(db, "delivered", db.changesCount)
+            try Self.bump(db, "batches", 1)
+        }
+    }
+
+    /// Moves one event to the dead-letter table with the collector's status and reason.
+    public func deadLetter(_ row: Row, status: Int, reason: String, beforeCommit: () -> Void = {}) throws {
+        try writer.write { db in
+            try db.execute(
+                sql: """
+                    INSERT INTO dead_letters (seq, event_id, producer, producer_kind, producer_seq, wall_ms, boot_ns,
+                        boot_id, status, reason, batch_id, dead_at_ms, body)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                arguments: [
+                    Int64(row.seq), row.eventID, row.producer, Int(row.producerKind.rawValue), Int64(row.producerSeq),
+                    row.wallMillis, Int64(bitPattern: row.bootNanos), Data(row.bootID.bytes), status, reason,
+                    row.batchID, BootClock.wallMillis(), Data(row.body),
+                ])
+            try db.execute(sql: "DELETE FROM outbox WHERE id = ?", arguments: [row.id])
+            try Self.bump(db, "dead_letters", 1)
+            beforeCommit()
+        }
+    }
+
+    /// Counts a retry (for status).
+    public func countRetry() throws {
+        try writer.write { db in try Self.bump(db, "retries", 1) }
+    }
+
+    // MARK: Inspection and replay
+
+    /// The persistent counters.
+    public func counters() throws -> Counters {
+        try writer.read { db in
+            Counters(
+                drained: try Self.state(db, "drained"), delivered: try Self.state(db, "delivered"),
+                batches: try Self.state(db, "batches"), retries: try Self.state(db, "retries"),
+                deadLetters: try Self.state(db, "dead_letters"), corruptRecords: try Self.state(db, "corrupt_records"),
+                duplicatesSkipped: try Self.state(db, "duplicates_skipped"))
+        }
+    }
+
+    /// Dead letters, oldest first.
+    public func deadLetters(limit: Int = 1000) throws -> [DeadLetter] {
+        try writer.read { db in
+            try GRDB.Row.fetchAll(db, sql: "SELECT * FROM dead_letters ORDER BY id LIMIT ?", arguments: [limit]).map { r in
+                DeadLetter(
+                    id: r["id"], seq: UInt64(r["seq"] as Int64), eventID: r["event_id"], producer: r["producer"],
+                    status: r["status"], reason: r["reason"], batchID: r["batch_id"], deadAtMillis: r["dead_at_ms"],
+                    body: String(decoding: (r["body"] as Data), as: UTF8.self))
+            }
+        }
+    }
+
+    /// Moves dead letters (all, or those with the given ids) back into the outbox for another upload.
+    /// Corrupt store records cannot be replayed and stay. Returns how many were moved.
+    @discardableResult
+    public func replayDeadLetters(ids: [Int64]? = nil) throws -> Int {
+        try writer.write { db in
+            var sql = "SELECT * FROM dead_letters WHERE event_id IS NOT NULL"
+            var arguments: StatementArguments = []
+            if let ids {
+                sql += " AND id IN (\(ids.map { _ in "?" }.joined(separator: ",")))"
+                arguments = StatementArguments(ids)
+            }
+            var moved = 0
+            for r in try GRDB.Row.fetchAll(db, sql: sql + " ORDER BY seq", arguments: arguments) {
+                try db.execute(
+                    sql: """
+                        INSERT OR IGNORE INTO outbox (seq, event_id, producer, producer_kind, producer_seq, wall_ms,
+                            boot_ns, boot_id, body)
+                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                        """,
+                    arguments: [
+                        r["seq"], r["event_id"], r["producer"], r["producer_kind"], r["producer_seq"], r["wall_ms"],
+                        r["boot_ns"], r["boot_id"], r["body"],
+                    ])
+                try db.execute(sql: "DELETE FROM dead_letters WHERE id = ?", arguments: [r["id"] as Int64])
+                moved += 1
+            }
+            return moved
+        }
+    }
+
+    /// Runs SQLite's `PRAGMA integrity_check`; returns "ok" when the file is sound.
+    public func integrityCheck() throws -> String {
+        try writer.read { db in try String.fetchAll(db, sql: "PRAGMA integrity_check").joined(separator: "; ") }
+    }
+
+    // MARK: Helpers
+
+    private static func rows(_ db: Database, sql: String, _ arguments: StatementArguments) throws -> [Row] {
+        try GRDB.Row.fetchAll(db, sql: sql, arguments: arguments).map { r in
+            Row(
+                id: r["id"], seq: UInt64(r["seq"] as Int64), eventID: r["event_id"], producer: r["producer"],
+                producerKind: ProducerKind(rawValue: UInt8(r["producer_kind"] as Int)),
+                producerSeq: UInt64(r["producer_seq"] as Int64), wallMillis: r["wall_ms"],
+                bootNanos: UInt64(bitPattern: r["boot_ns"] as Int64), bootID: BootID(bytes: (r["boot_id"] as Data)),
+                body: Array(r["body"] as Data), batchID: r["batch_id"])
+        }
+    }
+
+    private static func assign(_ db: Database, _ rows: [Row], batchID: String) throws -> [Row] {
+        guard let first = rows.first, let last = rows.last else { return [] }
+        try db.execute(
+            sql: "UPDATE outbox SET batch_id = ? WHERE id BETWEEN ? AND ?", arguments: [batchID, first.id, last.id])
+        return rows.map { row in
+            var row = row
+            row.batchID = batchID
+            return row
+        }
+    }
+
+    private static func state(_ db: Database, _ key: String) throws -> Int64 {
+        try Int64.fetchOne(db, sql: "SELECT value FROM agent_state WHERE key = ?", arguments: [key]) ?? 0
+    }
+
+    private static func setState(_ db: Database, _ key: String, _ value: Int64) throws {
+        try db.execute(
+            sql: "INSERT INTO agent_state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            arguments: [key, value])
+    }
+
+    private static func bump(_ db: Database, _ key: String, _ by: Int) throws {
+        guard by != 0 else { return }
+        try db.execute(
+            sql: "INSERT INTO agent_state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = value + excluded.value",
+            arguments: [key, by])
+    }
+}

@@ -1,0 +1,276 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import TributaryStore
+import TributaryWire
+
+/// How the agent talks to the collector.
+public struct UploadConfiguration: Sendable {
+    /// Where batches are POSTed.
+    public var serverURL: String
+    /// The body format. Default `.sensors`.
+    public var format: WireFormat = .sensors
+    /// Most events per batch. Default 500.
+    public var batchSize: Int = 500
+    /// Most uncompressed event bytes per batch. Default 1 MiB.
+    public var maxBatchBytes: Int = 1 << 20
+    /// Retry policy for 408, 429, 5xx and transport errors.
+    public var backoff = Backoff()
+    /// How long one request may take. Default 30 s.
+    public var requestTimeout: Duration = .seconds(30)
+    /// Sent as `Authorization: Bearer …` when set.
+    public var bearerToken: String?
+
+    /// A configuration for `serverURL` with defaults for the rest.
+    public init(serverURL: String) { self.serverURL = serverURL }
+}
+
+/// What one request to the collector came to.
+public enum UploadOutcome: Sendable, Equatable {
+    /// 2xx: the batch is acknowledged.
+    case delivered
+    /// 408, 429, 5xx, timeout, reset, refused: send the same batch again later.
+    case retry(reason: String, retryAfter: Duration?)
+    /// 413: the batch is too large.
+    case tooLarge(reason: String)
+    /// 400 or 422: something in the batch is unacceptable.
+    case rejected(status: Int, reason: String)
+    /// 401, 403, 404 and other 4xx: keep everything, stop until the configuration is fixed.
+    case halt(status: Int, reason: String)
+
+    /// Classifies an HTTP status (with its Retry-After and a snippet of the response body).
+    static func classify(status: Int, retryAfter: String?, body: String) -> UploadOutcome {
+        let reason = "HTTP \(status)" + (body.isEmpty ? "" : ": \(body.prefix(200))")
+        switch status {
+        case 200..<300: return .delivered
+        case 408, 429, 500..<600: return .retry(reason: reason, retryAfter: Backoff.parseRetryAfter(retryAfter))
+        case 413: return .tooLarge(reason: reason)
+        case 400, 422: return .rejected(status: status, reason: reason)
+        default: return .halt(status: status, reason: reason)
+        }
+    }
+}
+
+/// Sends batches from the outbox, oldest first, one request at a time, and applies each outcome.
+///
+/// Never sends a batch before every earlier batch is acknowledged. A batch keeps its id across
+/// retries (the `Idempotency-Key`). 413 halves the batch size (a single event still too large is
+/// dead-lettered); 400/422 bisects the batch, sending only the first half of a known-bad range each
+/// time, so one poison event in n is isolated in about log₂ n requests and only it is dead-lettered.
+final class UploadSession {
+    private let outbox: Outbox
+    private let client: HTTPClient
+    private(set) var configuration: UploadConfiguration
+    private let logger: Logger
+
+    /// Retries so far for the batch in flight.
+    private(set) var attempt = 0
+    /// Rows known to contain at least one rejected event (the collector refused them as a whole).
+    private var suspect: [Outbox.Row]?
+    /// The half of the suspect currently being sent (kept, with its batch id, across retries).
+    private var suspectHalf: [Outbox.Row]?
+    /// The suspect's status and reason, for the dead letter.
+    private var suspectReason: (status: Int, reason: String) = (0, "")
+    /// Batch size after 413s; grows back on success.
+    private var batchLimit: Int
+    /// The last thing that went wrong, for status.
+    private(set) var lastError: String?
+    /// Set while the collector refuses us (401/403/404…).
+    private(set) var haltReason: String?
+
+    init(outbox: Outbox, client: HTTPClient, configuration: UploadConfiguration, logger: Logger) {
+        self.outbox = outbox
+        self.client = client
+        self.configuration = configuration
+        self.logger = logger
+        self.batchLimit = configuration.batchSize
+    }
+
+    /// What one step did.
+    enum Step: Equatable {
+        /// Nothing to send.
+        case empty
+        /// Events were acknowledged or dead-lettered; go on.
+        case progressed(delivered: Int)
+        /// Wait this long before the next step (backoff, or the halted interval).
+        case wait(Duration)
+    }
+
+    /// Replaces the bearer token (re-read from its file after a 401/403).
+    func updateToken(_ token: String?) { configuration.bearerToken = token }
+
+    /// Sends at most one request and applies its outcome.
+    func step() async throws -> Step {
+        let batch: [Outbox.Row]
+        if let suspect {
+            if suspect.count == 1 {
+                try outbox.deadLetter(suspect[0], status: suspectReason.status, reason: suspectReason.reason) {
+                    CrashPoint.hit("deadletter.before-commit")
+                }
+                logger.warning("event rejected by the collector; moved to dead letters", metadata: [
+                    "tributary.event_id": "\(suspect[0].eventID)", "tributary.seq": "\(suspect[0].seq)",
+                    "tributary.reason": "\(suspectReason.reason)",
+                ])
+                self.suspect = nil
+                return .progressed(delivered: 0)
+            }
+            if let suspectHalf {
+                batch = suspectHalf
+            } else {
+                batch = try outbox.rebatch(Array(suspect.prefix(suspect.count / 2)), from: suspect[0].batchID ?? "")
+                suspectHalf = batch
+            }
+        } else {
+            batch = try outbox.nextBatch(maxCount: batchLimit, maxBytes: configuration.maxBatchBytes)
+        }
+        guard let batchID = batch.first?.batchID else { return .empty }
+
+        let outcome = await send(batch, batchID: batchID)
+        if case .retry = outcome {} else { suspectHalf = nil }
+        switch outcome {
+        case .delivered:
+            CrashPoint.hit("upload.after-ack")
+            try outbox.acknowledge(batchID, count: batch.count)
+            if let suspect {
+                // The first half was fine, so the rejected event is in the second half.
+                self.suspect = Array(suspect.dropFirst(batch.count)).map { row in
+                    var row = row
+                    row.batchID = nil
+                    return row
+                }
+            }
+            attempt = 0
+            haltReason = nil
+            batchLimit = min(configuration.batchSize, batchLimit * 2)
+            logger.debug("batch delivered", metadata: ["tributary.batch.id": "\(batchID)", "tributary.batch.events": "\(batch.count)"])
+            return .progressed(delivered: batch.count)
+
+        case .retry(let reason, let retryAfter):
+            var rng = SystemRandomNumberGenerator()
+            let delay = configuration.backoff.delay(attempt: attempt, retryAfter: retryAfter, using: &rng)
+            attempt += 1
+            lastError = reason
+            try outbox.countRetry()
+            logger.info("upload failed; will retry the same batch", metadata: [
+                "tributary.batch.id": "\(batchID)", "tributary.reason": "\(reason)",
+                "tributary.retry.attempt": "\(attempt)", "tributary.retry.delay_s": "\(delay.seconds)",
+            ])
+            return .wait(delay)
+
+        case .tooLarge(let reason):
+            lastError = reason
+            if batch.count == 1 {
+                try outbox.deadLetter(batch[0], status: 413, reason: "too large even alone: \(reason)") {
+                    CrashPoint.hit("deadletter.before-commit")
+                }
+                suspect = nil
+                return .progressed(delivered: 0)
+            }
+            batchLimit = max(1, batch.count / 2)
+            if var suspect {
+                // Keep bisecting the known-bad range, with smaller requests.
+                suspect = suspect.map { row in
+                    var row = row
+                    row.batchID = batchID
+                    return row
+                }
+                self.suspect = suspect
+            }
+            try outbox.unbatch(batchID)
+            logger.info("collector said 413; halving the batch size", metadata: [
+                "tributary.batch.id": "\(batchID)", "tributary.batch.limit": "\(batchLimit)",
+            ])
+            return .progressed(delivered: 0)
+
+        case .rejected(let status, let reason):
+            lastError = reason
+            suspect = batch
+            suspectReason = (status, reason)
+            attempt = 0
+            return .progressed(delivered: 0)
+
+        case .halt(let status, let reason):
+            lastError = reason
+            haltReason = reason
+            logger.error("collector refuses uploads; keeping every event and retrying at the cap interval", metadata: [
+                "tributary.status": "\(status)", "tributary.reason": "\(reason)",
+            ])
+            return .wait(configuration.backoff.cap)
+        }
+    }
+
+    /// Encodes and POSTs one batch.
+    private func send(_ batch: [Outbox.Row], batchID: String) async -> UploadOutcome {
+        let nowWall = BootClock.wallMillis()
+        let nowBoot = BootClock.nowNanos()
+        let events = batch.map { wireEvent($0, nowWall: nowWall, nowBoot: nowBoot) }
+        let encoded: EncodedBatch
+        do {
+            encoded = try configuration.format.encode(events)
+        } catch {
+            return .retry(reason: "could not encode the batch: \(error)", retryAfter: nil)
+        }
+        var request = HTTPClientRequest(url: configuration.serverURL)
+        request.method = .POST
+        for header in encoded.headers { request.headers.add(name: header.name, value: header.value) }
+        request.headers.add(name: "Idempotency-Key", value: batchID)
+        request.headers.add(name: "User-Agent", value: "tributary-agent/\(TributaryAgentVersion.current)")
+        request.headers.add(name: "Date", value: httpDate(nowWall))
+        if let token = configuration.bearerToken { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        request.body = .bytes(ByteBuffer(bytes: encoded.body))
+        do {
+            let response = try await client.execute(request, timeout: .init(configuration.requestTimeout))
+            CrashPoint.hit("upload.after-send")
+            let body = try await response.body.collect(upTo: 64 << 10)
+            return UploadOutcome.classify(
+                status: Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"),
+                body: String(buffer: body))
+        } catch is CancellationError {
+            return .retry(reason: "cancelled", retryAfter: nil)
+        } catch {
+            return .retry(reason: "transport error: \(error)", retryAfter: nil)
+        }
+    }
+
+    /// The event as sent: `_flush_time` added, and `time` corrected if the wall clock moved.
+    ///
+    /// If the event was recorded in this boot and the wall-clock time since then disagrees with the
+    /// `CLOCK_BOOTTIME` time since then by more than a second, the clock was changed in between: `time`
+    /// is recomputed from the monotonic reading and `$time_adjustment_ms` records the change.
+    func wireEvent(_ row: Outbox.Row, nowWall: Int64, nowBoot: UInt64) -> [UInt8] {
+        var body = row.body
+        if row.bootID == BootID.current, nowBoot >= row.bootNanos {
+            let expected = nowWall - Int64((nowBoot - row.bootNanos) / 1_000_000)
+            let adjustment = expected - row.wallMillis
+            if abs(adjustment) > 1000, let corrected = Self.correctTime(body, to: expected, adjustment: adjustment) {
+                body = corrected
+            }
+        }
+        return JSONFields.appending("_flush_time", rawValue: Array(String(nowWall).utf8), to: body) ?? body
+    }
+
+    static func correctTime(_ body: [UInt8], to time: Int64, adjustment: Int64) -> [UInt8]? {
+        guard var event = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return nil }
+        event["time"] = time
+        var properties = event["properties"] as? [String: Any] ?? [:]
+        properties["$time_adjustment_ms"] = adjustment
+        event["properties"] = properties
+        return (try? JSONSerialization.data(withJSONObject: event, options: [.withoutEscapingSlashes])).map(Array.init)
+    }
+}
+
+/// The agent's version, sent in `User-Agent`.
+public enum TributaryAgentVersion {
+    public static let current = "0.1.0"
+}
+
+/// An RFC 7231 IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
+func httpDate(_ millis: Int64) -> String {
+    let formatter = DateFormatter()
+    formatter.locale = Locale(identifier: "en_US_POSIX")
+    formatter.timeZone = TimeZone(identifier: "GMT")
+    formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+    return formatter.string(from: Date(timeIntervalSince1970: Double(millis) / 1000))
+}

@@ -1,0 +1,117 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The files through which the agent and the other processes of a group talk, in the group directory.
+///
+/// - `agent.lock`: held (`flock`) by the one agent draining the group; holds its pid.
+/// - `agent.sock`: a Unix datagram socket the agent listens on; a `flush` datagram wakes it at once
+///   (the "app entered background" moment).
+/// - `agent-status.json`: the agent's last reported state, for `tributary status`.
+public enum AgentChannel {
+    /// File names inside the group directory.
+    public static let lockFile = "agent.lock"
+    public static let socketFile = "agent.sock"
+    public static let statusFile = "agent-status.json"
+
+    /// Asks the group's agent to flush now. Returns false when no agent is listening.
+    @discardableResult
+    public static func requestFlush(groupDirectory: String) -> Bool {
+        send("flush", to: groupDirectory + "/" + socketFile)
+    }
+
+    static func send(_ message: String, to path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        guard var address = unixAddress(path) else { return false }
+        let bytes = Array(message.utf8)
+        let sent = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                sendto(fd, bytes, bytes.count, Int32(MSG_NOSIGNAL), sa, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        return sent == bytes.count
+    }
+
+    static func unixAddress(_ path: String) -> sockaddr_un? {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        return address
+    }
+
+    /// Reads the agent's last status report, if any.
+    public static func readStatus(groupDirectory: String) -> AgentStatus? {
+        guard let data = FileManager.default.contents(atPath: groupDirectory + "/" + statusFile) else { return nil }
+        return try? JSONDecoder().decode(AgentStatus.self, from: data)
+    }
+}
+
+/// What the agent reports about itself in `agent-status.json`.
+public struct AgentStatus: Codable, Sendable, Equatable {
+    /// The agent's pid.
+    public var pid: Int32
+    /// `starting`, `idle`, `uploading`, `backoff`, `halted`, `stopping` or `stopped`.
+    public var state: String
+    /// Why uploads are halted (401/403/404…), when they are.
+    public var haltReason: String?
+    /// The last error seen (upload or drain).
+    public var lastError: String?
+    /// The outbox file.
+    public var outboxPath: String
+    /// Events in the outbox.
+    public var outboxPending: Int
+    /// Events delivered (acknowledged), dead-lettered, batches acknowledged, retries — since the outbox was created.
+    public var delivered: Int64
+    public var deadLetters: Int64
+    public var batches: Int64
+    public var retries: Int64
+    /// Corrupt store records set aside.
+    public var corruptRecords: Int64
+    /// When the last batch was acknowledged (wall clock ms), if ever.
+    public var lastUploadMillis: Int64?
+    /// When this report was written (wall clock ms).
+    public var updatedMillis: Int64
+
+    /// Creates a report.
+    public init(
+        pid: Int32, state: String, haltReason: String? = nil, lastError: String? = nil, outboxPath: String,
+        outboxPending: Int, delivered: Int64, deadLetters: Int64, batches: Int64, retries: Int64,
+        corruptRecords: Int64, lastUploadMillis: Int64?, updatedMillis: Int64
+    ) {
+        self.pid = pid
+        self.state = state
+        self.haltReason = haltReason
+        self.lastError = lastError
+        self.outboxPath = outboxPath
+        self.outboxPending = outboxPending
+        self.delivered = delivered
+        self.deadLetters = deadLetters
+        self.batches = batches
+        self.retries = retries
+        self.corruptRecords = corruptRecords
+        self.lastUploadMillis = lastUploadMillis
+        self.updatedMillis = updatedMillis
+    }
+
+    /// Writes the report atomically (temp file + rename) into the group directory.
+    public func write(groupDirectory: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let data = try encoder.encode(self)
+        let path = groupDirectory + "/" + AgentChannel.statusFile
+        let temp = path + ".tmp"
+        try data.write(to: URL(fileURLWithPath: temp))
+        guard rename(temp, path) == 0 else {
+            throw StoreError(.directoryUnavailable, "Could not rename \(temp) to \(path): \(String(cString: strerror(errno))).")
+        }
+    }
+}

@@ -1,0 +1,157 @@
+import Foundation
+
+/// How a batch of events is put on the wire. Specified in `docs/wire-formats.md`.
+public enum WireFormat: String, CaseIterable, Sendable, CustomStringConvertible {
+    /// The Sensors Analytics SDK form: `crc=…&gzip=1&data_list=…` (`application/x-www-form-urlencoded`),
+    /// `data_list` = base64 of gzip of the JSON array, `crc` = Java `String.hashCode` of the base64 text.
+    case sensors
+    /// Newline-delimited JSON, gzip-compressed (`Content-Type: application/x-ndjson`,
+    /// `Content-Encoding: gzip`), as generic HTTP collectors (Vector, Fluent Bit) accept.
+    case ndjson
+
+    public var description: String { rawValue }
+}
+
+/// An encoded request body with the headers that describe it.
+public struct EncodedBatch: Sendable {
+    /// The request body.
+    public var body: [UInt8]
+    /// `Content-Type` and, for NDJSON, `Content-Encoding`.
+    public var headers: [(name: String, value: String)]
+    /// The uncompressed JSON size, for logs and metrics.
+    public var uncompressedBytes: Int
+}
+
+extension WireFormat {
+    /// Encodes events (each a complete JSON object, UTF-8) into a request body.
+    public func encode(_ events: [[UInt8]]) throws(WireError) -> EncodedBatch {
+        switch self {
+        case .sensors:
+            var array: [UInt8] = [UInt8(ascii: "[")]
+            array.reserveCapacity(events.reduce(2) { $0 + $1.count + 1 })
+            for (i, event) in events.enumerated() {
+                if i > 0 { array.append(UInt8(ascii: ",")) }
+                array.append(contentsOf: event)
+            }
+            array.append(UInt8(ascii: "]"))
+            let base64 = Data(try Gzip.compress(array)).base64EncodedString()
+            let crc = javaStringHash(base64)
+            let body = "crc=\(crc)&gzip=1&data_list=" + formURLEncode(base64)
+            return EncodedBatch(
+                body: Array(body.utf8), headers: [("Content-Type", "application/x-www-form-urlencoded")],
+                uncompressedBytes: array.count)
+        case .ndjson:
+            var lines: [UInt8] = []
+            lines.reserveCapacity(events.reduce(0) { $0 + $1.count + 1 })
+            for event in events {
+                lines.append(contentsOf: event)
+                lines.append(UInt8(ascii: "\n"))
+            }
+            return EncodedBatch(
+                body: try Gzip.compress(lines),
+                headers: [("Content-Type", "application/x-ndjson"), ("Content-Encoding", "gzip")],
+                uncompressedBytes: lines.count)
+        }
+    }
+
+    /// Recognises the format of a request from its `Content-Type`.
+    public init?(contentType: String?) {
+        let type = (contentType ?? "").split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        switch type {
+        case "application/x-www-form-urlencoded": self = .sensors
+        case "application/x-ndjson", "application/jsonl", "application/json-lines": self = .ndjson
+        default: return nil
+        }
+    }
+
+    /// Decodes a request body into its events (JSON objects).
+    ///
+    /// - Parameters:
+    ///   - contentEncoding: the `Content-Encoding` header; `gzip` is undone first.
+    ///   - limit: the largest decompressed size accepted.
+    public func decode(_ body: [UInt8], contentEncoding: String?, limit: Int = 64 << 20) throws(WireError)
+        -> [[String: Any]]
+    {
+        var body = body
+        if contentEncoding?.lowercased().contains("gzip") == true {
+            body = try Gzip.decompress(body, limit: limit)
+        }
+        switch self {
+        case .sensors:
+            let form = parseForm(String(decoding: body, as: UTF8.self))
+            guard let dataList = form["data_list"] else {
+                throw WireError(.malformedBody, "The form has no data_list field.")
+            }
+            if let crcText = form["crc"] {
+                let expected = javaStringHash(dataList)
+                guard Int32(crcText) == expected else {
+                    throw WireError(.crcMismatch, "crc=\(crcText) does not match data_list (expected \(expected)).")
+                }
+            }
+            guard var json = Data(base64Encoded: dataList).map(Array.init) else {
+                throw WireError(.malformedBody, "data_list is not valid base64.")
+            }
+            if form["gzip"] == "1" { json = try Gzip.decompress(json, limit: limit) }
+            guard let array = try? JSONSerialization.jsonObject(with: Data(json)) as? [Any] else {
+                throw WireError(.malformedBody, "data_list does not hold a JSON array.")
+            }
+            return try array.enumerated().map { (i, item) throws(WireError) in
+                guard let object = item as? [String: Any] else {
+                    throw WireError(.malformedBody, "Element \(i) of data_list is not a JSON object.")
+                }
+                return object
+            }
+        case .ndjson:
+            var out: [[String: Any]] = []
+            for (i, line) in body.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true).enumerated() {
+                guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else {
+                    throw WireError(.malformedBody, "Line \(i + 1) is not a JSON object.")
+                }
+                out.append(object)
+            }
+            return out
+        }
+    }
+}
+
+/// Java's `String.hashCode()` (31·h + c over UTF-16 code units, wrapping), as the Sensors SDK's `crc`.
+public func javaStringHash(_ text: String) -> Int32 {
+    var h: Int32 = 0
+    for unit in text.utf16 { h = 31 &* h &+ Int32(unit) }
+    return h
+}
+
+/// Percent-encodes a form value (`application/x-www-form-urlencoded`: unreserved characters stay).
+public func formURLEncode(_ text: String) -> String {
+    var out = ""
+    out.reserveCapacity(text.utf8.count + 16)
+    let hex = Array("0123456789ABCDEF")
+    for byte in text.utf8 {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
+            UInt8(ascii: "~"):
+            out.unicodeScalars.append(UnicodeScalar(byte))
+        default:
+            out.append("%")
+            out.append(hex[Int(byte >> 4)])
+            out.append(hex[Int(byte & 0xF)])
+        }
+    }
+    return out
+}
+
+/// Parses `a=1&b=2` form text (`+` is a space, `%XX` escapes).
+public func parseForm(_ text: String) -> [String: String] {
+    var out: [String: String] = [:]
+    for pair in text.split(separator: "&") {
+        let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+        let key = formURLDecode(String(parts[0]))
+        out[key] = parts.count > 1 ? formURLDecode(String(parts[1])) : ""
+    }
+    return out
+}
+
+func formURLDecode(_ text: String) -> String {
+    (text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding) ?? text
+}

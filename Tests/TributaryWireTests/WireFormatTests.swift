@@ -1,0 +1,75 @@
+import Foundation
+import Testing
+import TributaryWire
+
+@Suite("Wire formats")
+struct WireFormatTests {
+    static let events: [[UInt8]] = [
+        Array(#"{"event":"A","event_id":"1","properties":{"s":"é+/= &"}}"#.utf8),
+        Array(#"{"event":"B","event_id":"2","properties":{}}"#.utf8),
+    ]
+
+    @Test("gzip round trip", arguments: [0, 1, 1000, 300_000])
+    func gzipRoundTrip(size: Int) throws {
+        let input = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 / 7) }
+        let compressed = try Gzip.compress(input)
+        #expect(compressed.prefix(2) == [0x1f, 0x8b])
+        #expect(try Gzip.decompress(compressed) == input)
+    }
+
+    @Test("gunzip refuses garbage, truncation and bombs")
+    func gunzipErrors() throws {
+        #expect(throws: WireError.self) { try Gzip.decompress(Array("not gzip".utf8)) }
+        let compressed = try Gzip.compress([UInt8](repeating: 7, count: 100_000))
+        #expect(throws: WireError.self) { try Gzip.decompress(Array(compressed.prefix(compressed.count / 2))) }
+        let error = #expect(throws: WireError.self) { try Gzip.decompress(compressed, limit: 1000) }
+        #expect(error?.code == .tooLarge)
+    }
+
+    @Test("Java String.hashCode matches Java's values", arguments: [
+        ("", Int32(0)), ("a", 97), ("hello", 99_162_322), ("Hello, World!", 1_498_789_909),
+        ("polygenelubricants", Int32.min),
+    ])
+    func javaHash(text: String, expected: Int32) {
+        #expect(javaStringHash(text) == expected)
+    }
+
+    @Test("each format round trips", arguments: WireFormat.allCases)
+    func roundTrip(format: WireFormat) throws {
+        let batch = try format.encode(Self.events)
+        let contentType = batch.headers.first { $0.name == "Content-Type" }?.value
+        let encoding = batch.headers.first { $0.name == "Content-Encoding" }?.value
+        #expect(WireFormat(contentType: contentType) == format)
+        let decoded = try format.decode(batch.body, contentEncoding: encoding)
+        #expect(decoded.map { $0["event"] as? String } == ["A", "B"])
+        #expect((decoded[0]["properties"] as? [String: Any])?["s"] as? String == "é+/= &")
+    }
+
+    @Test("sensors form: crc is checked, fields are as the SDK sends them")
+    func sensorsForm() throws {
+        let batch = try WireFormat.sensors.encode(Self.events)
+        let form = parseForm(String(decoding: batch.body, as: UTF8.self))
+        #expect(form["gzip"] == "1")
+        let dataList = try #require(form["data_list"])
+        #expect(form["crc"] == String(javaStringHash(dataList)))
+        let json = try Gzip.decompress(Array(try #require(Data(base64Encoded: dataList))))
+        #expect(String(decoding: json, as: UTF8.self).hasPrefix(#"[{"event":"A""#))
+
+        let tampered = String(decoding: batch.body, as: UTF8.self).replacingOccurrences(
+            of: "crc=\(form["crc"]!)", with: "crc=12345")
+        let error = #expect(throws: WireError.self) {
+            try WireFormat.sensors.decode(Array(tampered.utf8), contentEncoding: nil)
+        }
+        #expect(error?.code == .crcMismatch)
+    }
+
+    @Test("malformed bodies are typed errors", arguments: [
+        (WireFormat.sensors, "gzip=1&crc=1", WireError.Code.malformedBody),
+        (.sensors, "data_list=%%%", .malformedBody),
+        (.ndjson, "{\"a\":1}\nnot json\n", .malformedBody),
+    ])
+    func malformed(format: WireFormat, body: String, code: WireError.Code) {
+        let error = #expect(throws: WireError.self) { try format.decode(Array(body.utf8), contentEncoding: nil) }
+        #expect(error?.code == code)
+    }
+}
