@@ -69,7 +69,9 @@ let package = Package(
         // Executables: wiring only.
         .executableTarget(
             name: "tributary",
-            dependencies: ["Tributary", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "Tributary", "TributaryAgentCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
             swiftSettings: strict
         ),
         .executableTarget(

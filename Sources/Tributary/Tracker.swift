@@ -88,6 +88,27 @@ public final class Tracker: Sendable {
         presets = PresetProperties.current(appVersion: configuration.appVersion, deviceID: identity.deviceID)
         state = Mutex(State(base: BaseProperties(presets: presets, superProperties: [:])))
         committer = GroupCommitter(store: store, producer: producer, maxBatch: configuration.maxGroupCommit)
+        if configuration.producerKind == .app { try publishAppPresets() }
+    }
+
+    private func publishAppPresets() throws {
+        var w = JSONWriter()
+        var first = true
+        w.raw("{")
+        w.members(presets, first: &first)
+        w.raw("}")
+        let json = String(decoding: w.bytes, as: UTF8.self)
+        if try store.configuration()[ConfigurationKey.appPresets] != json {
+            try store.setConfiguration(ConfigurationKey.appPresets, json: json)
+        }
+    }
+
+    /// Asks the group's agent to upload now (call it when the app enters the background).
+    ///
+    /// Returns false when no agent is running; the events stay safely in the store either way.
+    @discardableResult
+    public func flush() -> Bool {
+        AgentChannel.requestFlush(groupDirectory: store.groupDirectory)
     }
 
     // MARK: Tracking

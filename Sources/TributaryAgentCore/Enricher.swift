@@ -9,9 +9,6 @@ import TributaryStore
 /// - App events pass through unchanged (they were written with the app's presets and identity).
 /// - Every event gets `_tributary`: `{"seq", "producer", "producer_kind", "producer_seq"}`.
 public struct Enricher: Sendable {
-    /// The configuration key under which the main app publishes its preset properties (JSON object).
-    public static let appPresetsKey = "app.preset_properties"
-
     /// The app's preset properties, as published by the main app (nil when it never ran).
     public var appPresets: [String: any Sendable]?
     /// The group's identity at drain time.
@@ -27,7 +24,7 @@ public struct Enricher: Sendable {
     public init(store: SharedStore) throws {
         let config = try store.configuration()
         var presets: [String: any Sendable]?
-        if let text = config[Self.appPresetsKey],
+        if let text = config[ConfigurationKey.appPresets],
             let object = try? JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
         {
             presets = object.compactMapValues { Self.sendable($0) }

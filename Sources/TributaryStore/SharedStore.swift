@@ -511,3 +511,10 @@ extension SharedStore {
         }
     }
 }
+
+/// Keys of the `config` table that Tributary itself reads and writes.
+public enum ConfigurationKey {
+    /// The main app's preset properties (a JSON object), published by the app's `Tracker` so the agent
+    /// can give extension events the app's presets at drain time.
+    public static let appPresets = "app.preset_properties"
+}

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Tributary
+import TributaryAgentCore
 import TributaryStore
 
 /// Exit codes (sysexits.h), chosen so that scripts and systemd can tell failures apart.
@@ -31,6 +32,8 @@ func reportingErrors(_ body: () throws -> Void) throws {
         case .valueTooLarge: fail(Exit.rejected, error.message)
         default: fail(Exit.ioError, error.description)
         }
+    } catch let error as AgentError {
+        fail(Exit.ioError, error.description)
     }
 }
 
@@ -78,8 +81,10 @@ struct StatusReport: Encodable {
     var staleReadersCleared: Int
     var identity: Identity?
     var producers: [Producer]
+    var agent: AgentStatus?
 
-    init(_ s: SharedStore.Status, group: String) {
+    init(_ s: SharedStore.Status, group: String, agent: AgentStatus?) {
+        self.agent = agent
         self.group = group
         pendingEvents = s.pendingEvents
         oldestSeq = s.oldestSeq
@@ -111,6 +116,16 @@ struct StatusReport: Encodable {
         lines.append("producers:      \(producers.isEmpty ? "none" : "")")
         for p in producers.sorted(by: { $0.id < $1.id }) {
             lines.append("  \(p.id) (\(p.kind)): last seq \(p.lastSeq), pid \(p.pid)")
+        }
+        if let a = agent {
+            lines.append("agent:          \(a.state) (pid \(a.pid), reported \(ageText(a.updatedMillis)))")
+            lines.append("  outbox:       \(a.outboxPending) pending in \(a.outboxPath)")
+            lines.append("  delivered:    \(a.delivered) events in \(a.batches) batches, \(a.retries) retries")
+            lines.append("  dead letters: \(a.deadLetters)\(a.corruptRecords > 0 ? " (\(a.corruptRecords) corrupt store records)" : "")")
+            if let halt = a.haltReason { lines.append("  HALTED:       \(halt)") }
+            if let error = a.lastError { lines.append("  last error:   \(error)") }
+        } else {
+            lines.append("agent:          no report (tributary-agent has not run on this group)")
         }
         return lines.joined(separator: "\n")
     }
@@ -148,4 +163,9 @@ func inspectJSON(seq: UInt64, _ r: EventRecord) -> String {
     w.raw(r.body)
     w.raw("}")
     return String(decoding: w.bytes, as: UTF8.self)
+}
+
+private func ageText(_ millis: Int64) -> String {
+    let seconds = max(0, (BootClock.wallMillis() - millis) / 1000)
+    return seconds < 2 ? "just now" : "\(seconds) s ago"
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Tributary
+import TributaryAgentCore
 import TributaryStore
 
 @main
@@ -13,10 +14,11 @@ struct TributaryCLI: ParsableCommand {
             (tributary.mdb). Producers append to it; the sync agent (tributary-agent) drains it.
 
             Exit codes: 0 success; 64 bad usage; 65 the event or id was rejected (nothing written); \
-            66 no store in the group directory; 74 store I/O error or corrupt data; 75 the store is full \
+            66 no store in the group directory; 69 no agent is listening (flush); 74 store or outbox \
+            I/O error, or corrupt data; 75 the store is full \
             (retry once the agent has drained it); 77 the group directory is unsafe (world-writable).
             """,
-        subcommands: [Track.self, Status.self, Inspect.self, Login.self, Logout.self, Identify.self]
+        subcommands: [Track.self, Status.self, Inspect.self, Flush.self, DeadLetters.self, Login.self, Logout.self, Identify.self]
     )
 }
 
@@ -77,11 +79,9 @@ struct Status: ParsableCommand {
         try reportingErrors {
             let store = try openExisting(options.group)
             let status = try store.status()
-            if json {
-                say(try encodeJSON(StatusReport(status, group: store.groupDirectory)))
-            } else {
-                say(StatusReport(status, group: store.groupDirectory).text)
-            }
+            let report = StatusReport(
+                status, group: store.groupDirectory, agent: AgentChannel.readStatus(groupDirectory: store.groupDirectory))
+            say(json ? try encodeJSON(report) : report.text)
         }
     }
 }
@@ -156,6 +156,74 @@ struct Identify: ParsableCommand {
         try reportingErrors {
             try EventRules.validateID(anonymousID, what: "anonymous id")
             say(try SharedStore(groupDirectory: options.group).identify(anonymousID: anonymousID).distinctID)
+        }
+    }
+}
+
+struct Flush: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Ask the group's agent to upload now (the app entered the background).",
+        discussion: "Exits 69 when no agent is listening; the events stay safely in the store.")
+    @OptionGroup var options: GroupOption
+
+    func run() throws {
+        guard AgentChannel.requestFlush(groupDirectory: options.group) else {
+            FileHandle.standardError.write(Data("tributary: no agent is listening on \(options.group)/\(AgentChannel.socketFile); start tributary-agent.\n".utf8))
+            throw ExitCode(69)
+        }
+        say("flush requested")
+    }
+}
+
+struct DeadLetters: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "dead-letters",
+        abstract: "List the events the collector rejected (kept in the agent's outbox), or replay them.",
+        discussion: """
+            The outbox is found from the running agent's status file in the group directory, or given \
+            with --outbox. --replay moves dead letters back into the outbox; the agent uploads them \
+            after the current backlog. Corrupt store records cannot be replayed and stay listed.
+            """)
+    @Option(help: ArgumentHelp("The app group directory (to find the agent's outbox).", valueName: "dir"))
+    var group: String?
+    @Option(help: ArgumentHelp("The agent's outbox file.", valueName: "path"))
+    var outbox: String?
+    @Flag(help: "Move the dead letters back into the outbox for another upload.")
+    var replay = false
+    @Option(help: "With --replay: only this dead letter id (repeatable).")
+    var id: [Int64] = []
+    @Flag(help: "Print JSON instead of text.")
+    var json = false
+
+    func validate() throws {
+        guard group != nil || outbox != nil else { throw ValidationError("Give --group or --outbox.") }
+    }
+
+    func run() throws {
+        try reportingErrors {
+            var path = outbox
+            if path == nil, let group {
+                path = AgentChannel.readStatus(groupDirectory: group)?.outboxPath
+                    ?? AgentConfiguration.defaultOutboxPath(groupDirectory: group)
+            }
+            guard let path, FileManager.default.fileExists(atPath: path) else {
+                throw StoreError(.directoryUnavailable, "There is no outbox at \(path ?? "?"); give --outbox.")
+            }
+            let box = try Outbox(path: path)
+            if replay {
+                say("replayed \(try box.replayDeadLetters(ids: id.isEmpty ? nil : id)) dead letter(s)")
+                return
+            }
+            let letters = try box.deadLetters()
+            if json {
+                say(try encodeJSON(letters))
+            } else if letters.isEmpty {
+                say("no dead letters in \(path)")
+            } else {
+                for l in letters {
+                    say("\(l.id)\tseq \(l.seq)\t\(l.eventID ?? "-")\t\(l.producer ?? "-")\tHTTP \(l.status)\t\(l.reason)")
+                }
+            }
         }
     }
 }

@@ -1,0 +1,80 @@
+import Foundation
+import Testing
+@testable import TributaryAgentCore
+
+/// A seeded generator so backoff draws are reproducible.
+struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+@Suite("Backoff")
+struct BackoffTests {
+    let policy = Backoff(base: .seconds(1), cap: .seconds(30), maxRetryAfter: .seconds(120))
+
+    @Test("ceilings double from the base up to the cap")
+    func ceilings() {
+        #expect((0..<8).map { policy.ceiling(attempt: $0) } == [1, 2, 4, 8, 16, 30, 30, 30].map { .seconds($0) })
+        #expect(policy.ceiling(attempt: 10_000) == .seconds(30))
+    }
+
+    @Test("full jitter stays within [0, ceiling] and spreads over it", arguments: [1 as UInt64, 42, 7777])
+    func jitterBounds(seed: UInt64) {
+        var rng = SplitMix64(state: seed)
+        for attempt in 0..<12 {
+            let ceiling = policy.ceiling(attempt: attempt)
+            let draws = (0..<200).map { _ in policy.delay(attempt: attempt, using: &rng) }
+            #expect(draws.allSatisfy { $0 >= .zero && $0 <= ceiling })
+            #expect(draws.min()! < ceiling * 0.2 && draws.max()! > ceiling * 0.8, "not full jitter")
+        }
+    }
+
+    @Test("Retry-After is honoured but clamped, and never shortens the backoff")
+    func retryAfter() {
+        var rng = SplitMix64(state: 9)
+        #expect(policy.delay(attempt: 0, retryAfter: .seconds(5), using: &rng) == .seconds(5))
+        #expect(policy.delay(attempt: 0, retryAfter: .seconds(100_000), using: &rng) == .seconds(120))
+        for _ in 0..<100 {
+            let d = policy.delay(attempt: 3, retryAfter: .zero, using: &rng)
+            #expect(d >= .zero && d <= .seconds(8))
+        }
+    }
+
+    @Test("Retry-After parsing", arguments: [
+        ("120", 120.0 as Double?), ("0", 0), ("  7 ", 7), ("-5", nil), ("soon", nil), ("", nil),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0),  // in the past
+    ])
+    func parse(header: String, seconds: Double?) {
+        #expect(Backoff.parseRetryAfter(header).map(\.seconds) == seconds)
+    }
+
+    @Test("Retry-After as an HTTP date in the future")
+    func parseFutureDate() throws {
+        let now = Date(timeIntervalSince1970: 1_445_412_400)  // 2015-10-21 07:26:40 GMT
+        let d = try #require(Backoff.parseRetryAfter("Wed, 21 Oct 2015 07:28:00 GMT", now: now))
+        #expect(d == .seconds(80))
+    }
+
+    @Test("status classification", arguments: [
+        (200, "delivered"), (204, "delivered"), (408, "retry"), (429, "retry"), (500, "retry"), (503, "retry"),
+        (413, "tooLarge"), (400, "rejected"), (422, "rejected"), (401, "halt"), (403, "halt"), (404, "halt"),
+        (415, "halt"),
+    ])
+    func classification(status: Int, kind: String) {
+        let outcome = UploadOutcome.classify(status: status, retryAfter: nil, body: "")
+        let actual = switch outcome {
+        case .delivered: "delivered"
+        case .retry: "retry"
+        case .tooLarge: "tooLarge"
+        case .rejected: "rejected"
+        case .halt: "halt"
+        }
+        #expect(actual == kind)
+    }
+}
