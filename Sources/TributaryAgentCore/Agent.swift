@@ -86,10 +86,7 @@ public final class Agent: Service, Sendable {
     private func runLoop(once: Bool? = nil) async throws -> Report {
         let once = once ?? configuration.once
         let listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
-        var clientConfiguration = HTTPClient.Configuration()
-        clientConfiguration.timeout = .init(connect: .seconds(5), read: .init(configuration.upload.requestTimeout))
-        clientConfiguration.redirectConfiguration = .disallow
-        let client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: clientConfiguration)
+        let client = HTTPClientFactory.make(readTimeout: configuration.upload.requestTimeout)
         let session = UploadSession(outbox: outbox, client: client, configuration: configuration.upload, logger: logger)
         var loop = LoopState(clock: ContinuousClock(), interval: configuration.flushInterval)
         loop.flushing = once

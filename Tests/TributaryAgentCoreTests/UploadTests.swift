@@ -1,0 +1,285 @@
+import Foundation
+import Logging
+import Testing
+import Tributary
+import TributaryCollector
+import TributaryStore
+import TributaryTestSupport
+import TributaryWire
+
+@testable import TributaryAgentCore
+
+/// The agent against the real reference collector on loopback.
+@Suite("Upload to the reference collector")
+struct UploadTests {
+    static let logger: Logger = {
+        var logger = Logger(label: "agent-test")
+        logger.logLevel = .warning
+        return logger
+    }()
+
+    /// Fills a group with `count` events from two producers (an app and an extension), interleaved.
+    static func produce(_ group: String, count: Int) async throws {
+        let app = try Tracker(configuration: .init(groupDirectory: group, producerKind: .app))
+        let ext = try Tracker(configuration: .init(groupDirectory: group, producerKind: .extension, producerID: "share"))
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            for (tracker, half) in [(app, 0), (ext, 1)] {
+                tasks.addTask {
+                    for i in stride(from: half, to: count, by: 2) {
+                        try await tracker.track(i % 97 == 13 ? "Poison" : "Ordinary", properties: ["i": .int(Int64(i))])
+                    }
+                }
+            }
+            try await tasks.waitForAll()
+        }
+    }
+
+    static func agent(_ group: String, _ collector: RunningCollector, format: WireFormat = .sensors,
+                      _ adjust: (inout AgentConfiguration) -> Void = { _ in }) throws -> Agent {
+        var config = AgentConfiguration(
+            groupDirectory: group, serverURL: collector.url + "/sa", outboxPath: group + "-state/outbox.sqlite")
+        config.upload.format = format
+        config.upload.backoff = Backoff(base: .milliseconds(5), cap: .milliseconds(40), maxRetryAfter: .milliseconds(50))
+        config.upload.requestTimeout = .milliseconds(500)
+        config.pollInterval = .milliseconds(20)
+        adjust(&config)
+        return try Agent(configuration: config, logger: logger)
+    }
+
+    /// Checks the collector holds exactly `count` unique events, each producer's in order, seq in order.
+    static func expectDelivered(_ collector: RunningCollector, count: Int, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let stats = try await collector.stats()
+        #expect(stats.unique == count, sourceLocation: sourceLocation)
+        #expect(stats.orderViolations.values.reduce(0, +) == 0, sourceLocation: sourceLocation)
+        #expect(stats.seqViolations == 0, sourceLocation: sourceLocation)
+        let events = try await collector.events(limit: count + 10)
+        #expect(events.compactMap(\.seq) == Array(1...UInt64(count)), "global order", sourceLocation: sourceLocation)
+    }
+
+    @Test("clean delivery in order", arguments: WireFormat.allCases)
+    func cleanDelivery(format: WireFormat) async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 1200)
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let agent = try Self.agent(group, collector, format: format)
+                let report = try await agent.runOnce()
+                #expect(report.drained == 1200 && report.delivered == 1200)
+                try await Self.expectDelivered(collector, count: 1200)
+                let stats = try await collector.stats()
+                #expect(stats.duplicates == 0)
+                #expect(stats.batches == 3)  // 500 + 500 + 200
+                #expect(stats.producers == ["app": 600, "share": 600])
+                #expect(try agent.outbox.pending().count == 0)
+            }
+        }
+    }
+
+    @Test("30% 503 with Retry-After: everything arrives, retries counted")
+    func serviceUnavailable() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 1000)
+            let faults = FaultConfiguration(seed: 7, failureRate: 0.3, failureStatus: 503, retryAfter: "0")
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                let agent = try Self.agent(group, collector) { $0.upload.batchSize = 50 }
+                _ = try await agent.runOnce()
+                try await Self.expectDelivered(collector, count: 1000)
+                let stats = try await collector.stats()
+                #expect(stats.faults.failure > 0)
+                #expect(try agent.outbox.counters().retries == Int64(stats.faults.failure))
+            }
+        }
+    }
+
+    @Test("resets and hangs: everything arrives once after dedup")
+    func resetsAndHangs() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 600)
+            let faults = FaultConfiguration(seed: 3, hangRate: 0.15, resetRate: 0.25)
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                let agent = try Self.agent(group, collector) {
+                    $0.upload.batchSize = 40
+                    $0.upload.requestTimeout = .milliseconds(300)
+                }
+                _ = try await agent.runOnce()
+                try await Self.expectDelivered(collector, count: 600)
+                let stats = try await collector.stats()
+                #expect(stats.faults.hang > 0 && stats.faults.reset > 0)
+            }
+        }
+    }
+
+    @Test("lost acknowledgements: duplicates on the wire, none after dedup")
+    func lostAcks() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 600)
+            let faults = FaultConfiguration(seed: 11, lostAckRate: 0.3)
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                let agent = try Self.agent(group, collector) { $0.upload.batchSize = 30 }
+                _ = try await agent.runOnce()
+                try await Self.expectDelivered(collector, count: 600)
+                let stats = try await collector.stats()
+                #expect(stats.faults.lostAck > 0)
+                #expect(stats.duplicates > 0, "a lost ack must cause a resend")
+                #expect(stats.received == 600 + stats.duplicates)
+            }
+        }
+    }
+
+    @Test("413 splits the batch until it fits")
+    func payloadTooLarge() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 700)
+            let faults = FaultConfiguration(maxEventsPerBatch: 60)
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                let agent = try Self.agent(group, collector)
+                _ = try await agent.runOnce()
+                try await Self.expectDelivered(collector, count: 700)
+                #expect(try await collector.stats().faults.tooLarge >= 3)
+                #expect(try agent.outbox.deadLetters().isEmpty)
+            }
+        }
+    }
+
+    @Test("one poison event in a batch of 500 is isolated in about log2(500) requests")
+    func poisonBisect() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            for i in 0..<500 { try await tracker.track(i == 321 ? "Poison" : "Ordinary", properties: ["i": .int(Int64(i))]) }
+            let faults = FaultConfiguration(poisonPattern: "^Poison$", poisonStatus: 422)
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                let agent = try Self.agent(group, collector)
+                _ = try await agent.runOnce()
+                let stats = try await collector.stats()
+                #expect(stats.unique == 499)
+                #expect(stats.requests <= 1 + 10, "bisection took \(stats.requests) requests")
+                let letters = try agent.outbox.deadLetters()
+                #expect(letters.count == 1)
+                #expect(letters.first?.seq == 322 && letters.first?.status == 422)
+                #expect(letters.first?.reason.contains("422") == true)
+                let seqs = try await collector.events(limit: 1000).compactMap(\.seq)
+                #expect(seqs == Array(1...321) + Array(323...500))
+            }
+        }
+    }
+
+    @Test("401 keeps everything until fixed, then delivers")
+    func unauthorizedUntilFixed() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 300)
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(forcedStatus: 401))) { collector in
+                let agent = try Self.agent(group, collector) {
+                    $0.upload.backoff = Backoff(base: .milliseconds(5), cap: .milliseconds(100))
+                    $0.bulkSize = 1
+                }
+                let running = Task { try await agent.run() }
+                defer { running.cancel() }
+                var status: AgentStatus?
+                for _ in 0..<200 {
+                    status = AgentChannel.readStatus(groupDirectory: group)
+                    if status?.state == "halted" { break }
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                #expect(status?.state == "halted")
+                #expect(status?.haltReason?.contains("401") == true)
+                #expect(try agent.outbox.pending().count == 300)
+                #expect(try await collector.stats().unique == 0)
+
+                try await collector.setFaults(.none)
+                agent.requestFlush()
+                for _ in 0..<200 where try await collector.stats().unique < 300 {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                try await Self.expectDelivered(collector, count: 300)
+                agent.requestStop()
+                try await running.value
+            }
+        }
+    }
+
+    @Test("--once ends with a halted error when the collector refuses uploads; nothing is lost")
+    func onceHalted() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 10)
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(forcedStatus: 403))) { collector in
+                let agent = try Self.agent(group, collector)
+                let error = await #expect(throws: AgentError.self) { try await agent.runOnce() }
+                #expect(error?.code == .halted)
+                #expect(try agent.outbox.pending().count == 10)
+            }
+        }
+    }
+
+    @Test("backoff delays stay within their bounds against a failing collector")
+    func backoffBounds() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 5)
+            let faults = FaultConfiguration(failureRate: 1, failureStatus: 500)
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                let agent = try Self.agent(group, collector)
+                _ = try Drainer(store: agent.store, outbox: agent.outbox, logger: Self.logger).drainAvailable()
+                let backoff = Backoff(base: .milliseconds(100), cap: .seconds(2))
+                var upload = agent.configuration.upload
+                upload.backoff = backoff
+                let client = HTTPClientFactory.make()
+                let session = UploadSession(outbox: agent.outbox, client: client, configuration: upload, logger: Self.logger)
+                var batchIDs: Set<String> = []
+                for attempt in 0..<8 {
+                    guard case .wait(let delay) = try await session.step() else {
+                        Issue.record("a failing collector must lead to a wait")
+                        break
+                    }
+                    #expect(delay >= .zero && delay <= backoff.ceiling(attempt: attempt))
+                    batchIDs.formUnion(try agent.outbox.nextBatch(maxCount: 500, maxBytes: .max).compactMap(\.batchID))
+                }
+                #expect(batchIDs.count == 1, "a retried batch keeps its id")
+                try await client.shutdown()
+            }
+        }
+    }
+
+    @Test("a second agent on the same group refuses to start")
+    func secondAgentRefused() async throws {
+        try await withTemporaryGroup { group in
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let first = try Self.agent(group, collector)
+                let error = #expect(throws: AgentError.self) {
+                    _ = try Self.agent(group, collector) { $0.outboxPath = group + "-other/outbox.sqlite" }
+                }
+                #expect(error?.code == .alreadyRunning)
+                #expect(error?.message.contains("pid \(getpid())") == true)
+                _ = try await first.runOnce()
+                // The lock is released when a run ends.
+                _ = try Self.agent(group, collector) { $0.outboxPath = group + "-other/outbox.sqlite" }
+            }
+        }
+    }
+
+    @Test("an event's time is corrected when the wall clock moved between trigger and upload")
+    func timeCorrection() throws {
+        let now = BootClock.wallMillis()
+        let boot = BootClock.nowNanos()
+        // Recorded 10 s ago by the monotonic clock, but with a wall clock then 1 h behind.
+        let recordedWall = now - 10_000 - 3_600_000
+        let row = Outbox.Row(
+            id: 1, seq: 1, eventID: "e", producer: "app", producerKind: .app, producerSeq: 1, wallMillis: recordedWall,
+            bootNanos: boot - 10_000_000_000, bootID: .current,
+            body: Array(#"{"type":"track","event":"E","time":\#(recordedWall),"properties":{"a":1}}"#.utf8), batchID: "b")
+        let client = HTTPClientFactory.make()
+        defer { try? client.syncShutdown() }
+        try withTemporaryGroup { dir in
+            let session = UploadSession(
+                outbox: try Outbox(path: dir + "/o.sqlite"), client: client, configuration: UploadConfiguration(serverURL: "http://127.0.0.1:9"),
+                logger: Self.logger)
+            let sent = session.wireEvent(row, nowWall: now, nowBoot: boot)
+            let body = try #require(try JSONSerialization.jsonObject(with: Data(sent)) as? [String: Any])
+            #expect(body["time"] as? Int64 == now - 10_000)
+            #expect((body["properties"] as? [String: Any])?["$time_adjustment_ms"] as? Int64 == 3_600_000)
+            #expect(body["_flush_time"] as? Int64 == now)
+
+            var other = row
+            other.bootID = BootID(bytes: [UInt8](repeating: 9, count: 16))
+            let untouched = try #require(try JSONSerialization.jsonObject(with: Data(session.wireEvent(other, nowWall: now, nowBoot: boot))) as? [String: Any])
+            #expect(untouched["time"] as? Int64 == recordedWall, "another boot's events are sent as recorded")
+        }
+    }
+}
