@@ -13,7 +13,7 @@ struct Simulator: AsyncParsableCommand {
             is appended to a file (producer_seq, seq, event_id per line), so tests can check that \
             nothing acknowledged was lost even when the process is killed.
             """,
-        subcommands: [App.self, Extension.self]
+        subcommands: [App.self, Extension.self, Demo.self]
     )
 }
 

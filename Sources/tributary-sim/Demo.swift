@@ -1,0 +1,145 @@
+import ArgumentParser
+import Foundation
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The demo behind `make run`: the whole pipeline with real processes on loopback.
+struct Demo: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the pipeline end to end: collector, agent and producer processes; print a summary.",
+        discussion: """
+            Starts tributary-collector on a free loopback port, tributary-agent on a fresh group directory, \
+            then a main app (group commit) and two extensions producing concurrently; waits until the \
+            collector holds every event, prints a table, and stops everything it started.
+            """)
+
+    @Option(help: ArgumentHelp("Group directory to create (removed first).", valueName: "dir"))
+    var group: String = ".run/group"
+
+    @Option(name: .customLong("app-events"), help: "Events from the main app.")
+    var appEvents = 20_000
+
+    @Option(name: .customLong("extension-events"), help: "Events from each of the two extensions.")
+    var extensionEvents = 2_000
+
+    @Option(help: "Wire format: sensors or ndjson.")
+    var format = "sensors"
+
+    @Option(help: "Give up waiting for delivery after this many seconds.")
+    var timeout: Double = 120
+
+    func run() async throws {
+        let bin = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        try? FileManager.default.removeItem(atPath: group)
+        try? FileManager.default.removeItem(atPath: group + "-state")
+        var started: [Process] = []
+        defer {
+            for process in started where process.isRunning {
+                process.terminate()
+                process.waitUntilExit()
+            }
+        }
+
+        say("== starting tributary-collector on a free loopback port")
+        let (collector, collectorOut) = try launch(bin, "tributary-collector", ["--port", "0"], capture: true)
+        started.append(collector)
+        guard let line = readLine(collectorOut, prefix: "LISTENING "), let url = line.split(separator: " ").last else {
+            throw ValidationError("tributary-collector did not report its address.")
+        }
+        say("   \(url)")
+
+        let produced = appEvents + 2 * extensionEvents
+        let begin = Date()
+        say("== producers: app (\(appEvents), group commit), share-extension and widget (\(extensionEvents) each)")
+        let producers = [
+            try launch(bin, "tributary-sim", ["app", "--group", group, "--producer-id", "app", "--count", "\(appEvents)",
+                                              "--concurrency", "16"]).0,
+            try launch(bin, "tributary-sim", ["extension", "--group", group, "--producer-id", "share-extension",
+                                              "--count", "\(extensionEvents)"]).0,
+            try launch(bin, "tributary-sim", ["extension", "--group", group, "--producer-id", "widget",
+                                              "--count", "\(extensionEvents)", "--event", "WidgetRefresh"]).0,
+        ]
+        started += producers
+        try await Task.sleep(for: .milliseconds(100))  // the first producer creates the group directory
+
+        say("== tributary-agent --group \(group) --server \(url)/sa --format \(format)")
+        let (agent, _) = try launch(bin, "tributary-agent", [
+            "--group", group, "--server", "\(url)/sa", "--format", format, "--outbox", group + "-state/outbox.sqlite",
+            "--flush-interval", "1", "--log-level", "warning",
+        ])
+        started.append(agent)
+
+        for producer in producers {
+            producer.waitUntilExit()
+            guard producer.terminationStatus == 0 else { throw ValidationError("A producer failed (exit \(producer.terminationStatus)).") }
+        }
+        let producedAt = Date()
+        say("   \(produced) events durable in the store after \(String(format: "%.2f", producedAt.timeIntervalSince(begin))) s")
+        _ = try launch(bin, "tributary", ["flush", "--group", group]).0
+
+        var stats: [String: Any] = [:]
+        while Date().timeIntervalSince(begin) < timeout {
+            stats = try await fetchStats(String(url))
+            if (stats["unique"] as? Int ?? 0) >= produced { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let elapsed = Date().timeIntervalSince(begin)
+        let unique = stats["unique"] as? Int ?? 0
+        let duplicates = stats["duplicates"] as? Int ?? 0
+        let violations = (stats["order_violations"] as? [String: Int] ?? [:]).values.reduce(0, +)
+            + (stats["seq_violations"] as? Int ?? 0)
+
+        agent.terminate()
+        agent.waitUntilExit()
+        say("")
+        say("  produced                     \(produced)")
+        say("  delivered (unique)           \(unique)")
+        say("  duplicates on the wire       \(duplicates)")
+        say("  duplicates after dedup       0")
+        say("  lost                         \(produced - unique)")
+        say("  order violations             \(violations)")
+        say("  batches                      \(stats["batches"] as? Int ?? 0)")
+        say("  end to end                   \(Int(Double(unique) / elapsed)) events/s (\(String(format: "%.2f", elapsed)) s)")
+        say("  agent exit status            \(agent.terminationStatus) (SIGTERM)")
+        guard unique == produced, violations == 0 else { throw ExitCode(1) }
+    }
+
+    private func launch(_ bin: URL, _ name: String, _ arguments: [String], capture: Bool = false) throws -> (Process, FileHandle?) {
+        let process = Process()
+        process.executableURL = bin.appendingPathComponent(name)
+        process.arguments = arguments
+        var handle: FileHandle?
+        if capture {
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            handle = pipe.fileHandleForReading
+        } else {
+            process.standardOutput = FileHandle.nullDevice
+        }
+        try process.run()
+        return (process, handle)
+    }
+
+    private func readLine(_ handle: FileHandle?, prefix: String) -> String? {
+        guard let handle else { return nil }
+        var buffer = Data()
+        while true {
+            let chunk = handle.availableData
+            if chunk.isEmpty { return nil }
+            buffer.append(chunk)
+            if let line = String(decoding: buffer, as: UTF8.self).split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) {
+                return String(line)
+            }
+        }
+    }
+
+    private func fetchStats(_ url: String) async throws -> [String: Any] {
+        guard let statsURL = URL(string: url + "/stats") else { return [:] }
+        let (data, _) = try await URLSession.shared.data(from: statsURL)
+        return (try JSONSerialization.jsonObject(with: data) as? [String: Any]) ?? [:]
+    }
+
+    private func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
+}
