@@ -6,9 +6,14 @@ PREFIX       ?= /usr/local
 DESTDIR      ?=
 RELEASE_DIR  := .build-release
 # Debian packages the build and tests need (C libraries wrapped as .systemLibrary targets).
-DEB_PACKAGES := liblmdb-dev zlib1g-dev libsqlite3-dev libsystemd-dev pkg-config
+# systemd gives systemd-analyze (unit checks); faketime the clock-jump tests.
+DEB_PACKAGES := liblmdb-dev zlib1g-dev libsqlite3-dev libsystemd-dev pkg-config systemd faketime
+SYSCONFDIR   ?= /etc
+UNITDIR      ?= $(PREFIX)/lib/systemd/system
+DOCDIR       ?= $(PREFIX)/share/doc/tributary
+BINARIES     := tributary tributary-agent tributary-collector tributary-sim
 
-.PHONY: all deps build test run bench clean format help
+.PHONY: all deps build test run bench clean format help install release
 
 all: build
 
@@ -18,6 +23,7 @@ help:
 	@echo "make test   build and run every test (unit and multi-process)"
 	@echo "make run    demo: producers write into a fresh group directory, then show the store"
 	@echo "make bench  release build, then benchmarks next to their C baselines"
+	@echo "make install  release build; binaries, systemd units and docs under DESTDIR/PREFIX"
 
 # Idempotent: a quick no-op when every package is installed.
 deps:
@@ -43,6 +49,22 @@ bench: deps
 	$(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product tributary-bench
 	$(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product lmdb-baseline
 	$(RELEASE_DIR)/release/tributary-bench --bin $(RELEASE_DIR)/release
+
+release: deps
+	$(SWIFT) build -c release --scratch-path $(RELEASE_DIR) $(foreach b,$(BINARIES),--product $(b))
+
+# Honours PREFIX (default /usr/local), DESTDIR (staging), SYSCONFDIR, UNITDIR and DOCDIR.
+install: release
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/tributary
+	for b in $(BINARIES); do install -m 0755 $(RELEASE_DIR)/release/$$b $(DESTDIR)$(PREFIX)/bin/$$b; done
+	for u in Integration/systemd/*.in; do \
+	  sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' $$u \
+	    > $(DESTDIR)$(UNITDIR)/$$(basename $$u .in); chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$u .in); \
+	done
+	install -m 0644 Integration/systemd/tributary-fetch@.timer $(DESTDIR)$(UNITDIR)/
+	install -m 0644 docs/*.md README.md CHANGELOG.md $(DESTDIR)$(DOCDIR)/
+	test -e $(DESTDIR)$(SYSCONFDIR)/tributary/agent.env || \
+	  install -m 0640 Integration/systemd/agent.env.example $(DESTDIR)$(SYSCONFDIR)/tributary/agent.env
 
 format:
 	$(SWIFT) format --in-place --recursive Sources Tests Integration Benchmarks Package.swift

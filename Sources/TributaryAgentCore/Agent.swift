@@ -25,7 +25,11 @@ public final class Agent: Service, Sendable {
     private let logger: Logger
     private let wakeup = Wakeup()
     private let flushRequested = Atomic<Bool>(false)
-    private let stopRequested = Atomic<Bool>(false)
+    private let stopping = Atomic<Bool>(false)
+    private let budget = Mutex<BackgroundTask?>(nil)
+    private let heartbeat = Heartbeat()
+    private let notifier = SystemdNotifier()
+    private let metrics = AgentMetrics()
 
     /// Validates the configuration, opens (recovering) the store and the outbox, and claims the group.
     public init(configuration: AgentConfiguration, logger: Logger) throws {
@@ -57,44 +61,66 @@ public final class Agent: Service, Sendable {
         return token
     }
 
-    /// Asks the running loop to flush now (the "app entered background" moment).
+    /// Asks the running loop to flush now (the "app entered background" moment). The flush gets its
+    /// own budget (``AgentConfiguration/backgroundBudget``) to upload everything it can.
     public func requestFlush() {
         flushRequested.store(true, ordering: .releasing)
         wakeup.signal()
     }
 
-    /// Asks the running loop to stop after the step in progress.
+    /// Starts a clean stop: the agent keeps uploading for at most ``AgentConfiguration/stopTimeout``
+    /// (less the grace period), then stops claiming work and returns. Idempotent.
     public func requestStop() {
-        stopRequested.store(true, ordering: .releasing)
+        let started = budget.withLock { budget -> Bool in
+            guard !stopping.load(ordering: .acquiring) else { return false }
+            stopping.store(true, ordering: .releasing)
+            let stop = BackgroundTask(budget: configuration.stopTimeout, grace: configuration.grace, reason: .stop)
+            if budget == nil || stop.expiresAt < budget!.expiresAt { budget = stop }
+            return true
+        }
+        if started {
+            notifier.stopping(extendBy: configuration.stopTimeout + .seconds(1))
+            logger.info("stop requested; finishing within the stop timeout", metadata: [
+                "tributary.stop_timeout_s": "\(configuration.stopTimeout.seconds)",
+            ])
+        }
         wakeup.signal()
     }
 
-    /// `Service`: runs until graceful shutdown (or, with `once`, until everything is sent).
+    /// `Service`: runs until graceful shutdown (SIGTERM starts the stop budget), or with `once` until
+    /// everything is sent or the deadline expires.
     public func run() async throws {
         _ = try await withGracefulShutdownHandler {
-            try await self.runLoop()
+            try await self.runLoop(once: self.configuration.once)
         } onGracefulShutdown: {
             self.requestStop()
         }
     }
 
-    /// Drains and uploads everything there is, then returns.
+    /// Drains and uploads everything there is (within ``AgentConfiguration/deadline`` if set), then returns.
     public func runOnce() async throws -> Report {
-        return try await runLoop(once: true)
+        try await runLoop(once: true)
     }
 
-    private func runLoop(once: Bool? = nil) async throws -> Report {
-        let once = once ?? configuration.once
+    private func runLoop(once: Bool) async throws -> Report {
+        if once, let deadline = configuration.deadline {
+            budget.withLock { $0 = BackgroundTask(budget: deadline, grace: configuration.grace, reason: .once) }
+        }
         let listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
         let client = HTTPClientFactory.make(readTimeout: configuration.upload.requestTimeout)
         let session = UploadSession(outbox: outbox, client: client, configuration: configuration.upload, logger: logger)
         var loop = LoopState(clock: ContinuousClock(), interval: configuration.flushInterval)
         loop.flushing = once
+        let pending = try outbox.pending().count
+        notifier.ready(status: "draining \(store.groupDirectory); \(pending) events in the outbox")
         logger.info("agent started", metadata: [
             "tributary.group": "\(store.groupDirectory)", "tributary.outbox": "\(outbox.path)",
             "tributary.server": "\(configuration.upload.serverURL)", "tributary.format": "\(configuration.upload.format)",
+            "tributary.outbox.pending": "\(pending)",
         ])
+        let watchdog = startWatchdog()
         defer {
+            watchdog?.cancel()
             listener.stop()
             writeStatus(session: session, state: "stopped", loop: loop)
             lock.release()
@@ -104,6 +130,7 @@ public final class Agent: Service, Sendable {
             try await client.shutdown()
             logger.info("agent stopped", metadata: [
                 "tributary.drained": "\(report.drained)", "tributary.delivered": "\(report.delivered)",
+                "tributary.outbox.pending": "\((try? outbox.pending().count) ?? -1)",
             ])
             return report
         } catch {
@@ -112,10 +139,24 @@ public final class Agent: Service, Sendable {
         }
     }
 
+    /// Pings systemd's watchdog at half its interval, but only while the main loop shows progress:
+    /// its heartbeat is recent, or a request it started is still within its timeout.
+    private func startWatchdog() -> Task<Void, Never>? {
+        guard let interval = notifier.watchdogInterval else { return nil }
+        let half = interval / 2
+        return Task.detached { [heartbeat, notifier] in
+            while !Task.isCancelled {
+                if heartbeat.isAlive(within: half) { notifier.watchdog() }
+                try? await Task.sleep(for: half)
+            }
+        }
+    }
+
     private struct LoopState {
         let clock: ContinuousClock
         let interval: Duration
         var flushing = false
+        var flushUntil: ContinuousClock.Instant?
         var notBefore: ContinuousClock.Instant?
         var nextIntervalFlush: ContinuousClock.Instant
         var lastStatusWrite: ContinuousClock.Instant
@@ -123,6 +164,7 @@ public final class Agent: Service, Sendable {
         var state = "idle"
         var report = Report()
         var outboxFullLogged = false
+        var planner = UploadPlanner()
 
         init(clock: ContinuousClock, interval: Duration) {
             self.clock = clock
@@ -133,66 +175,121 @@ public final class Agent: Service, Sendable {
     }
 
     private func loopBody(session: UploadSession, loop: inout LoopState, once: Bool) async throws -> Report {
-        while !stopRequested.load(ordering: .acquiring) && !Task.isCancelled {
+        let stallAfter = ProcessInfo.processInfo.environment["TRIBUTARY_TEST_STALL_AFTER_MS"].flatMap(Int.init)
+        let started = loop.clock.now
+        while !Task.isCancelled {
+            heartbeat.beat()
+            if let stallAfter, loop.clock.now - started > .milliseconds(stallAfter) {
+                // Test hook: freeze the main loop (as a deadlock would) so the watchdog stops.
+                while true { usleep(1_000_000) }
+            }
+            let task = budget.withLock { $0 }
+            if let task, task.remaining(at: loop.clock.now) <= .zero {
+                metrics.deadlineExpirations.increment()
+                logger.notice("deadline reached; stopping cleanly, every unsent event stays queued", metadata: [
+                    "tributary.deadline": "\(task.reason)", "tributary.outbox.pending": "\((try? outbox.pending().count) ?? -1)",
+                ])
+                break
+            }
+            let isStopping = stopping.load(ordering: .acquiring)
+
             let drained = try drainRespectingQuota(&loop)
             loop.report.drained += drained
             let pending = try outbox.pending().count
+            metrics.backlog.record(pending)
             let now = loop.clock.now
 
             if flushRequested.exchange(false, ordering: .acquiringAndReleasing) {
                 loop.flushing = true
+                loop.flushUntil = now.advanced(by: configuration.backgroundBudget)
                 loop.notBefore = nil  // a flush request retries at once, as the iOS SDK does
             }
-            if pending >= configuration.bulkSize || (pending > 0 && now >= loop.nextIntervalFlush) {
+            if pending >= configuration.bulkSize || (pending > 0 && now >= loop.nextIntervalFlush) || isStopping {
                 loop.flushing = true
+            }
+            if let until = loop.flushUntil, now >= until {
+                loop.flushUntil = nil
+                if !(pending >= configuration.bulkSize || once || isStopping) { loop.flushing = false }
             }
             if now >= loop.nextIntervalFlush { loop.nextIntervalFlush = now.advanced(by: loop.interval) }
 
             var progressed = drained > 0
             if loop.flushing && pending > 0 && (loop.notBefore.map { now >= $0 } ?? true) {
-                loop.state = "uploading"
-                let step = try await session.step()
-                loop.report.requests += 1
-                switch step {
-                case .empty:
-                    loop.flushing = once
-                case .progressed(let delivered):
-                    loop.report.delivered += delivered
-                    if delivered > 0 { loop.lastUploadMillis = BootClock.wallMillis() }
-                    loop.notBefore = nil
-                    progressed = true
-                case .wait(let delay):
-                    loop.notBefore = loop.clock.now.advanced(by: delay)
-                    if let reason = session.haltReason {
-                        loop.state = "halted"
-                        if once {
-                            throw AgentError(.halted, "The collector refuses uploads (\(reason)); every event is kept.")
-                        }
-                        if let file = configuration.authTokenFile, let token = try? Self.readToken(file) {
-                            session.updateToken(token)
-                        }
-                    } else {
-                        loop.state = "backoff"
-                    }
+                let remaining = task?.remaining(at: now) ?? .seconds(1 << 30)
+                let maxEvents = loop.planner.maxEvents(within: remaining, limit: configuration.upload.batchSize)
+                if maxEvents == 0 {
+                    // Not even one event would make it before the deadline: stop here.
+                    logger.info("no time left for another upload before the deadline", metadata: [
+                        "tributary.remaining_s": "\(remaining.seconds)",
+                    ])
+                    loop.notBefore = task?.expiresAt
+                } else {
+                    loop.state = isStopping ? "stopping" : "uploading"
+                    let timeout = min(configuration.upload.requestTimeout, remaining)
+                    heartbeat.requestStarted(timeout: timeout)
+                    let began = loop.clock.now
+                    let step = try await session.step(maxEvents: maxEvents, timeout: timeout)
+                    heartbeat.requestEnded()
+                    loop.report.requests += 1
+                    metrics.requests.increment()
+                    progressed = try apply(step, took: loop.clock.now - began, session: session, loop: &loop, once: once)
                 }
             } else if pending == 0 {
-                loop.state = "idle"
-                if loop.flushing && !once { loop.flushing = false }
+                loop.state = isStopping ? "stopping" : "idle"
+                if loop.flushing && !once && !isStopping { loop.flushing = false }
             }
 
             if loop.clock.now - loop.lastStatusWrite >= .seconds(1) {
                 writeStatus(session: session, state: loop.state, loop: loop)
                 loop.lastStatusWrite = loop.clock.now
             }
-            if once && pending == 0 && drained == 0, try store.status().pendingEvents == 0 {
+            if (once || isStopping) && pending == 0 && drained == 0, try store.status().pendingEvents == 0 {
                 break
             }
             if progressed { continue }
             var timeout = configuration.pollInterval
-            if let notBefore = loop.notBefore, loop.flushing { timeout = min(timeout, max(.zero, notBefore - loop.clock.now)) }
+            if let notBefore = loop.notBefore, loop.flushing { timeout = min(timeout, notBefore - loop.clock.now) }
+            if let task { timeout = min(timeout, task.remaining(at: loop.clock.now)) }
             await wakeup.wait(timeout: max(timeout, .milliseconds(1)))
         }
         return loop.report
+    }
+
+    /// Applies the result of one upload step; returns whether it made progress.
+    private func apply(
+        _ step: UploadSession.Step, took: Duration, session: UploadSession, loop: inout LoopState, once: Bool
+    ) throws -> Bool {
+        switch step {
+        case .empty:
+            loop.flushing = once || stopping.load(ordering: .acquiring)
+            return false
+        case .progressed(let delivered, let deadLettered):
+            loop.report.delivered += delivered
+            metrics.uploaded.increment(by: delivered)
+            metrics.deadLetters.increment(by: deadLettered)
+            if delivered > 0 {
+                loop.lastUploadMillis = BootClock.wallMillis()
+                loop.planner.record(events: delivered, took: took)
+                metrics.batchLatency.recordNanoseconds(Int64(took.seconds * 1e9))
+            }
+            loop.notBefore = nil
+            return true
+        case .wait(let delay):
+            metrics.retries.increment()
+            loop.notBefore = loop.clock.now.advanced(by: delay)
+            if let reason = session.haltReason {
+                loop.state = "halted"
+                if once {
+                    throw AgentError(.halted, "The collector refuses uploads (\(reason)); every event is kept.")
+                }
+                if let file = configuration.authTokenFile, let token = try? Self.readToken(file) {
+                    session.updateToken(token)
+                }
+            } else {
+                loop.state = "backoff"
+            }
+            return false
+        }
     }
 
     /// Drains what the store holds, unless the outbox is at its quota.
@@ -209,7 +306,9 @@ public final class Agent: Service, Sendable {
         }
         loop.outboxFullLogged = false
         let drainer = Drainer(store: store, outbox: outbox, chunkSize: configuration.drainChunk, logger: logger)
-        return try drainer.drainAvailable(maxEvents: configuration.drainChunk * 10)
+        let drained = try drainer.drainAvailable(maxEvents: configuration.drainChunk * 10)
+        metrics.drained.increment(by: drained)
+        return drained
     }
 
     private func writeStatus(session: UploadSession, state: String, loop: LoopState) {
@@ -222,8 +321,36 @@ public final class Agent: Service, Sendable {
                 corruptRecords: counters.corruptRecords, lastUploadMillis: loop.lastUploadMillis,
                 updatedMillis: BootClock.wallMillis())
             try status.write(groupDirectory: store.groupDirectory)
+            var line = "\(state): \(status.outboxPending) events queued, \(status.delivered) delivered"
+            if status.deadLetters > 0 { line += ", \(status.deadLetters) dead letters" }
+            if let halt = status.haltReason { line += "; halted: \(halt)" }
+            notifier.status(line)
         } catch {
             logger.warning("could not write the status file", metadata: ["tributary.reason": "\(error)"])
         }
+    }
+}
+
+/// The main loop's pulse, read by the watchdog pinger.
+final class Heartbeat: Sendable {
+    private let lastBeat = Atomic<UInt64>(BootClock.nowNanos())
+    private let requestDeadline = Atomic<UInt64>(0)
+
+    func beat() { lastBeat.store(BootClock.nowNanos(), ordering: .releasing) }
+
+    func requestStarted(timeout: Duration) {
+        requestDeadline.store(BootClock.nowNanos() + UInt64(max(0, timeout.seconds) * 1e9), ordering: .releasing)
+    }
+
+    func requestEnded() {
+        requestDeadline.store(0, ordering: .releasing)
+        beat()
+    }
+
+    /// The loop beat within `window`, or is awaiting a request that has not yet timed out.
+    func isAlive(within window: Duration) -> Bool {
+        let now = BootClock.nowNanos()
+        let beat = lastBeat.load(ordering: .acquiring)
+        return now - min(now, beat) <= UInt64(window.seconds * 1e9) || now < requestDeadline.load(ordering: .acquiring)
     }
 }

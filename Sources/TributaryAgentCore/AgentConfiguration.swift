@@ -22,6 +22,15 @@ public struct AgentConfiguration: Sendable {
     public var outboxQuotaBytes = 512 << 20
     /// Drain and upload everything there is, then return. Default false (run until stopped).
     public var once = false
+    /// With `once`: the whole run's budget (`--deadline`). Nil = no limit.
+    public var deadline: Duration?
+    /// After SIGTERM: how long the agent may keep uploading before it stops (`--stop-timeout`).
+    /// Default 80 s, a little under systemd's default `TimeoutStopSec` of 90 s.
+    public var stopTimeout: Duration = .seconds(80)
+    /// How long before a deadline the expiration handler runs. Default 1 s (at most half the budget).
+    public var grace: Duration = .seconds(1)
+    /// The budget a flush request ("app entered background") gets to upload. Default 30 s.
+    public var backgroundBudget: Duration = .seconds(30)
     /// A file holding the bearer token; re-read after a 401/403 so a fixed token takes effect.
     public var authTokenFile: String?
 

@@ -93,7 +93,7 @@ final class UploadSession {
         /// Nothing to send.
         case empty
         /// Events were acknowledged or dead-lettered; go on.
-        case progressed(delivered: Int)
+        case progressed(delivered: Int, deadLettered: Int = 0)
         /// Wait this long before the next step (backoff, or the halted interval).
         case wait(Duration)
     }
@@ -101,8 +101,9 @@ final class UploadSession {
     /// Replaces the bearer token (re-read from its file after a 401/403).
     func updateToken(_ token: String?) { configuration.bearerToken = token }
 
-    /// Sends at most one request and applies its outcome.
-    func step() async throws -> Step {
+    /// Sends at most one request (of at most `maxEvents` events, ending within `timeout`) and applies
+    /// its outcome. A request still running at `timeout` is cancelled; its batch stays in the outbox.
+    func step(maxEvents: Int? = nil, timeout: Duration? = nil) async throws -> Step {
         let batch: [Outbox.Row]
         if let suspect {
             if suspect.count == 1 {
@@ -114,7 +115,7 @@ final class UploadSession {
                     "tributary.reason": "\(suspectReason.reason)",
                 ])
                 self.suspect = nil
-                return .progressed(delivered: 0)
+                return .progressed(delivered: 0, deadLettered: 1)
             }
             if let suspectHalf {
                 batch = suspectHalf
@@ -123,11 +124,11 @@ final class UploadSession {
                 suspectHalf = batch
             }
         } else {
-            batch = try outbox.nextBatch(maxCount: batchLimit, maxBytes: configuration.maxBatchBytes)
+            batch = try outbox.nextBatch(maxCount: min(batchLimit, maxEvents ?? .max), maxBytes: configuration.maxBatchBytes)
         }
         guard let batchID = batch.first?.batchID else { return .empty }
 
-        let outcome = await send(batch, batchID: batchID)
+        let outcome = await send(batch, batchID: batchID, timeout: timeout ?? configuration.requestTimeout)
         if case .retry = outcome {} else { suspectHalf = nil }
         switch outcome {
         case .delivered:
@@ -166,7 +167,7 @@ final class UploadSession {
                     CrashPoint.hit("deadletter.before-commit")
                 }
                 suspect = nil
-                return .progressed(delivered: 0)
+                return .progressed(delivered: 0, deadLettered: 1)
             }
             batchLimit = max(1, batch.count / 2)
             if var suspect {
@@ -202,7 +203,7 @@ final class UploadSession {
     }
 
     /// Encodes and POSTs one batch.
-    private func send(_ batch: [Outbox.Row], batchID: String) async -> UploadOutcome {
+    private func send(_ batch: [Outbox.Row], batchID: String, timeout: Duration) async -> UploadOutcome {
         let nowWall = BootClock.wallMillis()
         let nowBoot = BootClock.nowNanos()
         let events = batch.map { wireEvent($0, nowWall: nowWall, nowBoot: nowBoot) }
@@ -221,7 +222,7 @@ final class UploadSession {
         if let token = configuration.bearerToken { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         request.body = .bytes(ByteBuffer(bytes: encoded.body))
         do {
-            let response = try await client.execute(request, timeout: .init(configuration.requestTimeout))
+            let response = try await client.execute(request, timeout: .init(timeout))
             CrashPoint.hit("upload.after-send")
             let body = try await response.body.collect(upTo: 64 << 10)
             return UploadOutcome.classify(

@@ -35,8 +35,23 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The outbox file (default: $STATE_DIRECTORY/outbox.sqlite, else under ~/.local/state/tributary).", valueName: "path"))
     var outbox: String?
 
-    @Flag(help: "Drain and upload everything there is, then exit.")
+    @Flag(help: "Drain and upload everything there is, then exit (the background-fetch run a timer starts).")
     var once = false
+
+    @Option(help: "With --once: exit 0 within this many seconds, whether or not the backlog is empty.")
+    var deadline: Double?
+
+    @Option(name: .customLong("stop-timeout"), help: "After SIGTERM, finish within this many seconds (keep it under systemd's TimeoutStopSec).")
+    var stopTimeout: Double = 80
+
+    @Option(help: "Stop claiming work this many seconds before a deadline.")
+    var grace: Double = 1
+
+    @Option(name: .customLong("background-budget"), help: "Seconds a flush request (app entered background) may spend uploading.")
+    var backgroundBudget: Double = 30
+
+    @Option(name: .customLong("metrics-address"), help: ArgumentHelp("Serve Prometheus metrics at http://HOST:PORT/metrics.", valueName: "host:port"))
+    var metricsAddress: String?
 
     @Option(name: .customLong("bulk-size"), help: "Upload as soon as this many events are pending.")
     var bulkSize = 100
@@ -75,6 +90,13 @@ struct AgentCommand: AsyncParsableCommand {
         guard flushInterval > 0, backoffBase > 0, backoffCap >= backoffBase, maxRetryAfter >= 0, requestTimeout > 0 else {
             throw ValidationError("--flush-interval, --backoff-base and --request-timeout must be positive, and --backoff-cap ≥ --backoff-base.")
         }
+        guard deadline.map({ $0 > 0 }) ?? true, stopTimeout > 0, grace >= 0, backgroundBudget > 0 else {
+            throw ValidationError("--deadline, --stop-timeout and --background-budget must be positive, --grace not negative.")
+        }
+        if deadline != nil && !once { throw ValidationError("--deadline needs --once (a daemon's deadline is --stop-timeout).") }
+        if let metricsAddress, MetricsEndpoint.parse(metricsAddress) == nil {
+            throw ValidationError("--metrics-address must be HOST:PORT, e.g. 127.0.0.1:9464.")
+        }
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
         }
@@ -82,6 +104,7 @@ struct AgentCommand: AsyncParsableCommand {
 
     func run() async throws {
         let level = Logger.Level(rawValue: logLevel) ?? .info
+        if metricsAddress != nil { MetricsEndpoint.bootstrap() }
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
@@ -100,16 +123,23 @@ struct AgentCommand: AsyncParsableCommand {
         config.flushInterval = .seconds(flushInterval)
         config.once = once
         config.authTokenFile = authTokenFile
+        config.deadline = deadline.map { .seconds($0) }
+        config.stopTimeout = .seconds(stopTimeout)
+        config.grace = .seconds(grace)
+        config.backgroundBudget = .seconds(backgroundBudget)
+        let metrics = metricsAddress.flatMap(MetricsEndpoint.parse).map { MetricsEndpoint(host: $0.host, port: $0.port, logger: logger) }
 
         do {
             let agent = try Agent(configuration: config, logger: logger)
-            if once {
-                _ = try await agent.runOnce()
-            } else {
-                let group = ServiceGroup(configuration: .init(
-                    services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-                try await group.run()
-            }
+            // The agent's own run ends the group; the metrics endpoint stops with it.
+            var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+                .init(service: agent, successTerminationBehavior: .gracefullyShutdownGroup,
+                      failureTerminationBehavior: .gracefullyShutdownGroup)
+            ]
+            if let metrics { services.append(.init(service: metrics.service)) }
+            let group = ServiceGroup(configuration: .init(
+                services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+            try await group.run()
         } catch let error as AgentError {
             logger.critical("\(error.message)")
             switch error.code {

@@ -1,0 +1,13 @@
+import Metrics
+
+/// The agent's metrics (swift-metrics; exported as Prometheus text with `--metrics-address`).
+struct AgentMetrics: Sendable {
+    let drained = Counter(label: "tributary_events_drained_total")
+    let uploaded = Counter(label: "tributary_events_uploaded_total")
+    let requests = Counter(label: "tributary_upload_requests_total")
+    let retries = Counter(label: "tributary_upload_retries_total")
+    let deadLetters = Counter(label: "tributary_dead_letters_total")
+    let deadlineExpirations = Counter(label: "tributary_deadline_expirations_total")
+    let backlog = Gauge(label: "tributary_backlog_events")
+    let batchLatency = Metrics.Timer(label: "tributary_batch_latency_seconds", preferredDisplayUnit: .seconds)
+}
