@@ -1,0 +1,322 @@
+import Foundation
+import GRDB
+
+/// The collector's SQLite database: unique events in arrival order, accepted batches, per-producer
+/// order state and counters.
+///
+/// Every accepted batch is one write transaction (dedup, order checks, batch record, counters), so a
+/// batch is stored whole or not at all. Files use WAL with `synchronous=FULL`: once a batch is
+/// acknowledged (or its acknowledgement deliberately lost) it survives a crash of the collector.
+final class EventStore: Sendable {
+    private let writer: any DatabaseWriter
+
+    /// Opens (creating if needed) the database at `path`, or an in-memory one when `path` is nil.
+    init(path: String?) throws(CollectorError) {
+        var configuration = Configuration()
+        configuration.label = "tributary.collector"
+        configuration.prepareDatabase { db in
+            // sqlite: in WAL mode, only synchronous=FULL makes a committed transaction durable.
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+        }
+        do {
+            if let path {
+                writer = try DatabasePool(path: path, configuration: configuration)
+            } else {
+                writer = try DatabaseQueue(configuration: configuration)
+            }
+            try Self.migrator.migrate(writer)
+        } catch {
+            let place = path.map { "at \($0)" } ?? "in memory"
+            throw CollectorError(
+                .database,
+                "Cannot open the collector database \(place); check that its directory exists and is writable.",
+                cause: error
+            )
+        }
+    }
+
+    private static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(
+                sql: """
+                    -- One row per accepted batch (ingest request whose events were committed).
+                    CREATE TABLE batches (
+                        id INTEGER PRIMARY KEY,
+                        idempotency_key TEXT,
+                        format TEXT NOT NULL,
+                        events INTEGER NOT NULL,
+                        accepted INTEGER NOT NULL DEFAULT 0,
+                        duplicates INTEGER NOT NULL DEFAULT 0,
+                        lost_ack INTEGER NOT NULL DEFAULT 0,
+                        received_at REAL NOT NULL
+                    );
+                    CREATE INDEX batches_by_key ON batches(idempotency_key);
+                    -- Unique events; arrival is the 1-based arrival order.
+                    CREATE TABLE events (
+                        arrival INTEGER PRIMARY KEY,
+                        event_id TEXT NOT NULL UNIQUE,
+                        type TEXT NOT NULL,
+                        event TEXT,
+                        seq INTEGER,
+                        producer TEXT,
+                        producer_seq INTEGER,
+                        batch INTEGER NOT NULL REFERENCES batches(id),
+                        batch_id TEXT,
+                        body TEXT NOT NULL
+                    );
+                    -- Order state and unique counts per producer.
+                    CREATE TABLE producers (
+                        producer TEXT PRIMARY KEY,
+                        unique_events INTEGER NOT NULL,
+                        order_violations INTEGER NOT NULL,
+                        producer_seq_high_water INTEGER
+                    );
+                    -- Monotonic counters served by /stats (requests, batches, fault.<kind>, ...).
+                    CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                    -- Highest values seen so far (seq).
+                    CREATE TABLE high_water (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                    """
+            )
+        }
+        return migrator
+    }
+
+    // MARK: Writing
+
+    /// Counts an ingest request that was not accepted, and the fault that caused it, if any.
+    func recordRejected(fault: FaultKind?) async throws(CollectorError) {
+        try await write { db in
+            try Self.bump(Counter.requests, in: db)
+            try Self.bump(Counter.rejectedBatches, in: db)
+            if let fault { try Self.bump(fault.counterName, in: db) }
+        }
+    }
+
+    /// Stores a batch in one transaction: dedup on `event_id`, order checks among the unique events,
+    /// the batch record and the counters.
+    func accept(_ batch: IncomingBatch, lostAck: Bool) async throws(CollectorError) -> BatchReceipt {
+        try await write { db in try Self.accept(batch, lostAck: lostAck, in: db) }
+    }
+
+    private static func accept(_ batch: IncomingBatch, lostAck: Bool, in db: Database) throws -> BatchReceipt {
+        let repeated =
+            try batch.idempotencyKey.map { key in
+                try Bool.fetchOne(
+                    db,
+                    sql: "SELECT EXISTS (SELECT 1 FROM batches WHERE idempotency_key = ?)",
+                    arguments: [key]
+                )
+                    ?? false
+            } ?? false
+        try db.execute(
+            sql: "INSERT INTO batches (idempotency_key, format, events, lost_ack, received_at) VALUES (?, ?, ?, ?, ?)",
+            arguments: [batch.idempotencyKey, batch.format, batch.events.count, lostAck, Date().timeIntervalSince1970]
+        )
+        let batchRow = db.lastInsertedRowID
+
+        var receipt = BatchReceipt()
+        var seqHighWater = try Int64.fetchOne(db, sql: "SELECT value FROM high_water WHERE name = 'seq'")
+        let insert = try db.cachedStatement(
+            sql: """
+                INSERT INTO events (event_id, type, event, seq, producer, producer_seq, batch, batch_id, body)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING
+                """
+        )
+        for event in batch.events {
+            try insert.execute(arguments: [
+                event.eventID, event.type, event.name, event.seq, event.producer, event.producerSeq, batchRow,
+                batch.idempotencyKey, event.json,
+            ])
+            guard db.changesCount == 1 else {
+                receipt.duplicates += 1
+                continue
+            }
+            receipt.accepted += 1
+            if let seq = event.seq {
+                if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
+                seqHighWater = max(seqHighWater ?? seq, seq)
+            }
+            if let producer = event.producer {
+                try recordUniqueEvent(of: producer, producerSeq: event.producerSeq, in: db)
+            }
+        }
+        if let seqHighWater {
+            try db.execute(
+                sql: "INSERT OR REPLACE INTO high_water (name, value) VALUES ('seq', ?)",
+                arguments: [seqHighWater]
+            )
+        }
+        try db.execute(
+            sql: "UPDATE batches SET accepted = ?, duplicates = ? WHERE id = ?",
+            arguments: [receipt.accepted, receipt.duplicates, batchRow]
+        )
+        try bump(Counter.requests, in: db)
+        try bump(Counter.batches, in: db)
+        try bump(Counter.received, by: batch.events.count, in: db)
+        try bump(Counter.unique, by: receipt.accepted, in: db)
+        try bump(Counter.duplicates, by: receipt.duplicates, in: db)
+        try bump(Counter.seqViolations, by: receipt.seqViolations, in: db)
+        if repeated { try bump(Counter.repeatedBatches, in: db) }
+        if lostAck { try bump(FaultKind.lostAck.counterName, in: db) }
+        return receipt
+    }
+
+    /// Counts a unique event for `producer` and checks that its `producer_seq` is above every earlier one.
+    private static func recordUniqueEvent(of producer: String, producerSeq: Int64?, in db: Database) throws {
+        let row = try Row.fetchOne(
+            db.cachedStatement(sql: "SELECT producer_seq_high_water FROM producers WHERE producer = ?"),
+            arguments: [producer]
+        )
+        let highWater: Int64? = row?["producer_seq_high_water"]
+        var violation = 0
+        var newHighWater = highWater
+        if let producerSeq {
+            if let highWater, producerSeq <= highWater { violation = 1 }
+            newHighWater = max(highWater ?? producerSeq, producerSeq)
+        }
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO producers (producer, unique_events, order_violations, producer_seq_high_water)
+                VALUES (?, 1, ?, ?)
+                ON CONFLICT (producer) DO UPDATE SET
+                    unique_events = unique_events + 1,
+                    order_violations = order_violations + excluded.order_violations,
+                    producer_seq_high_water = excluded.producer_seq_high_water
+                """
+        ).execute(arguments: [producer, violation, newHighWater])
+    }
+
+    private static func bump(_ name: String, by amount: Int = 1, in db: Database) throws {
+        guard amount != 0 else { return }
+        try db.cachedStatement(
+            sql: """
+                INSERT INTO counters (name, value) VALUES (?, ?)
+                ON CONFLICT (name) DO UPDATE SET value = value + excluded.value
+                """
+        ).execute(arguments: [name, amount])
+    }
+
+    // MARK: Reading
+
+    /// The counters and per-producer figures served by `/stats`.
+    func stats() async throws(CollectorError) -> CollectorStats {
+        try await read { db in
+            var counters: [String: Int] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT name, value FROM counters") {
+                counters[row["name"]] = row["value"]
+            }
+            var stats = CollectorStats(
+                requests: counters[Counter.requests] ?? 0,
+                batches: counters[Counter.batches] ?? 0,
+                rejectedBatches: counters[Counter.rejectedBatches] ?? 0,
+                repeatedBatches: counters[Counter.repeatedBatches] ?? 0,
+                received: counters[Counter.received] ?? 0,
+                unique: counters[Counter.unique] ?? 0,
+                duplicates: counters[Counter.duplicates] ?? 0,
+                seqViolations: counters[Counter.seqViolations] ?? 0,
+                faults: FaultCounts(counters: counters)
+            )
+            for row in try Row.fetchAll(db, sql: "SELECT producer, unique_events, order_violations FROM producers") {
+                let producer: String = row["producer"]
+                stats.producers[producer] = row["unique_events"]
+                let violations: Int = row["order_violations"]
+                if violations > 0 { stats.orderViolations[producer] = violations }
+            }
+            return stats
+        }
+    }
+
+    /// Unique events with an arrival index above `after`, in arrival order, at most `limit` (nil: all).
+    func events(after: Int64, limit: Int?) async throws(CollectorError) -> [ReceivedEvent] {
+        try await read { db in
+            try Row.fetchAll(
+                db,
+                sql: """
+                    SELECT arrival, event_id, type, event, seq, producer, producer_seq, batch_id, body
+                    FROM events WHERE arrival > ? ORDER BY arrival LIMIT ?
+                    """,
+                arguments: [after, limit ?? -1]
+            ).map { row in
+                let seq: Int64? = row["seq"]
+                let producerSeq: Int64? = row["producer_seq"]
+                return ReceivedEvent(
+                    arrival: row["arrival"],
+                    eventID: row["event_id"],
+                    type: row["type"],
+                    event: row["event"],
+                    seq: seq.map(UInt64.init),
+                    producer: row["producer"],
+                    producerSeq: producerSeq.map(UInt64.init),
+                    batchID: row["batch_id"],
+                    json: row["body"]
+                )
+            }
+        }
+    }
+
+    /// The stored JSON text of unique events after `after`, as one JSON array (for `GET /events`).
+    func eventsJSONArray(after: Int64, limit: Int?) async throws(CollectorError) -> String {
+        try await read { db in
+            let bodies = try String.fetchAll(
+                db,
+                sql: "SELECT body FROM events WHERE arrival > ? ORDER BY arrival LIMIT ?",
+                arguments: [after, limit ?? -1]
+            )
+            return "[" + bodies.joined(separator: ",") + "]"
+        }
+    }
+
+    // MARK: Helpers
+
+    private func write<T: Sendable>(
+        _ updates: @escaping @Sendable (Database) throws -> T
+    ) async throws(CollectorError) -> T {
+        do {
+            return try await writer.write(updates)
+        } catch {
+            throw CollectorError(.database, "Writing to the collector database failed.", cause: error)
+        }
+    }
+
+    private func read<T: Sendable>(
+        _ value: @escaping @Sendable (Database) throws -> T
+    ) async throws(CollectorError) -> T {
+        do {
+            return try await writer.read(value)
+        } catch {
+            throw CollectorError(.database, "Reading the collector database failed.", cause: error)
+        }
+    }
+}
+
+/// An ingest batch ready to store.
+struct IncomingBatch: Sendable {
+    /// The request's `Idempotency-Key` header.
+    var idempotencyKey: String?
+    /// The wire format it came in (`sensors`, `ndjson`).
+    var format: String
+    var events: [IncomingEvent]
+}
+
+/// What storing a batch did.
+struct BatchReceipt: Sendable, Equatable {
+    /// Events stored for the first time.
+    var accepted = 0
+    /// Events whose `event_id` was already stored (earlier, or earlier in the same batch).
+    var duplicates = 0
+    /// Unique events whose `seq` was not above every earlier one.
+    var seqViolations = 0
+}
+
+/// Names of rows in the `counters` table.
+enum Counter {
+    static let requests = "requests"
+    static let batches = "batches"
+    static let rejectedBatches = "rejected_batches"
+    static let repeatedBatches = "repeated_batches"
+    static let received = "received"
+    static let unique = "unique"
+    static let duplicates = "duplicates"
+    static let seqViolations = "seq_violations"
+}

@@ -1,0 +1,152 @@
+import ArgumentParser
+import Foundation
+import Logging
+import ServiceLifecycle
+import TributaryCollector
+
+/// `tributary-collector`: the reference collector as a process. Wiring only; the behaviour lives in
+/// the `TributaryCollector` library.
+@main
+struct CollectorCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tributary-collector",
+        abstract: "Reference collector for Tributary batches, with dedup, order checks and fault injection.",
+        discussion: """
+            Accepts batches on POST /sa (Sensors form) and POST /ingest (gzip NDJSON), stores unique events \
+            in SQLite, and serves GET /stats, GET /events and GET|POST /control/faults. Once listening it \
+            prints exactly one line to stdout: "LISTENING http://HOST:PORT". SIGTERM or SIGINT shut it down \
+            gracefully (exit 0). Logs go to stderr. Exit codes: 0 after a graceful shutdown, 64 for bad \
+            options, 1 when the database cannot be opened or the address cannot be bound. \
+            See docs/collector.md.
+            """
+    )
+
+    @Option(help: "Address to bind.")
+    var host = "127.0.0.1"
+
+    @Option(help: "TCP port to bind; 0 picks a free port (printed on the LISTENING line).")
+    var port = 0
+
+    @Option(
+        help: ArgumentHelp(
+            "Require 'Authorization: Bearer <token>' on ingest requests (else 401). "
+                + "Also read from TRIBUTARY_COLLECTOR_TOKEN."
+        )
+    )
+    var token: String?
+
+    @Option(
+        name: .customLong("db"),
+        help: ArgumentHelp("SQLite database file (created if missing); default: in memory.", valueName: "path")
+    )
+    var databasePath: String?
+
+    @Option(help: "Largest ingest body accepted, as sent and after decompression (else 413).")
+    var maxBodyBytes = CollectorConfiguration.defaultMaxBodyBytes
+
+    @Option(help: "Seed of the fault generator: the same seed gives the same fault decisions.")
+    var seed: UInt64 = 0
+
+    @Option(help: "Probability (0...1) of answering an ingest request with --fail-status, storing nothing.")
+    var failRate = 0.0
+
+    @Option(help: "Status of injected failures.")
+    var failStatus = 503
+
+    @Option(help: "Retry-After header value sent with injected failures (seconds or an HTTP date).")
+    var retryAfter: String?
+
+    @Option(help: "Milliseconds of delay before every ingest response.")
+    var latencyMs = 0
+
+    @Option(help: "Probability (0...1) of holding an ingest request without ever answering.")
+    var hangRate = 0.0
+
+    @Option(help: "Probability (0...1) of resetting the connection before answering, storing nothing.")
+    var resetRate = 0.0
+
+    @Option(help: "Probability (0...1) of storing a batch, then resetting the connection without an answer.")
+    var lostAckRate = 0.0
+
+    @Option(
+        name: .customLong("poison"),
+        help: ArgumentHelp(
+            "Reject batches with an event whose name matches this regular expression.",
+            valueName: "regex"
+        )
+    )
+    var poisonPattern: String?
+
+    @Option(help: "Status of poisoned batches.")
+    var poisonStatus = 400
+
+    @Option(
+        name: .customLong("max-events"),
+        help: ArgumentHelp("Reject batches of more than N events with 413.", valueName: "n")
+    )
+    var maxEventsPerBatch: Int?
+
+    @Option(
+        help: "Answer every ingest request with this status, storing nothing (until changed via POST /control/faults)."
+    )
+    var forcedStatus: Int?
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error or critical.")
+    var logLevel: Logger.Level = .info
+
+    func validate() throws {
+        do {
+            try collectorConfiguration().validate()
+        } catch {
+            throw ValidationError(error.message)
+        }
+    }
+
+    func run() async throws {
+        let logLevel = self.logLevel
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = logLevel
+            return handler
+        }
+        let logger = Logger(label: "tributary.collector")
+        let collector = try Collector(configuration: collectorConfiguration(), logger: logger) { url in
+            // Unbuffered: stdout is a pipe under systemd and in tests, where print() would sit in a buffer.
+            FileHandle.standardOutput.write(Data("LISTENING \(url)\n".utf8))
+        }
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [.init(service: collector)],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger
+            )
+        )
+        try await group.run()
+    }
+
+    private func collectorConfiguration() -> CollectorConfiguration {
+        CollectorConfiguration(
+            host: host,
+            port: port,
+            token: token ?? ProcessInfo.processInfo.environment["TRIBUTARY_COLLECTOR_TOKEN"],
+            databasePath: databasePath,
+            maxBodyBytes: maxBodyBytes,
+            faults: FaultConfiguration(
+                seed: seed,
+                failureRate: failRate,
+                failureStatus: failStatus,
+                retryAfter: retryAfter,
+                latencyMillis: latencyMs,
+                hangRate: hangRate,
+                resetRate: resetRate,
+                lostAckRate: lostAckRate,
+                poisonPattern: poisonPattern,
+                poisonStatus: poisonStatus,
+                maxEventsPerBatch: maxEventsPerBatch,
+                forcedStatus: forcedStatus
+            )
+        )
+    }
+}
+
+extension Logger.Level: @retroactive ExpressibleByArgument {}

@@ -1,0 +1,235 @@
+import Foundation
+import Testing
+import TributaryCollector
+import TributaryTestSupport
+import TributaryWire
+
+@Suite("Ingest: formats, dedup, order, validation")
+struct IngestTests {
+    @Test(
+        "Both wire formats are accepted on both endpoints",
+        arguments: [
+            (WireFormat.sensors, "/sa"), (.ndjson, "/ingest"), (.sensors, "/ingest"), (.ndjson, "/sa"),
+        ]
+    )
+    func acceptsBothFormats(format: WireFormat, path: String) async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let events = Events.run(3, producer: "app-7")
+            let reply = try await Client(collector).post(events, format: format, path: path, batchID: "batch-1")
+            #expect(reply.status == 200, "\(reply.body)")
+            #expect(reply.object["accepted"] as? Int == 3)
+            #expect(reply.object["duplicates"] as? Int == 0)
+
+            let received = try await collector.events()
+            #expect(received.map(\.arrival) == [1, 2, 3])
+            #expect(received.map(\.seq) == [1, 2, 3])
+            #expect(received.map(\.producerSeq) == [1, 2, 3])
+            #expect(received.allSatisfy { $0.producer == "app-7" && $0.batchID == "batch-1" })
+            #expect(received.allSatisfy { $0.event == "BuyProduct" && $0.type == "track" })
+            let first = try #require(received.first).jsonObject()
+            #expect((first["properties"] as? [String: Any])?["price"] as? Double == 9.5)
+
+            let served = try await Client(collector).get("/events").array
+            #expect(served.compactMap { $0["event_id"] as? String } == received.map(\.eventID))
+            let stats = try await collector.stats()
+            #expect(stats.unique == 3 && stats.batches == 1 && stats.requests == 1)
+            #expect(stats.producers == ["app-7": 3])
+        }
+    }
+
+    @Test("Duplicates across and within batches are stored once and counted")
+    func deduplicates() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let client = Client(collector)
+            let events = Events.run(3)
+            #expect(try await client.post(events, batchID: "b1").status == 200)
+            let retry = try await client.post(events, batchID: "b1")
+            #expect(retry.status == 200)
+            #expect(retry.object["accepted"] as? Int == 0)
+            #expect(retry.object["duplicates"] as? Int == 3)
+            let fresh = Events.track(seq: 4, producerSeq: 4)
+            let mixed = try await client.post([fresh, fresh, events[0]], batchID: "b2")
+            #expect(mixed.object["accepted"] as? Int == 1)
+            #expect(mixed.object["duplicates"] as? Int == 2)
+
+            let stats = try await collector.stats()
+            #expect(stats.received == 9)
+            #expect(stats.unique == 4)
+            #expect(stats.duplicates == 5)
+            #expect(stats.batches == 3)
+            #expect(stats.repeatedBatches == 1)
+            #expect(stats.orderViolations.isEmpty && stats.seqViolations == 0)
+            #expect(try await collector.events().count == 4)
+        }
+    }
+
+    @Test("Out-of-order unique events are counted per producer and globally; duplicates are not")
+    func countsOrderViolations() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let client = Client(collector)
+            let early = Events.track(seq: 1, producer: "ext-1", producerSeq: 1)
+            _ = try await client.post([
+                early, Events.track(seq: 3, producer: "ext-1", producerSeq: 2),
+                Events.track(seq: 5, producer: "app-1", producerSeq: 9),
+            ])
+            // ext-1's producer_seq 2 again (a different event), global seq 2 below the high-water mark 5.
+            _ = try await client.post([Events.track(seq: 2, producer: "ext-1", producerSeq: 2)])
+            // A duplicate never counts as a violation.
+            _ = try await client.post([early])
+            // app-1 moves on correctly.
+            _ = try await client.post([Events.track(seq: 6, producer: "app-1", producerSeq: 10)])
+
+            let stats = try await collector.stats()
+            #expect(stats.orderViolations == ["ext-1": 1])
+            #expect(stats.seqViolations == 1)
+            #expect(stats.producers == ["ext-1": 3, "app-1": 2])
+            #expect(stats.duplicates == 1)
+        }
+    }
+
+    @Test("Concurrent batches are each stored whole, and the counters add up")
+    func concurrentBatches() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let replies = try await withThrowingTaskGroup(of: Int.self) { group in
+                for producer in 0..<8 {
+                    group.addTask {
+                        try await Client(collector).post(Events.run(50, producer: "p\(producer)")).status
+                    }
+                }
+                return try await group.reduce(into: [Int]()) { $0.append($1) }
+            }
+            #expect(replies == Array(repeating: 200, count: 8))
+            let stats = try await collector.stats()
+            #expect(stats.unique == 400 && stats.batches == 8 && stats.received == 400)
+            #expect(stats.orderViolations.isEmpty)
+            #expect(Set(stats.producers.values) == [50])
+            let arrivals = try await collector.events().map(\.arrival)
+            #expect(arrivals == Array(1...400))
+        }
+    }
+
+    @Test("A crc that does not match data_list is a 400 that says so")
+    func rejectsCRCMismatch() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let encoded = try WireFormat.sensors.encode(Events.run(2))
+            var form = parseForm(String(decoding: encoded.body, as: UTF8.self))
+            form["crc"] = "12345"
+            let body = "crc=12345&gzip=1&data_list=" + formURLEncode(form["data_list"] ?? "")
+            let reply = try await Client(collector).post(Array(body.utf8), headers: encoded.headers, path: "/sa")
+            #expect(reply.status == 400)
+            #expect(reply.object["code"] as? String == "crc_mismatch")
+            #expect((reply.object["error"] as? String)?.contains("crc=12345") == true)
+            #expect(try await collector.stats().unique == 0)
+        }
+    }
+
+    @Test("Malformed bodies are 400 with the reason")
+    func rejectsMalformedBody() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let reply = try await Client(collector).post(
+                Array("not gzip".utf8),
+                headers: [("Content-Type", "application/x-ndjson"), ("Content-Encoding", "gzip")]
+            )
+            #expect(reply.status == 400)
+            #expect(reply.object["code"] as? String == "malformed_body")
+            #expect((reply.object["error"] as? String)?.contains("gzip") == true)
+        }
+    }
+
+    @Test("An unknown content type is 415")
+    func rejectsUnknownContentType() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let reply = try await Client(collector).post(
+                Array("{}".utf8),
+                headers: [("Content-Type", "text/plain")]
+            )
+            #expect(reply.status == 415)
+            #expect((reply.object["error"] as? String)?.contains("text/plain") == true)
+            let stats = try await collector.stats()
+            #expect(stats.requests == 1 && stats.rejectedBatches == 1 && stats.batches == 0)
+        }
+    }
+
+    @Test(
+        "Invalid events are a 400 naming the index and field; nothing of the batch is stored",
+        arguments: [
+            ("event_id", #"{"type":"track","event":"E","time":1,"properties":{}}"#),
+            ("event_id", #"{"event_id":"","type":"track","event":"E","time":1,"properties":{}}"#),
+            ("type", #"{"event_id":"x","event":"E","time":1,"properties":{}}"#),
+            ("event", #"{"event_id":"x","type":"track","time":1,"properties":{}}"#),
+            ("time", #"{"event_id":"x","type":"track","event":"E","time":"soon","properties":{}}"#),
+            ("time", #"{"event_id":"x","type":"track","event":"E","time":true,"properties":{}}"#),
+            ("properties", #"{"event_id":"x","type":"track","event":"E","time":1,"properties":[1]}"#),
+            ("_tributary", #"{"event_id":"x","type":"track","event":"E","time":1,"properties":{},"_tributary":7}"#),
+            (
+                "_tributary.seq",
+                #"{"event_id":"x","type":"track","event":"E","time":1,"properties":{},"_tributary":{"seq":-1}}"#
+            ),
+            (
+                "_tributary.producer_seq",
+                #"{"event_id":"x","type":"track","event":"E","time":1,"properties":{},"#
+                    + #""_tributary":{"producer_seq":1.5}}"#
+            ),
+            (
+                "_tributary.producer",
+                #"{"event_id":"x","type":"track","event":"E","time":1,"properties":{},"_tributary":{"producer":1}}"#
+            ),
+        ]
+    )
+    func rejectsInvalidEvent(field: String, event: String) async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let reply = try await Client(collector).post([Events.track(seq: 1, producerSeq: 1), Array(event.utf8)])
+            #expect(reply.status == 400)
+            #expect(reply.object["code"] as? String == "invalid_event")
+            #expect(reply.object["index"] as? Int == 1)
+            #expect(reply.object["field"] as? String == field)
+            #expect((reply.object["error"] as? String)?.contains("event 1") == true)
+            #expect(try await collector.stats().unique == 0)
+        }
+    }
+
+    @Test("Events of other types need only event_id and type")
+    func acceptsProfileEvents() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let profile = Events.json(["event_id": "p-1", "type": "profile_set", "properties": ["name": "x"]])
+            let reply = try await Client(collector).post([profile])
+            #expect(reply.status == 200)
+            let event = try #require(try await collector.events().first)
+            #expect(event.type == "profile_set" && event.event == nil && event.seq == nil)
+        }
+    }
+
+    @Test("GET /events pages by arrival index")
+    func pagesEvents() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let client = Client(collector)
+            _ = try await client.post(Events.run(5))
+            let page = try await client.get("/events?after=2&limit=2").array
+            #expect(page.compactMap { ($0["_tributary"] as? [String: Any])?["seq"] as? Int } == [3, 4])
+            #expect(try await client.get("/events?after=5").array.isEmpty)
+            #expect(try await client.get("/events?after=-1").status == 400)
+            #expect(try await client.get("/events?limit=zero").status == 400)
+        }
+    }
+
+    @Test("A database file keeps events, dedup state and counters across restarts")
+    func persistsAcrossRestarts() async throws {
+        try await withTemporaryGroup { (directory: String) in
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let configuration = CollectorConfiguration(databasePath: directory + "/collector.sqlite")
+            let events = Events.run(3)
+            let first = try await Collector.withRunning(configuration) { collector in
+                try await Client(collector).post(events).status
+            }
+            #expect(first == 200)
+            try await Collector.withRunning(configuration) { collector in
+                let reply = try await Client(collector).post(events + [Events.track(seq: 4, producerSeq: 4)])
+                #expect(reply.object["accepted"] as? Int == 1)
+                #expect(reply.object["duplicates"] as? Int == 3)
+                let stats = try await collector.stats()
+                #expect(stats.batches == 2 && stats.unique == 4 && stats.seqViolations == 0)
+                #expect(try await collector.events().map(\.seq) == [1, 2, 3, 4])
+            }
+        }
+    }
+}
