@@ -26,7 +26,7 @@ public final class Agent: Service, Sendable {
     private let wakeup = Wakeup()
     private let flushRequested = Atomic<Bool>(false)
     private let stopping = Atomic<Bool>(false)
-    private let budget = Mutex<BackgroundTask?>(nil)
+    private let budget = BudgetSlot()
     private let heartbeat = Heartbeat()
     private let notifier = SystemdNotifier()
     private let metrics = AgentMetrics()
@@ -71,7 +71,7 @@ public final class Agent: Service, Sendable {
     /// Starts a clean stop: the agent keeps uploading for at most ``AgentConfiguration/stopTimeout``
     /// (less the grace period), then stops claiming work and returns. Idempotent.
     public func requestStop() {
-        let started = budget.withLock { budget -> Bool in
+        let started = budget.update { budget -> Bool in
             guard !stopping.load(ordering: .acquiring) else { return false }
             stopping.store(true, ordering: .releasing)
             let stop = BackgroundTask(budget: configuration.stopTimeout, grace: configuration.grace, reason: .stop)
@@ -104,7 +104,7 @@ public final class Agent: Service, Sendable {
 
     private func runLoop(once: Bool) async throws -> Report {
         if once, let deadline = configuration.deadline {
-            budget.withLock { $0 = BackgroundTask(budget: deadline, grace: configuration.grace, reason: .once) }
+            budget.update { $0 = BackgroundTask(budget: deadline, grace: configuration.grace, reason: .once) }
         }
         let listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
         let client = HTTPClientFactory.make(readTimeout: configuration.upload.requestTimeout)
@@ -183,7 +183,7 @@ public final class Agent: Service, Sendable {
                 // Test hook: freeze the main loop (as a deadlock would) so the watchdog stops.
                 while true { usleep(1_000_000) }
             }
-            let task = budget.withLock { $0 }
+            let task = budget.current
             if let task, task.remaining(at: loop.clock.now) <= .zero {
                 metrics.deadlineExpirations.increment()
                 logger.notice("deadline reached; stopping cleanly, every unsent event stays queued", metadata: [
@@ -228,7 +228,7 @@ public final class Agent: Service, Sendable {
                     let timeout = min(configuration.upload.requestTimeout, remaining)
                     heartbeat.requestStarted(timeout: timeout)
                     let began = loop.clock.now
-                    let step = try await session.step(maxEvents: maxEvents, timeout: timeout)
+                    let step = try await stepCancelledAtExpiry(session, maxEvents: maxEvents, timeout: timeout)
                     heartbeat.requestEnded()
                     loop.report.requests += 1
                     metrics.requests.increment()
@@ -250,9 +250,37 @@ public final class Agent: Service, Sendable {
             var timeout = configuration.pollInterval
             if let notBefore = loop.notBefore, loop.flushing { timeout = min(timeout, notBefore - loop.clock.now) }
             if let task { timeout = min(timeout, task.remaining(at: loop.clock.now)) }
+            // With a watchdog, the loop beats at least four times per interval even when idle.
+            if let watchdog = notifier.watchdogInterval { timeout = min(timeout, watchdog / 4) }
             await wakeup.wait(timeout: max(timeout, .milliseconds(1)))
         }
         return loop.report
+    }
+
+    /// Runs one upload step, cancelling its request if a deadline (present, or started by a SIGTERM
+    /// while the request runs) expires first. A cancelled request's batch stays in the outbox with its
+    /// id, for the next run.
+    private func stepCancelledAtExpiry(
+        _ session: UploadSession, maxEvents: Int, timeout: Duration
+    ) async throws -> UploadSession.Step {
+        try await withThrowingTaskGroup(of: UploadSession.Step?.self) { group in
+            group.addTask { try await session.step(maxEvents: maxEvents, timeout: timeout) }
+            group.addTask { [budget] in
+                while true {
+                    try await Task.sleep(for: .milliseconds(20))
+                    if let task = budget.current, task.remaining() <= .zero { return nil }
+                }
+            }
+            var result: UploadSession.Step = .wait(.zero)
+            while let next = try await group.next() {
+                group.cancelAll()
+                if let next {
+                    result = next
+                    break
+                }
+            }
+            return result
+        }
     }
 
     /// Applies the result of one upload step; returns whether it made progress.
@@ -353,4 +381,11 @@ final class Heartbeat: Sendable {
         let beat = lastBeat.load(ordering: .acquiring)
         return now - min(now, beat) <= UInt64(window.seconds * 1e9) || now < requestDeadline.load(ordering: .acquiring)
     }
+}
+
+/// The agent's current background task, shared by the loop, the stop handler and the request watcher.
+final class BudgetSlot: Sendable {
+    private let slot = Mutex<BackgroundTask?>(nil)
+    var current: BackgroundTask? { slot.withLock { $0 } }
+    func update<R>(_ body: (inout BackgroundTask?) -> R) -> R { slot.withLock { body(&$0) } }
 }

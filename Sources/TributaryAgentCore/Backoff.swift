@@ -1,4 +1,5 @@
 import Foundation
+import TributaryStore
 
 /// Exponential backoff with full jitter (AWS "Exponential Backoff and Jitter"):
 /// the n-th retry waits a uniformly random time in [0, min(cap, base·2ⁿ)].
@@ -40,7 +41,9 @@ public struct Backoff: Sendable, Hashable {
 
     /// Parses a `Retry-After` header: delta-seconds, or an HTTP-date relative to `now`.
     /// Garbage yields nil (and the plain backoff applies).
-    public static func parseRetryAfter(_ value: String?, now: Date = Date()) -> Duration? {
+    public static func parseRetryAfter(
+        _ value: String?, now: Date = Date(timeIntervalSince1970: Double(BootClock.wallMillis()) / 1000)
+    ) -> Duration? {
         guard let text = value?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
         if let seconds = Int64(text) { return seconds >= 0 ? .seconds(seconds) : nil }
         for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {

@@ -59,7 +59,10 @@ public enum UploadOutcome: Sendable, Equatable {
 /// retries (the `Idempotency-Key`). 413 halves the batch size (a single event still too large is
 /// dead-lettered); 400/422 bisects the batch, sending only the first half of a known-bad range each
 /// time, so one poison event in n is isolated in about log₂ n requests and only it is dead-lettered.
-final class UploadSession {
+///
+/// Owned by the agent's loop; it is handed to one child task at a time (so that a deadline can cancel
+/// the request in flight), never used concurrently — hence `@unchecked Sendable`.
+final class UploadSession: @unchecked Sendable {
     private let outbox: Outbox
     private let client: HTTPClient
     private(set) var configuration: UploadConfiguration

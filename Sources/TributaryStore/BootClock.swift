@@ -1,3 +1,5 @@
+import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -68,8 +70,16 @@ public enum BootClock {
     public static func wallMillis() -> Int64 {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
-        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+        let millis = Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+        guard let offsetFile = wallClockOffsetFile else { return millis }
+        return millis + (readSmallFile(offsetFile).flatMap { Int64($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? 0)
     }
+
+    /// Test seam for wall-clock jumps, which cannot be produced for real here (setting the clock needs
+    /// CAP_SYS_TIME, and libfaketime's LD_PRELOAD empties Swift's `CommandLine.arguments`): when
+    /// `TRIBUTARY_TEST_WALL_CLOCK_OFFSET_FILE` names a file, its content (milliseconds) is added to
+    /// every wall-clock reading. Unset in production: one lookup per process.
+    static let wallClockOffsetFile: String? = getenv("TRIBUTARY_TEST_WALL_CLOCK_OFFSET_FILE").map { String(cString: $0) }
 }
 
 /// Reads a small text file (under /proc or /sys) with plain syscalls, or returns nil.

@@ -1,0 +1,189 @@
+import Foundation
+import Testing
+import TributaryCollector
+import TributaryStore
+import TributaryTestSupport
+
+/// Background-task deadlines and the systemd integration, with the real agent process.
+@Suite("Deadlines and systemd", .serialized)
+struct DeadlineTests {
+    static func produce(_ group: String, _ count: Int, ledger: String? = nil) throws {
+        var args = ["app", "--group", group, "--count", "\(count)", "--concurrency", "8"]
+        if let ledger { args += ["--ledger", ledger] }
+        let result = try ChildProcess.run("tributary-sim", args)
+        #expect(result.status == 0, "\(result.stderr)")
+    }
+
+    static func args(_ group: String, _ url: String, _ extra: [String]) -> [String] {
+        ["--group", group, "--server", url + "/sa", "--outbox", group + "-state/outbox.sqlite", "--batch-size", "50",
+         "--backoff-base", "0.05", "--backoff-cap", "0.2", "--log-level", "warning"] + extra
+    }
+
+    /// Whether another process could take the agent's group lock right now.
+    static func groupLockIsFree(_ group: String) -> Bool {
+        let fd = open(group + "/" + AgentChannel.lockFile, O_RDWR | O_CREAT, 0o660)
+        defer { close(fd) }
+        guard fd >= 0, flock(fd, LOCK_EX | LOCK_NB) == 0 else { return false }
+        flock(fd, LOCK_UN)
+        return true
+    }
+
+    @Test("--once --deadline 3 against a hanging collector exits 0 in under 3 s, backlog intact, no lock held; the next run delivers the rest")
+    func onceDeadline() async throws {
+        try await withTemporaryGroup { group in
+            let ledger = group + "-ledger"
+            try Self.produce(group, 400, ledger: ledger)
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(latencyMillis: 300, hangRate: 0.5))) { collector in
+                let began = Date()
+                let run = try ChildProcess.run(
+                    "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "3", "--request-timeout", "30"]))
+                let elapsed = Date().timeIntervalSince(began)
+                #expect(run.status == 0, "\(run.stderr)")
+                #expect(elapsed < 3, "took \(elapsed) s")
+                #expect(Self.groupLockIsFree(group))
+                let track = try ChildProcess.run("tributary", ["track", "--group", group, "AfterDeadline"])
+                #expect(track.status == 0, "a producer must be able to write at once: \(track.stderr)")
+                let delivered = try await collector.stats().unique
+                #expect(delivered < 401, "the backlog must not have been fully delivered in 3 s")
+
+                try await collector.setFaults(.none)
+                let next = try ChildProcess.run("tributary-agent", Self.args(group, collector.url, ["--once"]))
+                #expect(next.status == 0, "\(next.stderr)")
+                let stats = try await collector.stats()
+                #expect(stats.unique == 401)
+                #expect(stats.orderViolations.values.reduce(0, +) == 0 && stats.seqViolations == 0)
+                let ids = Set(try await collector.events(limit: 1000).map(\.eventID))
+                let acknowledged = try String(contentsOfFile: ledger, encoding: .utf8).split(separator: "\n")
+                    .compactMap { $0.split(separator: " ").last.map(String.init) }
+                #expect(acknowledged.allSatisfy { ids.contains($0) })
+            }
+        }
+    }
+
+    @Test("SIGTERM at random moments with --stop-timeout 2 exits 0 within 2 s, every time")
+    func sigtermWithinStopTimeout() async throws {
+        try await withTemporaryGroup { group in
+            let faults = FaultConfiguration(seed: 5, latencyMillis: 150, hangRate: 0.3)
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                let producer = try ChildProcess(
+                    "tributary-sim", ["app", "--group", group, "--count", "100000", "--interval-ms", "1"])
+                defer { producer.send(SIGKILL) }
+                var rng = SystemRandomNumberGenerator()
+                var worst = 0.0
+                for _ in 0..<8 {
+                    let agent = try ChildProcess(
+                        "tributary-agent",
+                        Self.args(group, collector.url, ["--stop-timeout", "2", "--grace", "0.5", "--bulk-size", "10"]))
+                    try await Task.sleep(for: .milliseconds(Int.random(in: 100...900, using: &rng)))
+                    let sent = Date()
+                    agent.send(SIGTERM)
+                    let result = agent.finish()
+                    let took = Date().timeIntervalSince(sent)
+                    worst = max(worst, took)
+                    #expect(result.status == 0 && agent.process.terminationReason == .exit, "\(result.stderr)")
+                    #expect(took < 2, "stop took \(took) s")
+                    #expect(Self.groupLockIsFree(group))
+                }
+                #expect(worst < 2)
+            }
+        }
+    }
+
+    @Test("systemd notify: READY after recovery, WATCHDOG at half the interval only while the loop runs, STOPPING on SIGTERM")
+    func notifyProtocol() async throws {
+        try await withTemporaryGroup { group in
+            try Self.produce(group, 50)
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                // A stalled main loop: pings must stop.
+                let stalled = try NotifySocket(path: group + "-notify-1")
+                let frozen = try ChildProcess(
+                    "tributary-agent", Self.args(group, collector.url, []),
+                    environment: ["NOTIFY_SOCKET": stalled.path, "WATCHDOG_USEC": "200000", "TRIBUTARY_TEST_STALL_AFTER_MS": "1200"])
+                let ready = await stalled.wait(for: "READY=1")
+                #expect(ready != nil)
+                #expect(stalled.received.first?.text.contains("READY=1") == true, "READY must be the first message")
+                try await Task.sleep(for: .milliseconds(2200))
+                let pings = stalled.received.filter { $0.text == "WATCHDOG=1" }.map(\.at)
+                let readyAt = ready?.at ?? 0
+                let before = pings.filter { $0 < readyAt + 1.0 }
+                #expect(before.count >= 6, "expected a ping every ~100 ms, got \(before.count) in 1 s")
+                let gaps = zip(before.dropFirst(), before).map { $0 - $1 }
+                #expect(gaps.allSatisfy { $0 < 0.2 }, "ping gaps \(gaps)")
+                let late = pings.filter { $0 > readyAt + 1.2 + 0.35 }
+                #expect(late.isEmpty, "pings went on after the loop froze: \(late)")
+                frozen.send(SIGKILL)
+                frozen.finish()
+
+                // A healthy agent: STOPPING on SIGTERM, and a clean exit.
+                let healthy = try NotifySocket(path: group + "-notify-2")
+                let agent = try ChildProcess(
+                    "tributary-agent", Self.args(group, collector.url, ["--stop-timeout", "2"]),
+                    environment: ["NOTIFY_SOCKET": healthy.path, "WATCHDOG_USEC": "400000"])
+                #expect(await healthy.wait(for: "READY=1") != nil)
+                #expect(await healthy.wait(for: "WATCHDOG=1") != nil)
+                agent.send(SIGTERM)
+                let stopping = await healthy.wait(for: "STOPPING=1")
+                #expect(stopping?.text.contains("EXTEND_TIMEOUT_USEC=3000000") == true)
+                #expect(agent.finish().status == 0)
+                #expect(healthy.received.contains { $0.text.hasPrefix("STATUS=") })
+            }
+        }
+    }
+
+    @Test("a wall-clock jump of ±1 h changes neither when the deadline fires nor the events' order")
+    func clockJump() async throws {
+        try await withTemporaryGroup { group in
+            try Self.produce(group, 200)
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(hangRate: 1))) { collector in
+                for jump in ["3600000", "-3600000"] {
+                    let offset = group + "-wall-offset"
+                    try "0".write(toFile: offset, atomically: true, encoding: .utf8)
+                    let began = Date()
+                    let agent = try ChildProcess(
+                        "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "2", "--grace", "0.5"]),
+                        environment: ["TRIBUTARY_TEST_WALL_CLOCK_OFFSET_FILE": offset])
+                    try await Task.sleep(for: .milliseconds(500))
+                    try jump.write(toFile: offset, atomically: true, encoding: .utf8)
+                    let result = agent.finish()
+                    let took = Date().timeIntervalSince(began)
+                    #expect(result.status == 0, "\(result.stderr)")
+                    #expect(took > 1.3 && took < 2.2, "deadline fired after \(took) s with a \(jump) ms jump")
+                }
+            }
+        }
+    }
+
+    @Test("systemd-analyze verify accepts the units")
+    func unitsVerify() throws {
+        try withTemporaryGroup { dir in
+            let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            let unitsDir = root.appendingPathComponent("systemd")
+            try FileManager.default.createDirectory(atPath: dir + "/etc/tributary", withIntermediateDirectories: true)
+            try FileManager.default.copyItem(
+                atPath: unitsDir.appendingPathComponent("agent.env.example").path, toPath: dir + "/etc/tributary/agent.env")
+            let instance = "var-lib-myapp-group"
+            var units: [String] = []
+            for name in try FileManager.default.contentsOfDirectory(atPath: unitsDir.path)
+            where name.hasSuffix(".in") || name.hasSuffix(".timer") {
+                var text = try String(contentsOf: unitsDir.appendingPathComponent(name), encoding: .utf8)
+                text = text.replacingOccurrences(of: "@BINDIR@", with: productsDirectory.path)
+                    .replacingOccurrences(of: "@SYSCONFDIR@", with: dir + "/etc")
+                    .replacingOccurrences(of: "@DOCDIR@", with: root.deletingLastPathComponent().appendingPathComponent("docs").path)
+                let unit = name.replacingOccurrences(of: ".in", with: "").replacingOccurrences(of: "@.", with: "@\(instance).")
+                try text.write(toFile: dir + "/" + unit, atomically: true, encoding: .utf8)
+                units.append(dir + "/" + unit)
+            }
+            #expect(units.count == 3)
+            let verify = Process()
+            verify.executableURL = URL(fileURLWithPath: "/usr/bin/systemd-analyze")
+            verify.arguments = ["verify"] + units
+            let errors = Pipe()
+            verify.standardError = errors
+            try verify.run()
+            verify.waitUntilExit()
+            let stderr = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            #expect(verify.terminationStatus == 0, "\(stderr)")
+            #expect(stderr.isEmpty, "systemd-analyze warned: \(stderr)")
+        }
+    }
+}
