@@ -1,0 +1,21 @@
+import ArgumentParser
+
+/// `make bench`: producer throughput and commit latency of Tributary next to a C baseline doing the
+/// same LMDB work, both measured in the same run.
+///
+/// The root command is the driver (``Run``); ``Worker`` is one Swift producer process, started by
+/// the driver. The C producer is the separate `lmdb-baseline` executable. See `docs/benchmarks.md`.
+@main
+struct TributaryBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tributary-bench",
+        abstract: "Producer throughput and commit latency, Swift (Tracker) next to C (lmdb-baseline).",
+        discussion: """
+            Runs every configuration {single track, group commit} x {1, 2, 4 processes}, first with \
+            Swift producer processes, then with C producer processes doing the same LMDB work, each in a \
+            fresh store on disk, and prints the medians over the repetitions.
+            """,
+        subcommands: [Run.self, Worker.self],
+        defaultSubcommand: Run.self
+    )
+}

@@ -1,0 +1,111 @@
+import ArgumentParser
+import Foundation
+import Tributary
+
+/// One Swift producer process: opens a `Tracker`, waits for the driver's start signal, tracks
+/// `--events` events and reports its latencies as one JSON line (see ``WorkerReport``).
+struct Worker: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "One Swift producer process (started by the driver; prints READY, waits for GO on stdin).",
+        shouldDisplay: false
+    )
+
+    @Option(help: ArgumentHelp("The app group directory.", valueName: "dir"))
+    var group: String
+
+    @Option(name: .customLong("producer-id"), help: ArgumentHelp("Producer id.", valueName: "id"))
+    var producerID: String
+
+    @Option(help: "How many events to track.")
+    var events: Int
+
+    @Option(help: "Concurrent async track() callers sharing group commits; 0 = synchronous track(), one transaction each.")
+    var callers: Int = 0
+
+    @Option(name: .customLong("map-size"), help: ArgumentHelp("LMDB map size in bytes.", valueName: "bytes"))
+    var mapSize: Int = 1 << 30
+
+    func validate() throws {
+        guard events >= 0 else { throw ValidationError("--events must not be negative.") }
+        guard callers >= 0 else { throw ValidationError("--callers must not be negative.") }
+        guard mapSize > 0 else { throw ValidationError("--map-size must be positive.") }
+    }
+
+    func run() async throws {
+        var configuration = Tracker.Configuration(groupDirectory: group, producerID: producerID)
+        // The driver sizes the map for the whole run, so neither Swift nor C pays for map growth.
+        configuration.store.initialMapSize = mapSize
+        configuration.store.quota = mapSize
+        let tracker = try Tracker(configuration: configuration)
+
+        writeLine("READY \(getpid())")
+        guard readLine() == "GO" else {
+            writeError("tributary-bench worker: expected GO on stdin, the driver went away")
+            throw ExitCode.failure
+        }
+        let start = Monotonic.nanos()
+        let latencies = callers == 0 ? try trackOneByOne(tracker) : try await trackConcurrently(tracker)
+        let end = Monotonic.nanos()
+
+        let report = WorkerReport(
+            lang: "swift", producer: producerID, pid: getpid(), events: latencies.count, txns: nil,
+            startNanos: start, endNanos: end, latencyNanos: latencies)
+        FileHandle.standardOutput.write(try JSONEncoder().encode(report) + Data("\n".utf8))
+    }
+
+    /// Synchronous `track`: one durable write transaction per call.
+    private func trackOneByOne(_ tracker: Tracker) throws -> [UInt64] {
+        var latencies: [UInt64] = []
+        latencies.reserveCapacity(events)
+        for index in 0..<events {
+            let properties = BenchEvent.properties(index: index)
+            let t0 = Monotonic.nanos()
+            try tracker.track(BenchEvent.name, properties: properties)
+            latencies.append(Monotonic.nanos() - t0)
+        }
+        return latencies
+    }
+
+    /// Async `track` from `callers` concurrent tasks: group commit shares transactions among them.
+    private func trackConcurrently(_ tracker: Tracker) async throws -> [UInt64] {
+        let callers = self.callers
+        let events = self.events
+        return try await withThrowingTaskGroup(of: [UInt64].self) { group in
+            for caller in 0..<callers {
+                group.addTask {
+                    var latencies: [UInt64] = []
+                    latencies.reserveCapacity(events / callers + 1)
+                    for index in stride(from: caller, to: events, by: callers) {
+                        let properties = BenchEvent.properties(index: index)
+                        let t0 = Monotonic.nanos()
+                        try await tracker.track(BenchEvent.name, properties: properties)
+                        latencies.append(Monotonic.nanos() - t0)
+                    }
+                    return latencies
+                }
+            }
+            var all: [UInt64] = []
+            all.reserveCapacity(events)
+            for try await latencies in group { all += latencies }
+            return all
+        }
+    }
+}
+
+/// The event every benchmark producer tracks: a product purchase with a handful of typical properties.
+enum BenchEvent {
+    static let name = "BuyProduct"
+
+    static func properties(index: Int) -> [String: PropertyValue] {
+        [
+            "product_id": .string("SKU-\(100_000 + index % 900_000)"),
+            "product_name": "Loose-leaf green tea, 500 g tin",
+            "product_category": "groceries/tea",
+            "price": 12.5,
+            "quantity": .int(Int64(1 + index % 3)),
+            "in_stock": true,
+            "screen": "ProductDetail",
+            "index": .int(Int64(index)),
+        ]
+    }
+}
