@@ -51,12 +51,12 @@ struct AgentCrashTests {
     func crashPoint(point: String) async throws {
         try await withTemporaryGroup { group in
             let ledger = group + "-ledger"
-            let producer = try ChildProcess.run(
+            let producer = try await ChildProcess.run(
                 "tributary-sim", ["app", "--group", group, "--count", "400", "--concurrency", "4", "--ledger", ledger])
             #expect(producer.status == 0, "\(producer.stderr)")
             // Event 123 is poison for the dead-letter point, so that point is reached.
             if point.hasPrefix("deadletter") {
-                _ = try ChildProcess.run("tributary", ["track", "--group", group, "Poison"])
+                _ = try await ChildProcess.run("tributary", ["track", "--group", group, "Poison"])
             }
             let faults = FaultConfiguration(poisonPattern: "^Poison$")
             try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
@@ -65,18 +65,18 @@ struct AgentCrashTests {
                     let crashed = try ChildProcess(
                         "tributary-agent", Self.agentArguments(group, collector.url),
                         environment: ["TRIBUTARY_CRASH_AT": point])
-                    let result = crashed.finish()
+                    let result = await crashed.finish()
                     #expect(crashed.process.terminationReason == .uncaughtSignal && result.status == SIGKILL,
                             "agent did not reach \(point) (status \(result.status)): \(result.stderr)")
                 }
-                let restarted = try ChildProcess.run("tributary-agent", Self.agentArguments(group, collector.url))
+                let restarted = try await ChildProcess.run("tributary-agent", Self.agentArguments(group, collector.url))
                 #expect(restarted.status == 0, "\(restarted.stderr)")
                 try await Self.expectExactlyOnce(collector, ledgers: [ledger])
                 let stats = try await collector.stats()
                 #expect(stats.unique == 400)
                 let store = try SharedStore(groupDirectory: group)
                 #expect(try store.status().pendingEvents == 0)
-                let letters = try ChildProcess.run("tributary", ["dead-letters", "--outbox", group + "-state/outbox.sqlite", "--json"])
+                let letters = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", group + "-state/outbox.sqlite", "--json"])
                 let expectedLetters = point.hasPrefix("deadletter") ? 1 : 0
                 #expect(letters.stdout.components(separatedBy: "\"event_id\"").count - 1 == expectedLetters, "\(letters.stdout)")
             }
@@ -100,15 +100,15 @@ struct AgentCrashTests {
                     let agent = try ChildProcess("tributary-agent", Self.agentArguments(group, collector.url, once: false))
                     try await Task.sleep(for: .milliseconds(Int.random(in: 30...150, using: &rng)))
                     agent.send(SIGKILL)
-                    agent.finish()
+                    await agent.finish()
                     if agent.process.terminationReason == .uncaughtSignal { kills += 1 }
                 }
                 #expect(kills == 50)
                 for producer in producers {
-                    let result = producer.finish()
+                    let result = await producer.finish()
                     #expect(result.status == 0, "\(result.stderr)")
                 }
-                let final = try ChildProcess.run("tributary-agent", Self.agentArguments(group, collector.url))
+                let final = try await ChildProcess.run("tributary-agent", Self.agentArguments(group, collector.url))
                 #expect(final.status == 0, "\(final.stderr)")
                 try await Self.expectExactlyOnce(collector, ledgers: ledgers)
                 #expect(try await collector.stats().unique == 3000)

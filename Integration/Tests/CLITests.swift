@@ -5,19 +5,19 @@ import TributaryTestSupport
 @Suite("tributary CLI")
 struct CLITests {
     @Test("track prints the event id; status and inspect show it")
-    func trackStatusInspect() throws {
-        try withTemporaryGroup { group in
-            let track = try ChildProcess.run(
+    func trackStatusInspect() async throws {
+        try await withTemporaryGroup { group in
+            let track = try await ChildProcess.run(
                 "tributary", ["track", "--group", group, "BuyProduct", "--properties", #"{"price": 9.99}"#,
                               "--producer", "extension", "--producer-id", "share"])
             #expect(track.status == 0, "\(track.stderr)")
             let eventID = track.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(eventID.count == 36)
-            let status = try ChildProcess.run("tributary", ["status", "--group", group, "--json"])
+            let status = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
             let json = try #require(try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
             #expect(json["pending_events"] as? Int == 1)
             #expect(json["quota"] as? Int == 1 << 30)
-            let inspect = try ChildProcess.run("tributary", ["inspect", "--group", group, "--json"])
+            let inspect = try await ChildProcess.run("tributary", ["inspect", "--group", group, "--json"])
             #expect(inspect.stdout.contains(eventID))
             #expect(inspect.stdout.contains(#""producer":"share""#))
             #expect(inspect.stdout.contains(#""producer_kind":"extension""#))
@@ -32,20 +32,20 @@ struct CLITests {
         (["login", "--group", "{g}", ""], 65, "login id"),
         (["inspect", "--group", "{g}", "--limit", "0"], 64, "--limit"),
     ])
-    func exitCodes(arguments: [String], code: Int32, message: String) throws {
-        try withTemporaryGroup { group in
-            let result = try ChildProcess.run("tributary", arguments.map { $0.replacingOccurrences(of: "{g}", with: group) })
+    func exitCodes(arguments: [String], code: Int32, message: String) async throws {
+        try await withTemporaryGroup { group in
+            let result = try await ChildProcess.run("tributary", arguments.map { $0.replacingOccurrences(of: "{g}", with: group) })
             #expect(result.status == code, "stderr: \(result.stderr)")
             #expect(result.stderr.contains(message))
         }
     }
 
     @Test("a world-writable group directory is refused with exit code 77")
-    func unsafeDirectory() throws {
-        try withTemporaryGroup { group in
+    func unsafeDirectory() async throws {
+        try await withTemporaryGroup { group in
             try FileManager.default.createDirectory(atPath: group, withIntermediateDirectories: true)
             chmod(group, 0o777)
-            let result = try ChildProcess.run("tributary", ["track", "--group", group, "X"])
+            let result = try await ChildProcess.run("tributary", ["track", "--group", group, "X"])
             #expect(result.status == 77)
             #expect(result.stderr.contains("chmod o-w"))
         }

@@ -7,10 +7,10 @@ import TributaryTestSupport
 /// Background-task deadlines and the systemd integration, with the real agent process.
 @Suite("Deadlines and systemd", .serialized)
 struct DeadlineTests {
-    static func produce(_ group: String, _ count: Int, ledger: String? = nil) throws {
+    static func produce(_ group: String, _ count: Int, ledger: String? = nil) async throws {
         var args = ["app", "--group", group, "--count", "\(count)", "--concurrency", "8"]
         if let ledger { args += ["--ledger", ledger] }
-        let result = try ChildProcess.run("tributary-sim", args)
+        let result = try await ChildProcess.run("tributary-sim", args)
         #expect(result.status == 0, "\(result.stderr)")
     }
 
@@ -32,22 +32,22 @@ struct DeadlineTests {
     func onceDeadline() async throws {
         try await withTemporaryGroup { group in
             let ledger = group + "-ledger"
-            try Self.produce(group, 400, ledger: ledger)
+            try await Self.produce(group, 400, ledger: ledger)
             try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(latencyMillis: 300, hangRate: 0.5))) { collector in
                 let began = Date()
-                let run = try ChildProcess.run(
+                let run = try await ChildProcess.run(
                     "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "3", "--request-timeout", "30"]))
                 let elapsed = Date().timeIntervalSince(began)
                 #expect(run.status == 0, "\(run.stderr)")
                 #expect(elapsed < 3, "took \(elapsed) s")
                 #expect(Self.groupLockIsFree(group))
-                let track = try ChildProcess.run("tributary", ["track", "--group", group, "AfterDeadline"])
+                let track = try await ChildProcess.run("tributary", ["track", "--group", group, "AfterDeadline"])
                 #expect(track.status == 0, "a producer must be able to write at once: \(track.stderr)")
                 let delivered = try await collector.stats().unique
                 #expect(delivered < 401, "the backlog must not have been fully delivered in 3 s")
 
                 try await collector.setFaults(.none)
-                let next = try ChildProcess.run("tributary-agent", Self.args(group, collector.url, ["--once"]))
+                let next = try await ChildProcess.run("tributary-agent", Self.args(group, collector.url, ["--once"]))
                 #expect(next.status == 0, "\(next.stderr)")
                 let stats = try await collector.stats()
                 #expect(stats.unique == 401)
@@ -77,7 +77,7 @@ struct DeadlineTests {
                     try await Task.sleep(for: .milliseconds(Int.random(in: 100...900, using: &rng)))
                     let sent = Date()
                     agent.send(SIGTERM)
-                    let result = agent.finish()
+                    let result = await agent.finish()
                     let took = Date().timeIntervalSince(sent)
                     worst = max(worst, took)
                     #expect(result.status == 0 && agent.process.terminationReason == .exit, "\(result.stderr)")
@@ -92,7 +92,7 @@ struct DeadlineTests {
     @Test("systemd notify: READY after recovery, WATCHDOG at half the interval only while the loop runs, STOPPING on SIGTERM")
     func notifyProtocol() async throws {
         try await withTemporaryGroup { group in
-            try Self.produce(group, 50)
+            try await Self.produce(group, 50)
             try await Collector.withRunning(CollectorConfiguration()) { collector in
                 // A stalled main loop: pings must stop.
                 let stalled = try NotifySocket(path: group + "-notify-1")
@@ -112,7 +112,7 @@ struct DeadlineTests {
                 let late = pings.filter { $0 > readyAt + 1.2 + 0.35 }
                 #expect(late.isEmpty, "pings went on after the loop froze: \(late)")
                 frozen.send(SIGKILL)
-                frozen.finish()
+                await frozen.finish()
 
                 // A healthy agent: STOPPING on SIGTERM, and a clean exit.
                 let healthy = try NotifySocket(path: group + "-notify-2")
@@ -124,7 +124,7 @@ struct DeadlineTests {
                 agent.send(SIGTERM)
                 let stopping = await healthy.wait(for: "STOPPING=1")
                 #expect(stopping?.text.contains("EXTEND_TIMEOUT_USEC=3000000") == true)
-                #expect(agent.finish().status == 0)
+                #expect(await agent.finish().status == 0)
                 #expect(healthy.received.contains { $0.text.hasPrefix("STATUS=") })
             }
         }
@@ -133,7 +133,7 @@ struct DeadlineTests {
     @Test("a wall-clock jump of ±1 h changes neither when the deadline fires nor the events' order")
     func clockJump() async throws {
         try await withTemporaryGroup { group in
-            try Self.produce(group, 200)
+            try await Self.produce(group, 200)
             try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(hangRate: 1))) { collector in
                 for jump in ["3600000", "-3600000"] {
                     let offset = group + "-wall-offset"
@@ -144,7 +144,7 @@ struct DeadlineTests {
                         environment: ["TRIBUTARY_TEST_WALL_CLOCK_OFFSET_FILE": offset])
                     try await Task.sleep(for: .milliseconds(500))
                     try jump.write(toFile: offset, atomically: true, encoding: .utf8)
-                    let result = agent.finish()
+                    let result = await agent.finish()
                     let took = Date().timeIntervalSince(began)
                     #expect(result.status == 0, "\(result.stderr)")
                     #expect(took > 1.3 && took < 2.2, "deadline fired after \(took) s with a \(jump) ms jump")

@@ -32,8 +32,8 @@ struct MultiProcessTests {
     }
 
     @Test("4 producers × 5,000 events: each exactly once, in producer order, global sequence gap-free")
-    func fourProducers() throws {
-        try withTemporaryGroup { group in
+    func fourProducers() async throws {
+        try await withTemporaryGroup { group in
             let perProducer = 5000
             var children: [(id: String, ledger: String, process: ChildProcess)] = []
             for p in 0..<4 {
@@ -44,7 +44,7 @@ struct MultiProcessTests {
                 children.append(("producer-\(p)", ledger, try ChildProcess("tributary-sim", args)))
             }
             for child in children {
-                let result = child.process.finish()
+                let result = await child.process.finish()
                 #expect(result.status == 0, "\(child.id) failed: \(result.stderr)")
             }
 
@@ -81,7 +81,7 @@ struct MultiProcessTests {
                 "tributary-sim",
                 ["app", "--group", group, "--producer-id", "victim", "--count", "1000000", "--ledger", victimLedger,
                  "--concurrency", "8"])
-            #expect(victim.waitForLine(startingWith: "READY") != nil)
+            #expect(await victim.waitForLine(startingWith: "READY") != nil)
 
             // A reader in this process keeps reading while the victim dies.
             let store = try SharedStore(groupDirectory: group)
@@ -92,16 +92,16 @@ struct MultiProcessTests {
             }
             #expect(victimSeen > 0)
             victim.send(SIGKILL)
-            let victimResult = victim.finish()
+            let victimResult = await victim.finish()
             #expect(victimResult.status == SIGKILL || victim.process.terminationReason == .uncaughtSignal)
 
             // Readers carry on right after the kill, in this process and in a fresh one.
             #expect(try store.status().pendingEvents > 0)
-            let cli = try ChildProcess.run("tributary", ["status", "--group", group, "--json"])
+            let cli = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
             #expect(cli.status == 0, "status after kill failed: \(cli.stderr)")
 
             for survivor in survivors {
-                let result = survivor.process.finish()
+                let result = await survivor.process.finish()
                 #expect(result.status == 0, "\(survivor.id) failed after the kill: \(result.stderr)")
             }
 
@@ -119,24 +119,24 @@ struct MultiProcessTests {
             #expect(!acknowledged.isEmpty)
             #expect(acknowledged.allSatisfy { storedIDs.contains($0.eventID) })
             // And a new producer can keep writing after the kill.
-            let after = try ChildProcess.run("tributary", ["track", "--group", group, "AfterKill"])
+            let after = try await ChildProcess.run("tributary", ["track", "--group", group, "AfterKill"])
             #expect(after.status == 0, "\(after.stderr)")
         }
     }
 
     @Test("identity is shared between processes")
-    func identityAcrossProcesses() throws {
-        try withTemporaryGroup { group in
+    func identityAcrossProcesses() async throws {
+        try await withTemporaryGroup { group in
             let store = try SharedStore(groupDirectory: group)
             let anonymous = try store.identity().anonymousID
-            let login = try ChildProcess.run("tributary", ["login", "--group", group, "user-42"])
+            let login = try await ChildProcess.run("tributary", ["login", "--group", group, "user-42"])
             #expect(login.status == 0, "\(login.stderr)")
             #expect(try store.identity().loginID == "user-42")
             #expect(try store.identity().anonymousID == anonymous)
-            let status = try ChildProcess.run("tributary", ["status", "--group", group, "--json"])
+            let status = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
             #expect(status.stdout.contains(anonymous))
             _ = try store.logout()
-            let track = try ChildProcess.run("tributary", ["track", "--group", group, "AfterLogout"])
+            let track = try await ChildProcess.run("tributary", ["track", "--group", group, "AfterLogout"])
             let stored = try Self.storedEvents(group)
             let body = try #require(try JSONSerialization.jsonObject(with: Data(stored.last!.record.body)) as? [String: Any])
             #expect(track.status == 0)

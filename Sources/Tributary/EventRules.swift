@@ -77,7 +77,9 @@ public enum EventRules {
                 "The \(what) has \(scalars.count) characters; the limit is \(maxNameLength).")
         }
         for (i, s) in scalars.enumerated() {
-            let ok = s == "_" || s == "$" || (s.isASCII && s.properties.isAlphabetic) || (i > 0 && s.isASCII && ("0"..."9").contains(s))
+            let v = s.value
+            let ok = v == 0x5F || v == 0x24 || (0x41...0x5A).contains(v) || (0x61...0x7A).contains(v)
+                || (i > 0 && (0x30...0x39).contains(v))
             guard ok else {
                 throw TrackingError(
                     .invalidName, field: name,

@@ -119,23 +119,39 @@ public final class Agent: Service, Sendable {
             "tributary.outbox.pending": "\(pending)",
         ])
         let watchdog = startWatchdog()
-        defer {
-            watchdog?.cancel()
-            listener.stop()
-            writeStatus(session: session, state: "stopped", loop: loop)
-            lock.release()
-        }
+        let result: Result<Report, any Error>
         do {
-            let report = try await loopBody(session: session, loop: &loop, once: once)
-            try await client.shutdown()
-            logger.info("agent stopped", metadata: [
-                "tributary.drained": "\(report.drained)", "tributary.delivered": "\(report.delivered)",
-                "tributary.outbox.pending": "\((try? outbox.pending().count) ?? -1)",
-            ])
-            return report
+            result = .success(try await loopBody(session: session, loop: &loop, once: once))
         } catch {
-            try? await client.shutdown()
-            throw error
+            result = .failure(error)
+        }
+        // Release everything in the group directory first: nothing below may delay it.
+        watchdog?.cancel()
+        listener.stop()
+        writeStatus(session: session, state: "stopped", loop: loop)
+        lock.release()
+        await shutdown(client)
+        let report = try result.get()
+        logger.info("agent stopped", metadata: [
+            "tributary.drained": "\(report.drained)", "tributary.delivered": "\(report.delivered)",
+            "tributary.outbox.pending": "\((try? outbox.pending().count) ?? -1)",
+        ])
+        return report
+    }
+
+    /// Shuts the HTTP client down, waiting at most a second: a connection whose request was cancelled
+    /// against a collector that never answers can hold `shutdown()` open, and the process is stopping.
+    private func shutdown(_ client: HTTPClient) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let once = ResumeOnce(continuation)
+            Task {
+                try? await client.shutdown()
+                once.resume()
+            }
+            Task {
+                try? await Task.sleep(for: .seconds(1))
+                once.resume()
+            }
         }
     }
 
@@ -388,4 +404,11 @@ final class BudgetSlot: Sendable {
     private let slot = Mutex<BackgroundTask?>(nil)
     var current: BackgroundTask? { slot.withLock { $0 } }
     func update<R>(_ body: (inout BackgroundTask?) -> R) -> R { slot.withLock { body(&$0) } }
+}
+
+/// Resumes a continuation the first time ``resume()`` is called; later calls do nothing.
+final class ResumeOnce: Sendable {
+    private let continuation: Mutex<CheckedContinuation<Void, Never>?>
+    init(_ continuation: CheckedContinuation<Void, Never>) { self.continuation = Mutex(continuation) }
+    func resume() { continuation.withLock { c in defer { c = nil }; return c }?.resume() }
 }

@@ -89,13 +89,13 @@ struct ControlTests {
             "tributary-collector",
             ["--port", "0", "--fail-rate", "1", "--retry-after", "3"]
         )
-        let line = try #require(process.waitForLine(startingWith: "LISTENING "))
+        let line = try #require(await process.waitForLine(startingWith: "LISTENING "))
         let url = String(line.dropFirst("LISTENING ".count))
         #expect(url.hasPrefix("http://127.0.0.1:"))
         let faults = try await fetch(url + "/control/faults")
         #expect(faults.contains(#""failure_rate":1"#) && faults.contains(#""retry_after":"3""#))
         process.send(SIGTERM)
-        let result = process.finish()
+        let result = await process.finish()
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stdout.isEmpty, "only the LISTENING line goes to stdout")
     }

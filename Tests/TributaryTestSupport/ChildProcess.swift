@@ -40,16 +40,19 @@ public final class ChildProcess: @unchecked Sendable {
 
     public var pid: Int32 { process.processIdentifier }
 
-    /// Reads stdout until a line starting with `prefix` appears (or EOF); returns it.
-    public func waitForLine(startingWith prefix: String) -> String? {
-        var buffer = Data()
+    /// Reads stdout until a line starting with `prefix` appears (or EOF); returns it. Blocking reads run
+    /// on a thread of their own, never on a Swift concurrency thread.
+    public func waitForLine(startingWith prefix: String) async -> String? {
         let handle = stdoutPipe.fileHandleForReading
-        while true {
-            let chunk = handle.availableData
-            if chunk.isEmpty { return nil }
-            buffer.append(chunk)
-            let text = String(decoding: buffer, as: UTF8.self)
-            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) { return String(line) }
+        return await offPool {
+            var buffer = Data()
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { return nil }
+                buffer.append(chunk)
+                let text = String(decoding: buffer, as: UTF8.self)
+                if let line = text.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) { return String(line) }
+            }
         }
     }
 
@@ -57,16 +60,39 @@ public final class ChildProcess: @unchecked Sendable {
     public func send(_ signal: Int32) { kill(process.processIdentifier, signal) }
 
     /// Waits for exit and returns (status, stdout, stderr).
+    ///
+    /// The waiting happens on a dedicated thread: blocking a Swift concurrency thread here could starve
+    /// an in-process server (the reference collector) that the child is talking to, on a 2-core machine.
     @discardableResult
-    public func finish() -> (status: Int32, stdout: String, stderr: String) {
-        let out = stdoutPipe.fileHandleForReading.readDataToEndOfFile()
-        let err = stderrPipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: out, as: UTF8.self), String(decoding: err, as: UTF8.self))
+    public func finish() async -> (status: Int32, stdout: String, stderr: String) {
+        let process = self.process
+        let out = stdoutPipe.fileHandleForReading
+        let err = stderrPipe.fileHandleForReading
+        return await offPool {
+            let errData = Mutex(Data())
+            let errReader = Thread { errData.withLock { $0 = err.readDataToEndOfFile() } }
+            errReader.start()
+            let outData = out.readDataToEndOfFile()
+            process.waitUntilExit()
+            while !errReader.isFinished { usleep(1000) }
+            return (process.terminationStatus, String(decoding: outData, as: UTF8.self),
+                    String(decoding: errData.withLock { $0 }, as: UTF8.self))
+        }
     }
 
     /// Runs an executable to completion.
-    public static func run(_ executable: String, _ arguments: [String]) throws -> (status: Int32, stdout: String, stderr: String) {
-        try ChildProcess(executable, arguments).finish()
+    public static func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) async throws
+        -> (status: Int32, stdout: String, stderr: String)
+    {
+        try await ChildProcess(executable, arguments, environment: environment).finish()
     }
 }
+
+/// Runs blocking work on a fresh thread and resumes the caller when it is done.
+func offPool<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(returning: work()) }
+    }
+}
+
+import Synchronization
