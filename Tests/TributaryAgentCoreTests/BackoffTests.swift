@@ -1,18 +1,7 @@
 import Foundation
 import Testing
+import TributaryCollector  // SplitMix64, the seeded generator the collector's faults use
 @testable import TributaryAgentCore
-
-/// A seeded generator so backoff draws are reproducible.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 @Suite("Backoff")
 struct BackoffTests {
@@ -26,7 +15,7 @@ struct BackoffTests {
 
     @Test("full jitter stays within [0, ceiling] and spreads over it", arguments: [1 as UInt64, 42, 7777])
     func jitterBounds(seed: UInt64) {
-        var rng = SplitMix64(state: seed)
+        var rng = SplitMix64(seed: seed)
         for attempt in 0..<12 {
             let ceiling = policy.ceiling(attempt: attempt)
             let draws = (0..<200).map { _ in policy.delay(attempt: attempt, using: &rng) }
@@ -37,7 +26,7 @@ struct BackoffTests {
 
     @Test("Retry-After is honoured but clamped, and never shortens the backoff")
     func retryAfter() {
-        var rng = SplitMix64(state: 9)
+        var rng = SplitMix64(seed: 9)
         #expect(policy.delay(attempt: 0, retryAfter: .seconds(5), using: &rng) == .seconds(5))
         #expect(policy.delay(attempt: 0, retryAfter: .seconds(100_000), using: &rng) == .seconds(120))
         for _ in 0..<100 {
