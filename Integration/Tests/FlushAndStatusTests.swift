@@ -1,0 +1,81 @@
+import Foundation
+import Testing
+import TributaryCollector
+import TributaryStore
+import TributaryTestSupport
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Flush requests, status reporting and metrics of a running agent process.
+@Suite("Flush, status and metrics", .serialized)
+struct FlushAndStatusTests {
+    /// A loopback port that was free a moment ago.
+    static func freePort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                bind(fd, sa, length)
+                return getsockname(fd, sa, &length)
+            }
+        }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    @Test("tributary flush wakes an idle agent at once; status and metrics show the deliveries")
+    func flushWakesAgent() async throws {
+        try await withTemporaryGroup { group in
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let metricsPort = Self.freePort()
+                let agent = try ChildProcess("tributary-agent", [
+                    "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
+                    "--bulk-size", "1000", "--flush-interval", "600", "--log-level", "warning",
+                    "--metrics-address", "127.0.0.1:\(metricsPort)",
+                ])
+                let produce = try await ChildProcess.run("tributary-sim", ["app", "--group", group, "--count", "25"])
+                #expect(produce.status == 0)
+                // Below the bulk size and long before the interval: nothing is uploaded yet.
+                try await Task.sleep(for: .milliseconds(600))
+                #expect(try await collector.stats().unique == 0)
+
+                let flushedAt = Date()
+                let flush = try await ChildProcess.run("tributary", ["flush", "--group", group])
+                #expect(flush.status == 0, "\(flush.stderr)")
+                var unique = 0
+                while unique < 25 && Date().timeIntervalSince(flushedAt) < 5 {
+                    unique = try await collector.stats().unique
+                    try await Task.sleep(for: .milliseconds(10))
+                }
+                #expect(unique == 25)
+                #expect(Date().timeIntervalSince(flushedAt) < 1, "a flush must not wait for the poll or interval")
+
+                try await Task.sleep(for: .milliseconds(1200))  // the status file is written once a second
+                let status = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
+                let json = try #require(try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
+                let agentStatus = try #require(json["agent"] as? [String: Any])
+                #expect(agentStatus["delivered"] as? Int == 25)
+                #expect(agentStatus["state"] as? String == "idle")
+                let text = try await ChildProcess.run("tributary", ["status", "--group", group])
+                #expect(text.stdout.contains("agent:          idle"))
+
+                let url = try #require(URL(string: "http://127.0.0.1:\(metricsPort)/metrics"))
+                let (data, _) = try await URLSession.shared.data(from: url)
+                let metrics = String(decoding: data, as: UTF8.self)
+                #expect(metrics.contains("tributary_events_uploaded_total 25"), "\(metrics)")
+                #expect(metrics.contains("tributary_events_drained_total 25"))
+
+                agent.send(SIGTERM)
+                #expect(await agent.finish().status == 0)
+                #expect(AgentChannel.readStatus(groupDirectory: group)?.state == "stopped")
+                let noAgent = try await ChildProcess.run("tributary", ["flush", "--group", group])
+                #expect(noAgent.status == 69)
+            }
+        }
+    }
+}
