@@ -139,8 +139,9 @@ public final class Agent: Service, Sendable {
         return report
     }
 
-    /// Shuts the HTTP client down, waiting at most a second: a connection whose request was cancelled
-    /// against a collector that never answers can hold `shutdown()` open, and the process is stopping.
+    /// Shuts the HTTP client down, waiting at most 200 ms: a connection whose request was cancelled
+    /// against a collector that never answers can hold `shutdown()` open, and the process is stopping
+    /// within its grace period anyway.
     private func shutdown(_ client: HTTPClient) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let once = ResumeOnce(continuation)
@@ -149,7 +150,7 @@ public final class Agent: Service, Sendable {
                 once.resume()
             }
             Task {
-                try? await Task.sleep(for: .seconds(1))
+                try? await Task.sleep(for: .milliseconds(200))
                 once.resume()
             }
         }
