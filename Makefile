@@ -22,7 +22,7 @@ help:
 	@echo "make build  debug build of every target"
 	@echo "make test   build and run every test (unit and multi-process)"
 	@echo "make run    demo: producers write into a fresh group directory, then show the store"
-	@echo "make bench  release build, then benchmarks next to their C baselines"
+	@echo "make bench  release build, then benchmarks next to their C baselines (producers, then the sync agent)"
 	@echo "make install  release build; binaries, systemd units and docs under DESTDIR/PREFIX"
 
 # Idempotent: a quick no-op when every package is installed.
@@ -45,10 +45,13 @@ test: deps
 run: build
 	./scripts/run-demo.sh
 
+# Producer benchmark, then the sync agent's (docs/benchmarks.md). One product per `swift build`:
+# given several --product options, swift build builds only the last.
+BENCH_PRODUCTS := tributary-bench lmdb-baseline tributary-agent tributary-collector
 bench: deps
-	$(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product tributary-bench
-	$(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product lmdb-baseline
+	for p in $(BENCH_PRODUCTS); do $(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product $$p || exit 1; done
 	$(RELEASE_DIR)/release/tributary-bench --bin $(RELEASE_DIR)/release
+	$(RELEASE_DIR)/release/tributary-bench agent --bin $(RELEASE_DIR)/release
 
 release: deps
 	$(SWIFT) build -c release --scratch-path $(RELEASE_DIR) $(foreach b,$(BINARIES),--product $(b))

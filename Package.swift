@@ -103,14 +103,17 @@ let package = Package(
         // Benchmarks: built and run only by `make bench`.
         .executableTarget(
             name: "tributary-bench",
-            dependencies: ["Tributary", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "Tributary", "TributaryAgentCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Logging", package: "swift-log"),
+            ],
             path: "Benchmarks/tributary-bench",
             swiftSettings: strict
         ),
         .executableTarget(
             name: "lmdb-baseline",
             path: "Benchmarks/lmdb-baseline",
-            linkerSettings: [.linkedLibrary("lmdb")]
+            linkerSettings: [.linkedLibrary("lmdb"), .linkedLibrary("sqlite3"), .linkedLibrary("z")]
         ),
 
         .target(name: "TributaryTestSupport", dependencies: ["TributaryStore"], path: "Tests/TributaryTestSupport",

@@ -25,6 +25,8 @@
  * "latency_ns":[…]} where each latency is one transaction, mdb_txn_begin to mdb_txn_commit return,
  * and the times are CLOCK_MONOTONIC (comparable between processes).
  *
+ * `lmdb-baseline drain` (drain.c) is the other baseline: the agent's drain, store -> SQLite outbox.
+ *
  * lmdb.h: "Use an MDB_env* in the process which opened it, without fork()ing." This program is
  * always started with posix_spawn by the driver and never forks.
  */
@@ -41,14 +43,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "baseline.h"
+
 /* Record format version 1 (EventRecord.swift): fixed header size before the producer id. */
 enum { RECORD_VERSION = 1, FIXED_HEADER = 54, REGISTRATION_SIZE = 29, MAX_PRODUCER_ID = 255 };
 
-static const char *program = "lmdb-baseline";
+const char *program = "lmdb-baseline";
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
-static void die(const char *format, ...) {
+void die(const char *format, ...) {
     va_list args;
     va_start(args, format);
     fprintf(stderr, "%s: ", program);
@@ -59,26 +63,26 @@ static void die(const char *format, ...) {
 }
 
 /* Every mdb_* call goes through here: a non-zero code ends the process with LMDB's message. */
-static void check(int rc, const char *call) {
+void check(int rc, const char *call) {
     if (rc != MDB_SUCCESS) die("%s failed: %s (%d)", call, mdb_strerror(rc), rc);
 }
 
 /* ---- clocks and byte order ------------------------------------------------------------------- */
 
-static uint64_t clock_ns(clockid_t clock) {
+uint64_t clock_ns(clockid_t clock) {
     struct timespec ts;
     if (clock_gettime(clock, &ts) != 0) die("clock_gettime: %s", strerror(errno));
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void put_be(uint8_t *out, uint64_t value, int bytes) {
+void put_be(uint8_t *out, uint64_t value, int bytes) {
     for (int i = bytes - 1; i >= 0; i--) {
         out[i] = (uint8_t)value;
         value >>= 8;
     }
 }
 
-static uint64_t get_be(const uint8_t *in, int bytes) {
+uint64_t get_be(const uint8_t *in, int bytes) {
     uint64_t value = 0;
     for (int i = 0; i < bytes; i++) value = (value << 8) | in[i];
     return value;
@@ -113,7 +117,7 @@ struct options {
     uint64_t map_size;        /* LMDB map size in bytes */
 };
 
-static uint64_t parse_count(const char *flag, const char *text) {
+uint64_t parse_count(const char *flag, const char *text) {
     char *end = NULL;
     errno = 0;
     unsigned long long value = strtoull(text, &end, 10);
@@ -125,8 +129,10 @@ static uint64_t parse_count(const char *flag, const char *text) {
 static void usage(void) {
     fprintf(stderr,
             "usage: %s --group DIR --producer-id ID --events N --batch B --record-size BYTES "
+            "[--map-size BYTES]\n"
+            "       %s drain --group DIR --outbox PATH [--chunk N] [--synchronous full|normal] "
             "[--map-size BYTES]\n",
-            program);
+            program, program);
     exit(64);
 }
 
@@ -158,14 +164,10 @@ static struct options parse_options(int argc, char **argv) {
 
 /* ---- the store ------------------------------------------------------------------------------- */
 
-struct tables {
-    MDB_dbi events, meta, identity, config, producers;
-};
-
-static MDB_val text_val(const char *text) { return (MDB_val){.mv_size = strlen(text), .mv_data = (void *)text}; }
+MDB_val text_val(const char *text) { return (MDB_val){.mv_size = strlen(text), .mv_data = (void *)text}; }
 
 /* Reads `key` of `dbi`; a missing key is not an error (login_id is absent while logged out). */
-static int get_optional(MDB_txn *txn, MDB_dbi dbi, const char *key, MDB_val *value) {
+int get_optional(MDB_txn *txn, MDB_dbi dbi, const char *key, MDB_val *value) {
     MDB_val k = text_val(key);
     int rc = mdb_get(txn, dbi, &k, value);
     if (rc == MDB_NOTFOUND) return 0;
@@ -174,13 +176,13 @@ static int get_optional(MDB_txn *txn, MDB_dbi dbi, const char *key, MDB_val *val
 }
 
 /* Opens the environment and tables exactly as Environment.swift does, creating what is missing. */
-static MDB_env *open_store(const struct options *o, struct tables *t) {
+MDB_env *open_store(const char *group, uint64_t map_size, struct tables *t) {
     char path[4096];
-    if (snprintf(path, sizeof path, "%s/tributary.mdb", o->group) >= (int)sizeof path) die("--group path is too long");
+    if (snprintf(path, sizeof path, "%s/tributary.mdb", group) >= (int)sizeof path) die("--group path is too long");
     MDB_env *env = NULL;
     check(mdb_env_create(&env), "mdb_env_create");
     check(mdb_env_set_maxdbs(env, 8), "mdb_env_set_maxdbs");
-    check(mdb_env_set_mapsize(env, (size_t)o->map_size), "mdb_env_set_mapsize");
+    check(mdb_env_set_mapsize(env, (size_t)map_size), "mdb_env_set_mapsize");
     check(mdb_env_open(env, path, MDB_NOSUBDIR | MDB_NOTLS, 0660), "mdb_env_open");
     int dead = 0;
     check(mdb_reader_check(env, &dead), "mdb_reader_check");
@@ -255,10 +257,14 @@ enum { AT_CRC = 4, AT_PID = 8, AT_PRODUCER_SEQ = 12, AT_WALL = 20, AT_BOOT = 28 
 /* ---- main ------------------------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "drain") == 0) {
+        program = "lmdb-baseline drain";
+        return drain_main(argc - 1, argv + 1);
+    }
     struct options o = parse_options(argc, argv);
     crc_init();
     struct tables t;
-    MDB_env *env = open_store(&o, &t);
+    MDB_env *env = open_store(o.group, o.map_size, &t);
     uint8_t *template = record_template(&o);
     const uint32_t pid = (uint32_t)getpid();
     put_be(template + AT_PID, pid, 4);

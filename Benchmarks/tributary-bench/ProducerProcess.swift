@@ -7,6 +7,8 @@ import Foundation
 /// in the process which opened it, without fork()ing").
 final class ProducerProcess {
     let name: String
+    /// The child's process id.
+    var pid: Int32 { process.processIdentifier }
     private let process = Process()
     private let input = Pipe()
     private let output = Pipe()

@@ -70,11 +70,11 @@ struct Run: ParsableCommand {
     }
 
     func run() throws {
-        let binDirectory = try bin ?? Self.ownDirectory()
+        let binDirectory = try bin ?? ownDirectory()
         for name in ["tributary-bench", "lmdb-baseline"] where !FileManager.default.isExecutableFile(atPath: binDirectory + "/" + name) {
             throw ValidationError("\(binDirectory)/\(name) is missing; build it first (make bench does).")
         }
-        let scratch = try Self.makeScratchDirectory(in: workDirectory)
+        let scratch = try makeScratchDirectory(in: workDirectory)
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let runner = Runner(binDirectory: binDirectory, scratch: scratch, mapSize: mapMiB << 20)
 
@@ -116,24 +116,6 @@ struct Run: ParsableCommand {
                 + "\(result.transactions) txns "
                 + "(\(Report.decimal(result.meanBatch, 1)) ev/txn, \(Int(result.meanRecordSize.rounded())) B/record), "
                 + "processes done after \(result.finishSeconds.map { Report.decimal($0, 2) }.joined(separator: "/")) s")
-    }
-
-    /// A new, private directory (mode 0700) under `parent` for this benchmark's stores.
-    private static func makeScratchDirectory(in parent: String) throws -> String {
-        var template = Array("\(parent)/tributary-bench.XXXXXX".utf8CString)
-        let created = template.withUnsafeMutableBufferPointer { buffer in
-            mkdtemp(buffer.baseAddress!).map { String(cString: $0) }
-        }
-        guard let created else {
-            throw BenchFailure("Could not create a scratch directory in \(parent): \(String(cString: strerror(errno))).")
-        }
-        return created
-    }
-
-    /// The directory of the running executable.
-    private static func ownDirectory() throws -> String {
-        let path = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
-        return (path as NSString).deletingLastPathComponent
     }
 }
 

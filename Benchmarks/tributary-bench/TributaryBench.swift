@@ -1,10 +1,11 @@
 import ArgumentParser
 
 /// `make bench`: producer throughput and commit latency of Tributary next to a C baseline doing the
-/// same LMDB work, both measured in the same run.
+/// same LMDB work, both measured in the same run; then the sync agent's figures (``AgentBench``).
 ///
-/// The root command is the driver (``Run``); ``Worker`` is one Swift producer process, started by
-/// the driver. The C producer is the separate `lmdb-baseline` executable. See `docs/benchmarks.md`.
+/// The root command is the producer driver (``Run``); ``Worker`` is one Swift producer process and
+/// ``DrainWorker`` one Swift drain process, started by the drivers. The C producer and drain are the
+/// separate `lmdb-baseline` executable. See `docs/benchmarks.md`.
 @main
 struct TributaryBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -13,9 +14,9 @@ struct TributaryBench: AsyncParsableCommand {
         discussion: """
             Runs every configuration {single track, group commit} x {1, 2, 4 processes}, first with \
             Swift producer processes, then with C producer processes doing the same LMDB work, each in a \
-            fresh store on disk, and prints the medians over the repetitions.
+            fresh store on disk, and prints the medians over the repetitions. `tributary-bench agent`             measures the sync agent: drain rate next to C, end-to-end to the reference collector, peak RSS.
             """,
-        subcommands: [Run.self, Worker.self],
+        subcommands: [Run.self, AgentBench.self, Worker.self, DrainWorker.self],
         defaultSubcommand: Run.self
     )
 }

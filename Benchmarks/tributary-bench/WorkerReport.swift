@@ -1,6 +1,7 @@
 import Foundation
 
-/// What one producer process (Swift ``Worker`` or C `lmdb-baseline`) reports: one JSON line on stdout.
+/// What one producer process (Swift ``Worker`` or C `lmdb-baseline`) or drain process (``DrainWorker`` or
+/// `lmdb-baseline drain`) reports: one JSON line on stdout.
 ///
 /// Times are `CLOCK_MONOTONIC` nanoseconds, which every process of the machine shares, so the driver
 /// can measure a run from its common start signal to the last process's end.
@@ -19,13 +20,20 @@ struct WorkerReport: Codable, Sendable {
     /// When its last event was durable.
     var endNanos: UInt64
     /// Swift: one entry per `track` call (call to return). C: one entry per transaction (begin to commit).
+    /// Drain processes: C one entry per chunk, Swift none.
     var latencyNanos: [UInt64]
+    /// Drain processes: user + system CPU time between the start signal and the end.
+    var cpuNanos: UInt64? = nil
+    /// Drain processes: peak resident set size (`ru_maxrss`), KiB.
+    var maxRSSKB: Int? = nil
 
     enum CodingKeys: String, CodingKey {
         case lang, producer, pid, events, txns
         case startNanos = "start_ns"
         case endNanos = "end_ns"
         case latencyNanos = "latency_ns"
+        case cpuNanos = "cpu_ns"
+        case maxRSSKB = "max_rss_kb"
     }
 }
 
