@@ -53,8 +53,9 @@ bench: deps
 	$(RELEASE_DIR)/release/tributary-bench --bin $(RELEASE_DIR)/release
 	$(RELEASE_DIR)/release/tributary-bench agent --bin $(RELEASE_DIR)/release
 
+# One product per `swift build`: given several --product options it builds only the last.
 release: deps
-	$(SWIFT) build -c release --scratch-path $(RELEASE_DIR) $(foreach b,$(BINARIES),--product $(b))
+	for b in $(BINARIES); do $(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product $$b || exit 1; done
 
 # Honours PREFIX (default /usr/local), DESTDIR (staging), SYSCONFDIR, UNITDIR and DOCDIR.
 install: release

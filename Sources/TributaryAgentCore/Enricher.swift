@@ -92,8 +92,22 @@ public struct EnrichError: Error, CustomStringConvertible, Sendable {
     public var description: String { "event seq \(seq): \(reason)" }
 }
 
+/// `s` as a JSON string literal (RFC 8259 escaping), without a JSON serialiser on the hot path.
 func jsonQuoted(_ s: String) -> String {
-    let data = (try? JSONSerialization.data(withJSONObject: [s], options: [.withoutEscapingSlashes])) ?? Data("[\"\"]".utf8)
-    let text = String(decoding: data, as: UTF8.self)
-    return String(text.dropFirst().dropLast())
+    var out = "\""
+    out.reserveCapacity(s.utf8.count + 2)
+    for scalar in s.unicodeScalars {
+        switch scalar {
+        case "\"": out += "\\\""
+        case "\\": out += "\\\\"
+        case "\n": out += "\\n"
+        case "\r": out += "\\r"
+        case "\t": out += "\\t"
+        case _ where scalar.value < 0x20:
+            let hex = String(scalar.value, radix: 16)
+            out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+        default: out.unicodeScalars.append(scalar)
+        }
+    }
+    return out + "\""
 }

@@ -71,7 +71,15 @@ public final class Outbox: Sendable {
             try db.execute(sql: "PRAGMA synchronous = FULL")
         }
         writer = try DatabasePool(path: path, configuration: config)
+        // DatabasePool sets `synchronous = NORMAL` while it switches to WAL, after prepareDatabase ran:
+        // set FULL again on the writer connection, the only one that commits.
+        try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
         try Self.migrator.migrate(writer)
+    }
+
+    /// The writer connection's `PRAGMA synchronous` (2 = FULL).
+    public func synchronousMode() throws -> Int {
+        try writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
     }
 
     private static var migrator: DatabaseMigrator {
@@ -111,6 +119,14 @@ public final class Outbox: Sendable {
                 CREATE TABLE agent_state (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
                 """)
         }
+        m.registerMigration("v2: pending counters") { db in
+            // Kept in agent_state so that the loop never counts the outbox table (a full scan).
+            try db.execute(sql: """
+                INSERT OR REPLACE INTO agent_state (key, value) SELECT 'pending_count', COUNT(*) FROM outbox;
+                INSERT OR REPLACE INTO agent_state (key, value)
+                    SELECT 'pending_bytes', COALESCE(SUM(LENGTH(body)), 0) FROM outbox;
+                """)
+        }
         return m
     }
 
@@ -144,6 +160,7 @@ public final class Outbox: Sendable {
             var inserted = 0
             var skipped = 0
             var corrupt = 0
+            var insertedBytes = 0
             let insert = try db.cachedStatement(sql: """
                 INSERT OR IGNORE INTO outbox
                     (seq, event_id, producer, producer_kind, producer_seq, wall_ms, boot_ns, boot_id, body)
@@ -161,7 +178,12 @@ public final class Outbox: Sendable {
                         Int64(row.producerSeq), row.wallMillis, Int64(bitPattern: row.bootNanos),
                         Data(row.bootID.bytes), Data(row.body),
                     ])
-                    if db.changesCount == 1 { inserted += 1 } else { skipped += 1 }
+                    if db.changesCount == 1 {
+                        inserted += 1
+                        insertedBytes += row.body.count
+                    } else {
+                        skipped += 1
+                    }
                 case .corrupt(let seq, let raw, let reason):
                     guard seq > already else { continue }
                     try db.execute(
@@ -175,6 +197,8 @@ public final class Outbox: Sendable {
             }
             if lastSeq > already { try Self.setState(db, "last_drained_seq", Int64(lastSeq)) }
             try Self.bump(db, "drained", inserted)
+            try Self.bump(db, "pending_count", inserted)
+            try Self.bump(db, "pending_bytes", insertedBytes)
             try Self.bump(db, "duplicates_skipped", skipped)
             try Self.bump(db, "corrupt_records", corrupt)
             try Self.bump(db, "dead_letters", corrupt)
@@ -188,8 +212,7 @@ public final class Outbox: Sendable {
     /// Number of events waiting, and their total body size.
     public func pending() throws -> (count: Int, bytes: Int) {
         try writer.read { db in
-            let row = try GRDB.Row.fetchOne(db, sql: "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM outbox")
-            return (row?[0] ?? 0, row?[1] ?? 0)
+            (Int(try Self.state(db, "pending_count")), Int(try Self.state(db, "pending_bytes")))
         }
     }
 
@@ -198,8 +221,9 @@ public final class Outbox: Sendable {
     /// new batch id. Returns an empty array when the outbox is empty.
     public func nextBatch(maxCount: Int, maxBytes: Int) throws -> [Row] {
         try writer.write { db in
+            // INDEXED BY: without it SQLite prefers scanning the whole table in id order.
             if let inFlight = try String.fetchOne(
-                db, sql: "SELECT batch_id FROM outbox WHERE batch_id IS NOT NULL ORDER BY id LIMIT 1")
+                db, sql: "SELECT batch_id FROM outbox INDEXED BY outbox_batch WHERE batch_id IS NOT NULL ORDER BY id LIMIT 1")
             {
                 return try Self.rows(db, sql: "SELECT * FROM outbox WHERE batch_id = ? ORDER BY id", [inFlight])
             }
@@ -234,8 +258,13 @@ public final class Outbox: Sendable {
     /// Deletes an acknowledged batch.
     public func acknowledge(_ batchID: String, count: Int) throws {
         try writer.write { db in
+            let bytes = try Int.fetchOne(
+                db, sql: "SELECT COALESCE(SUM(LENGTH(body)), 0) FROM outbox WHERE batch_id = ?", arguments: [batchID]) ?? 0
             try db.execute(sql: "DELETE FROM outbox WHERE batch_id = ?", arguments: [batchID])
-            try Self.bump(db, "delivered", db.changesCount)
+            let deleted = db.changesCount
+            try Self.bump(db, "delivered", deleted)
+            try Self.bump(db, "pending_count", -deleted)
+            try Self.bump(db, "pending_bytes", -bytes)
             try Self.bump(db, "batches", 1)
         }
     }
@@ -255,6 +284,9 @@ public final class Outbox: Sendable {
                     row.batchID, BootClock.wallMillis(), Data(row.body),
                 ])
             try db.execute(sql: "DELETE FROM outbox WHERE id = ?", arguments: [row.id])
+            let deleted = db.changesCount
+            try Self.bump(db, "pending_count", -deleted)
+            try Self.bump(db, "pending_bytes", -row.body.count * deleted)
             try Self.bump(db, "dead_letters", 1)
             beforeCommit()
         }
@@ -313,6 +345,10 @@ public final class Outbox: Sendable {
                         r["seq"], r["event_id"], r["producer"], r["producer_kind"], r["producer_seq"], r["wall_ms"],
                         r["boot_ns"], r["boot_id"], r["body"],
                     ])
+                if db.changesCount == 1 {
+                    try Self.bump(db, "pending_count", 1)
+                    try Self.bump(db, "pending_bytes", (r["body"] as Data).count)
+                }
                 try db.execute(sql: "DELETE FROM dead_letters WHERE id = ?", arguments: [r["id"] as Int64])
                 moved += 1
             }

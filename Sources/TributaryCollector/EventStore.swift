@@ -20,7 +20,11 @@ final class EventStore: Sendable {
         }
         do {
             if let path {
-                writer = try DatabasePool(path: path, configuration: configuration)
+                let pool = try DatabasePool(path: path, configuration: configuration)
+                // DatabasePool sets synchronous=NORMAL while switching to WAL, after prepareDatabase:
+                // set FULL again on the writer connection.
+                try pool.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+                writer = pool
             } else {
                 writer = try DatabaseQueue(configuration: configuration)
             }

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import Logging
 import Testing
 import Tributary
@@ -30,6 +31,33 @@ struct OutboxTests {
             #expect(try outbox.pending().count == 8)
             #expect(try outbox.counters().duplicatesSkipped == 7)
             #expect(try outbox.integrityCheck() == "ok")
+            #expect(try outbox.synchronousMode() == 2, "the outbox must commit with synchronous=FULL")
+        }
+    }
+
+    @Test("pending counters match the table through insert, ack, dead letter and replay")
+    func pendingCounters() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            func expectConsistent(sourceLocation: SourceLocation = #_sourceLocation) throws {
+                let all = try outbox.writer.read { db in
+                    try GRDB.Row.fetchOne(db, sql: "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM outbox")!
+                }
+                let pending = try outbox.pending()
+                #expect(pending.count == all[0] as Int && pending.bytes == all[1] as Int, sourceLocation: sourceLocation)
+            }
+            try outbox.insertDrained((1...20).map { .event(Self.row($0)) })
+            try outbox.insertDrained((15...25).map { .event(Self.row($0)) })
+            try expectConsistent()
+            let batch = try outbox.nextBatch(maxCount: 5, maxBytes: .max)
+            try outbox.acknowledge(batch[0].batchID!, count: batch.count)
+            try expectConsistent()
+            let next = try outbox.nextBatch(maxCount: 5, maxBytes: .max)
+            try outbox.deadLetter(next[2], status: 400, reason: "HTTP 400")
+            try expectConsistent()
+            try outbox.replayDeadLetters()
+            try expectConsistent()
+            #expect(try outbox.pending().count == 20)
         }
     }
 
