@@ -210,7 +210,8 @@ public final class Agent: Service, Sendable {
             }
             let isStopping = stopping.load(ordering: .acquiring)
 
-            let drained = try drainRespectingQuota(&loop)
+            // Stopping claims no new work: events still in the store are safe there for the next run.
+            let drained = isStopping ? 0 : try drainRespectingQuota(&loop)
             loop.report.drained += drained
             let pending = try outbox.pending().count
             metrics.backlog.record(pending)
@@ -260,9 +261,8 @@ public final class Agent: Service, Sendable {
                 writeStatus(session: session, state: loop.state, loop: loop)
                 loop.lastStatusWrite = loop.clock.now
             }
-            if (once || isStopping) && pending == 0 && drained == 0, try store.status().pendingEvents == 0 {
-                break
-            }
+            if isStopping && pending == 0 { break }
+            if once && pending == 0 && drained == 0, try store.status().pendingEvents == 0 { break }
             if progressed { continue }
             var timeout = configuration.pollInterval
             if let notBefore = loop.notBefore, loop.flushing { timeout = min(timeout, notBefore - loop.clock.now) }

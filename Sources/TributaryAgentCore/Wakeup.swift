@@ -3,11 +3,15 @@ import Synchronization
 /// Wakes the agent's loop early: a flush request, or a shutdown.
 ///
 /// ``wait(timeout:)`` returns when ``signal()`` is called (or was called since the last wait), when
-/// the timeout passes, or when the waiting task is cancelled — whichever comes first.
+/// the timeout passes, or when the waiting task is cancelled — whichever comes first. Each wait has
+/// an id, so a timeout or cancellation that fires before the waiter has registered is not lost.
 final class Wakeup: Sendable {
     private struct State {
         var pending = false
-        var waiter: CheckedContinuation<Void, Never>?
+        var nextID: UInt64 = 0
+        var waiter: (id: UInt64, continuation: CheckedContinuation<Void, Never>)?
+        /// The wait whose timeout or cancellation fired before it registered.
+        var endedEarly: UInt64?
     }
 
     private let state = Mutex(State())
@@ -17,7 +21,7 @@ final class Wakeup: Sendable {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             if let waiter = state.waiter {
                 state.waiter = nil
-                return waiter
+                return waiter.continuation
             }
             state.pending = true
             return nil
@@ -25,36 +29,44 @@ final class Wakeup: Sendable {
         waiter?.resume()
     }
 
-    /// Ends the current wait, if any, without leaving a signal pending.
-    private func interrupt() {
-        state.withLock { state in
-            let waiter = state.waiter
-            state.waiter = nil
-            return waiter
+    /// Ends wait `id` (its timeout passed or its task was cancelled), whether or not it has registered yet.
+    private func end(_ id: UInt64) {
+        state.withLock { state -> CheckedContinuation<Void, Never>? in
+            if let waiter = state.waiter, waiter.id == id {
+                state.waiter = nil
+                return waiter.continuation
+            }
+            state.endedEarly = id
+            return nil
         }?.resume()
     }
 
     /// Waits for a signal, the timeout or cancellation.
     func wait(timeout: Duration) async {
         guard timeout > .zero, !Task.isCancelled else { return }
+        let id = state.withLock { state -> UInt64 in
+            state.nextID += 1
+            return state.nextID
+        }
         let timer = Task { [weak self] in
             try? await Task.sleep(for: timeout)
-            self?.interrupt()
+            self?.end(id)
         }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLock { state -> Bool in
-                    if state.pending || Task.isCancelled {
+                    if state.pending || state.endedEarly == id {
                         state.pending = false
+                        state.endedEarly = nil
                         return true
                     }
-                    state.waiter = continuation
+                    state.waiter = (id, continuation)
                     return false
                 }
                 if resumeNow { continuation.resume() }
             }
         } onCancel: {
-            interrupt()
+            end(id)
         }
         timer.cancel()
     }
