@@ -47,11 +47,12 @@ run: build
 
 # Producer benchmark, then the sync agent's (docs/benchmarks.md). One product per `swift build`:
 # given several --product options, swift build builds only the last.
-BENCH_PRODUCTS := tributary-bench lmdb-baseline tributary-agent tributary-collector
+BENCH_PRODUCTS := tributary-bench lmdb-baseline tributary-agent tributary-collector tributary-sim
 bench: deps
 	for p in $(BENCH_PRODUCTS); do $(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product $$p || exit 1; done
 	$(RELEASE_DIR)/release/tributary-bench --bin $(RELEASE_DIR)/release
 	$(RELEASE_DIR)/release/tributary-bench agent --bin $(RELEASE_DIR)/release
+	./scripts/bench-stop.sh $(RELEASE_DIR)/release
 
 # One product per `swift build`: given several --product options it builds only the last.
 release: deps
