@@ -51,16 +51,9 @@ final class FlushListener: Sendable {
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw AgentError(.startup, "Cannot create the flush socket: \(String(cString: strerror(errno))).") }
         unlink(path)  // a stale socket of a dead agent; we hold the group lock
-        var address = sockaddr_un()
-        address.sun_family = sa_family_t(AF_UNIX)
-        let bytes = Array(path.utf8)
-        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+        guard var address = AgentChannel.unixAddress(path) else {
             close(fd)
-            throw AgentError(.startup, "The group directory path is too long for a Unix socket (\(bytes.count) bytes): \(path).")
-        }
-        withUnsafeMutableBytes(of: &address.sun_path) { raw in
-            raw.copyBytes(from: bytes)
-            raw[bytes.count] = 0
+            throw AgentError(.startup, "The group directory path is too long for a Unix socket: \(path).")
         }
         let rc = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }

@@ -36,7 +36,8 @@ public enum AgentChannel {
         return sent == bytes.count
     }
 
-    static func unixAddress(_ path: String) -> sockaddr_un? {
+    /// The `sockaddr_un` for a socket path, or nil when the path is too long for one.
+    package static func unixAddress(_ path: String) -> sockaddr_un? {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
