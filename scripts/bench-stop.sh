@@ -14,7 +14,7 @@ trap cleanup EXIT
 pids+=($!)
 for _ in $(seq 100); do grep -q LISTENING "$work/collector.out" 2>/dev/null && break; sleep 0.05; done
 url=$(awk '/LISTENING/ {print $2}' "$work/collector.out")
-"$bin/tributary-sim" app --group "$work/group" --count 10000000 --interval-ms 1 >/dev/null 2>&1 &
+"$bin/tributary-sim" load --group "$work/group" --count 10000000 --interval-ms 1 >/dev/null 2>&1 &
 pids+=($!)
 sleep 0.3
 

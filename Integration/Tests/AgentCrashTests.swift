@@ -52,7 +52,7 @@ struct AgentCrashTests {
         try await withTemporaryGroup { group in
             let ledger = group + "-ledger"
             let producer = try await ChildProcess.run(
-                "tributary-sim", ["app", "--group", group, "--count", "400", "--concurrency", "4", "--ledger", ledger])
+                "tributary-sim", ["load", "--group", group, "--count", "400", "--concurrency", "4", "--ledger", ledger])
             #expect(producer.status == 0, "\(producer.stderr)")
             // Event 123 is poison for the dead-letter point, so that point is reached.
             if point.hasPrefix("deadletter") {
@@ -88,9 +88,9 @@ struct AgentCrashTests {
         try await withTemporaryGroup { group in
             let ledgers = [group + "-ledger-a", group + "-ledger-b"]
             let producers = try [
-                ChildProcess("tributary-sim", ["app", "--group", group, "--producer-id", "app", "--count", "1500",
+                ChildProcess("tributary-sim", ["load", "--group", group, "--producer-id", "app", "--count", "1500",
                                                "--interval-ms", "2", "--ledger", ledgers[0]]),
-                ChildProcess("tributary-sim", ["extension", "--group", group, "--producer-id", "share", "--count", "1500",
+                ChildProcess("tributary-sim", ["load", "--kind", "extension", "--group", group, "--producer-id", "share", "--count", "1500",
                                                "--interval-ms", "2", "--concurrency", "2", "--ledger", ledgers[1]]),
             ]
             var rng = SystemRandomNumberGenerator()

@@ -8,7 +8,7 @@ import TributaryTestSupport
 @Suite("Deadlines and systemd", .serialized)
 struct DeadlineTests {
     static func produce(_ group: String, _ count: Int, ledger: String? = nil) async throws {
-        var args = ["app", "--group", group, "--count", "\(count)", "--concurrency", "8"]
+        var args = ["load", "--group", group, "--count", "\(count)", "--concurrency", "8"]
         if let ledger { args += ["--ledger", ledger] }
         let result = try await ChildProcess.run("tributary-sim", args)
         #expect(result.status == 0, "\(result.stderr)")
@@ -66,7 +66,7 @@ struct DeadlineTests {
             let faults = FaultConfiguration(seed: 5, latencyMillis: 150, hangRate: 0.3)
             try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
                 let producer = try ChildProcess(
-                    "tributary-sim", ["app", "--group", group, "--count", "100000", "--interval-ms", "1"])
+                    "tributary-sim", ["load", "--group", group, "--count", "100000", "--interval-ms", "1"])
                 defer { producer.send(SIGKILL) }
                 var rng = SystemRandomNumberGenerator()
                 var worst = 0.0

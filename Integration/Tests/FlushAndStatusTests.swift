@@ -38,7 +38,7 @@ struct FlushAndStatusTests {
                     "--bulk-size", "1000", "--flush-interval", "600", "--log-level", "warning",
                     "--metrics-address", "127.0.0.1:\(metricsPort)",
                 ])
-                let produce = try await ChildProcess.run("tributary-sim", ["app", "--group", group, "--count", "25"])
+                let produce = try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "25"])
                 #expect(produce.status == 0)
                 // Below the bulk size and long before the interval: nothing is uploaded yet.
                 try await Task.sleep(for: .milliseconds(600))

@@ -39,7 +39,7 @@ struct MultiProcessTests {
             for p in 0..<4 {
                 let ledger = group + "-ledger-\(p)"
                 // Two producers commit one event per transaction, two use group commit.
-                let args = ["app", "--group", group, "--producer-id", "producer-\(p)", "--count", "\(perProducer)",
+                let args = ["load", "--group", group, "--producer-id", "producer-\(p)", "--count", "\(perProducer)",
                             "--ledger", ledger, "--concurrency", p < 2 ? "0" : "8"]
                 children.append(("producer-\(p)", ledger, try ChildProcess("tributary-sim", args)))
             }
@@ -72,14 +72,14 @@ struct MultiProcessTests {
             let perProducer = 3000
             var survivors: [(id: String, process: ChildProcess)] = []
             for p in 0..<3 {
-                let args = ["app", "--group", group, "--producer-id", "survivor-\(p)", "--count", "\(perProducer)",
+                let args = ["load", "--group", group, "--producer-id", "survivor-\(p)", "--count", "\(perProducer)",
                             "--concurrency", p == 0 ? "0" : "4"]
                 survivors.append(("survivor-\(p)", try ChildProcess("tributary-sim", args)))
             }
             let victimLedger = group + "-victim-ledger"
             let victim = try ChildProcess(
                 "tributary-sim",
-                ["app", "--group", group, "--producer-id", "victim", "--count", "1000000", "--ledger", victimLedger,
+                ["load", "--group", group, "--producer-id", "victim", "--count", "1000000", "--ledger", victimLedger,
                  "--concurrency", "8"])
             #expect(await victim.waitForLine(startingWith: "READY") != nil)
 

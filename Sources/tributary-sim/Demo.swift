@@ -54,11 +54,11 @@ struct Demo: AsyncParsableCommand {
         let begin = Date()
         say("== producers: app (\(appEvents), group commit), share-extension and widget (\(extensionEvents) each)")
         let producers = [
-            try launch(bin, "tributary-sim", ["app", "--group", group, "--producer-id", "app", "--count", "\(appEvents)",
+            try launch(bin, "tributary-sim", ["load", "--group", group, "--producer-id", "app", "--count", "\(appEvents)",
                                               "--concurrency", "16"]).0,
-            try launch(bin, "tributary-sim", ["extension", "--group", group, "--producer-id", "share-extension",
+            try launch(bin, "tributary-sim", ["load", "--kind", "extension", "--group", group, "--producer-id", "share-extension",
                                               "--count", "\(extensionEvents)"]).0,
-            try launch(bin, "tributary-sim", ["extension", "--group", group, "--producer-id", "widget",
+            try launch(bin, "tributary-sim", ["load", "--kind", "extension", "--group", group, "--producer-id", "widget",
                                               "--count", "\(extensionEvents)", "--event", "WidgetRefresh"]).0,
         ]
         started += producers
