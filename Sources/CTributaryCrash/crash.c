@@ -102,6 +102,32 @@ static uint32_t walk_frames(uint64_t fp, uint64_t *frames, uint32_t count, uint3
     return count;
 }
 
+static int in_module(uint64_t address) {
+    for (uint32_t i = 0; i < g_module_count; i++) {
+        if (address >= g_modules[i].start && address < g_modules[i].end) return 1;
+    }
+    return 0;
+}
+
+// When the chain from the interrupted context breaks at once (a fault inside a C library built
+// without frame pointers, such as glibc's abort), look for the nearest intact frame on the stack: a
+// word just above the stack pointer that points further up the stack at a saved frame pointer whose
+// return address lies in a loaded object. Only intact frame records are accepted, so the walk resumes
+// in the caller's code (Swift) instead of reporting stray stack words.
+static uint64_t find_frame_above(uint64_t sp) {
+    for (uint64_t at = sp & ~7ull; at < sp + 8192; at += 16) {
+        uint64_t words[2];
+        if (!safe_read16(at, words)) return 0;
+        for (int k = 0; k < 2; k++) {
+            uint64_t candidate = words[k];
+            if (candidate <= at || candidate - sp > (1u << 20) || (candidate & 7) != 0) continue;
+            uint64_t pair[2];
+            if (safe_read16(candidate, pair) && in_module(pair[1]) && pair[0] > candidate) return candidate;
+        }
+    }
+    return 0;
+}
+
 uint32_t tributary_crash_capture_current(uint64_t *frames, uint32_t max) {
     if (g_pipe[0] < 0 && pipe2(g_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return 0;
     return walk_frames((uint64_t)(uintptr_t)__builtin_frame_address(0), frames, 0, max);
@@ -133,21 +159,28 @@ static void write_record(int sig, siginfo_t *info, void *uctx) {
     r->session_id[sizeof(r->session_id) - 1] = 0;
     r->screen_name[sizeof(r->screen_name) - 1] = 0;
 
-    uint64_t pc = 0, fp = 0;
+    uint64_t pc = 0, fp = 0, sp = 0;
     if (uctx) {
         const ucontext_t *u = (const ucontext_t *)uctx;
 #if defined(__x86_64__)
         pc = (uint64_t)u->uc_mcontext.gregs[REG_RIP];
         fp = (uint64_t)u->uc_mcontext.gregs[REG_RBP];
+        sp = (uint64_t)u->uc_mcontext.gregs[REG_RSP];
 #elif defined(__aarch64__)
         pc = (uint64_t)u->uc_mcontext.pc;
         fp = (uint64_t)u->uc_mcontext.regs[29];
+        sp = (uint64_t)u->uc_mcontext.sp;
 #endif
     }
     r->instruction = pc;
     uint32_t n = 0;
     if (pc != 0) r->frames[n++] = pc;
-    r->frame_count = walk_frames(fp, r->frames, n, TRIBUTARY_CRASH_MAX_FRAMES);
+    n = walk_frames(fp, r->frames, n, TRIBUTARY_CRASH_MAX_FRAMES);
+    if (n < 4 && sp != 0) {
+        uint64_t above = find_frame_above(sp);
+        if (above != 0) n = walk_frames(above, r->frames, n < 2 ? n : 1, TRIBUTARY_CRASH_MAX_FRAMES);
+    }
+    r->frame_count = n;
     r->module_count = g_module_count;
     memcpy(r->modules, g_modules, sizeof(g_modules[0]) * g_module_count);
     r->checksum = tributary_crash_checksum(r, offsetof(tributary_crash_record, checksum));
