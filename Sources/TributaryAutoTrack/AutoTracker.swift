@@ -88,9 +88,10 @@ public final class AutoTracker: Sendable {
         self.configuration = configuration
         crashLog = CrashLog(groupDirectory: tracker.store.groupDirectory, producerID: tracker.producer.id)
         let launched = try tracker.store.configuration()[Self.launchedKey] != nil
-        box = Box(State(machine: LifecycleMachine(hasLaunchedBefore: launched, sessionTimeoutNanos: nanos),
-                        pages: PageFlow(pageIDs: configuration.pageIDs)))
-        tracker.registerDynamicSuperProperties { [box] in
+        let box = Box(State(machine: LifecycleMachine(hasLaunchedBefore: launched, sessionTimeoutNanos: nanos),
+                            pages: PageFlow(pageIDs: configuration.pageIDs)))
+        self.box = box
+        tracker.registerDynamicSuperProperties {
             let id = box.state.withLock { $0.sessionID }
             return id.isEmpty ? [:] : ["$session_id": .string(id)]
         }
@@ -155,7 +156,10 @@ public final class AutoTracker: Sendable {
     @discardableResult
     public func handle(_ signal: AppSignal) throws -> [TrackReceipt] {
         let now = configuration.monotonicNanos()
-        let actions = box.state.withLock { s in Self.plan(s.machine.handle(signal, at: now), &s) }
+        let actions = box.state.withLock { s in
+            let effects = s.machine.handle(signal, at: now)
+            return Self.plan(effects, &s)
+        }
         return try perform(actions)
     }
 

@@ -121,7 +121,7 @@ struct ScriptedSession {
         committed += receipts.count
     }
 
-    private func chance(_ p: Double, _ rng: inout SplitMix64) -> Bool { Double.random(in: 0..<1, using: &rng) < p }
+    private static func chance(_ p: Double, _ rng: inout SplitMix64) -> Bool { Double.random(in: 0..<1, using: &rng) < p }
 
     mutating func run(events: Int) async throws {
         try launch()
@@ -153,7 +153,7 @@ struct ScriptedSession {
     }
 
     private mutating func launch() throws {
-        if chance(0.2, &rng) {
+        if Self.chance(0.2, &rng) {
             // A background fetch starts the process; the first page loads unseen.
             record(try auto.handle(.didFinishLaunching(inBackground: true)))
             try show(Catalog.home)
@@ -193,10 +193,10 @@ struct ScriptedSession {
         let target = targets[Int.random(in: 0..<targets.count, using: &rng)]
         touch += 1
         // A control with two targets reports the touch twice: still one $AppClick.
-        for _ in 0..<(chance(0.3, &rng) ? 2 : 1) {
+        for _ in 0..<(Self.chance(0.3, &rng) ? 2 : 1) {
             if let receipt = try auto.click(elementID: target, touch: touch) { record([receipt]) }
         }
-        if chance(0.2, &rng) {
+        if Self.chance(0.2, &rng) {
             let image = auto.startTiming("image", name: "https://img.example/\(target).jpg")
             clock.advance(seconds: Double.random(in: 0.01...0.3, using: &rng))
             record([try auto.endTiming(image)])
@@ -212,7 +212,7 @@ struct ScriptedSession {
     private mutating func timing() throws {
         let request = auto.startTiming("request", name: page.endpoint)
         clock.advance(seconds: Double.random(in: 0.03...1.5, using: &rng))
-        record([try auto.endTiming(request, properties: ["status_code": chance(0.95, &rng) ? 200 : 503])])
+        record([try auto.endTiming(request, properties: ["status_code": Self.chance(0.95, &rng) ? 200 : 503])])
     }
 
     private mutating func flicker() throws {
@@ -224,7 +224,7 @@ struct ScriptedSession {
     private mutating func backgroundTrip() throws {
         record(try auto.handle(.willResignActive))
         record(try auto.handle(.didEnterBackground))
-        clock.advance(seconds: chance(0.5, &rng) ? Double.random(in: 1...25, using: &rng) : Double.random(in: 31...600, using: &rng))
+        clock.advance(seconds: Self.chance(0.5, &rng) ? Double.random(in: 1...25, using: &rng) : Double.random(in: 31...600, using: &rng))
         record(try auto.handle(.willEnterForeground))
         record(try auto.handle(.didBecomeActive))
     }

@@ -2,7 +2,7 @@ import Testing
 import Tributary
 import TributaryAutoTrack
 
-func view(_ id: String, _ type: String, _ frame: Rect = Rect(x: 0, y: 0, width: 10, height: 10), content: String? = nil,
+func view(_ id: String, _ type: String, frame: Rect = Rect(x: 0, y: 0, width: 10, height: 10), content: String? = nil,
           cell: CellPosition? = nil, _ children: [ViewNode] = []) -> ViewNode {
     ViewNode(id: id, type: type, frame: frame, content: content, cell: cell, children: children)
 }
