@@ -87,14 +87,15 @@ struct CrashTests {
         }
     }
 
-    @Test("without another SDK the crash still ends the process by its own signal (default action chained)")
-    func defaultAction() async throws {
+    @Test("chained to the Swift runtime's backtracer (installed at process start), then the default action")
+    func swiftBacktracer() async throws {
         try await withTemporaryGroup { group in
             let app = try ChildProcess(
                 "tributary-sim", ["app", "--group", group, "--events", "100", "--crash-after", "5", "--crash-kind", "segv"],
-                environment: ["SWIFT_BACKTRACE": "enable=no"])
+                environment: ["SWIFT_BACKTRACE": "enable=yes,interactive=no"])
             let result = await app.finish()
             #expect(app.process.terminationReason == .uncaughtSignal && result.status == SIGSEGV, "\(result.stderr)")
+            #expect(result.stderr.contains("Program crashed: Bad pointer dereference"), "\(result.stderr.prefix(500))")
             let size = (try FileManager.default.attributesOfItem(atPath: group + "/crash-app.records")[.size] as? Int) ?? 0
             #expect(size > 0)
         }
