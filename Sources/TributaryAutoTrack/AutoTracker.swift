@@ -121,7 +121,7 @@ public final class AutoTracker: Sendable {
                     if let duration { properties["$event_duration"] = .double(duration) }
                 default:
                     event = "$AppCrashed"
-                    properties["app_crashed_reason"] = .string(String(record.reason.utf8.prefix(EventRules.maxStringBytes - 4)) ?? record.signalName)
+                    properties["app_crashed_reason"] = .string(record.reason())
                 }
                 let moment = EventMoment(
                     wallTimeMillis: record.wallTimeMillis, bootTimeNanos: record.bootTimeNanos, bootID: record.bootID,

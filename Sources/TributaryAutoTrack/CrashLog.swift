@@ -1,5 +1,6 @@
 import CTributaryCrash
 import Foundation
+import Tributary
 import TributaryStore
 
 #if canImport(Glibc)
@@ -50,15 +51,17 @@ public struct CrashRecord: Sendable, Hashable {
         }
     }
 
-    /// `app_crashed_reason`: signal, code, faulting address, then one line per frame.
-    public var reason: String {
-        var lines = ["\(signalName) (signal \(signal), code \(code)) at \(Self.hex(faultAddress)), pc \(Self.hex(instruction))"]
+    /// `app_crashed_reason`: signal, code, faulting address, then one line per frame, as many frames
+    /// as fit in `limit` UTF-8 bytes (the property value limit).
+    public func reason(limit: Int = EventRules.maxStringBytes) -> String {
+        var text = "\(signalName) (signal \(signal), code \(code)) at \(Self.hex(faultAddress)), pc \(Self.hex(instruction))"
         for (i, frame) in frames.enumerated() {
-            var line = "#\(i) \(Self.hex(frame.address))"
+            var line = "\n#\(i) \(Self.hex(frame.address))"
             if let module = frame.module, let offset = frame.offset { line += " \(module) + 0x\(String(offset, radix: 16))" }
-            lines.append(line)
+            guard text.utf8.count + line.utf8.count <= limit else { break }
+            text += line
         }
-        return lines.joined(separator: "\n")
+        return text
     }
 
     static func hex(_ value: UInt64) -> String {

@@ -208,6 +208,25 @@ struct AutoTrackerTests {
         }
     }
 
+    @Test("entering the background asks the group's agent to flush now (a datagram on agent.sock)")
+    func flushOnBackground() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            var config = AutoTracker.Configuration()
+            config.captureCrashes = false
+            let auto = try AutoTracker(tracker: tracker, configuration: config)
+            let agent = try NotifySocket(path: group + "/" + AgentChannel.socketFile)
+            try auto.handle(.didFinishLaunching(inBackground: false))
+            try auto.handle(.didBecomeActive)
+            try auto.handle(.willResignActive)
+            try auto.handle(.didBecomeActive)
+            try await Task.sleep(for: .milliseconds(100))
+            #expect(agent.received.isEmpty, "no flush while the app stays in front")
+            try auto.handle(.didEnterBackground)
+            #expect(await agent.wait(for: "flush", timeout: 5) != nil)
+        }
+    }
+
     @Test("timings: page load and request durations come from the monotonic clock")
     func timings() throws {
         try withTemporaryGroup { group in

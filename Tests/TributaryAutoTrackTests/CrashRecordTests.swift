@@ -2,7 +2,7 @@ import CTributaryCrash
 import Foundation
 import Testing
 import Tributary
-import TributaryAutoTrack
+@testable import TributaryAutoTrack
 import TributaryStore
 import TributaryTestSupport
 
@@ -91,6 +91,19 @@ struct CrashRecordTests {
             #expect(all[3].eventID == all[0].eventID && all[4].eventID == all[1].eventID)
             #expect(all[0].eventID != all[1].eventID)
         }
+    }
+
+    @Test("app_crashed_reason keeps whole frame lines within the 8,192-byte value limit")
+    func reasonLimit() throws {
+        var record = try #require(CrashLog.decode(Data(crashRecordBytes(
+            signal: SIGBUS, foreground: false, activeSince: 0, crashedAt: 1, wallMillis: 1, session: "", screen: ""))))
+        let module = String(repeating: "m", count: 95)
+        record.frames = (0..<64).map { CrashRecord.Frame(address: UInt64($0), module: module, offset: UInt64($0)) }
+        let reason = record.reason()
+        #expect(reason.utf8.count <= 8192)
+        #expect(reason.split(separator: "\n").count > 40)
+        #expect(reason.hasSuffix("+ 0x\(String(reason.split(separator: "\n").count - 2, radix: 16))"))
+        #expect(record.reason(limit: 100).split(separator: "\n").count == 1)
     }
 
     @Test("a crash in the background gives $AppCrashed only")
