@@ -19,23 +19,33 @@ public struct CrashRecord: Sendable, Hashable {
         public var offset: UInt64?
     }
 
+    /// The signal number.
     public var signal: Int32
+    /// `si_code` (for SIGSEGV: 1 unmapped, 2 no permission; negative: sent by kill/raise/abort).
     public var code: Int32
+    /// The crashed process.
     public var pid: Int32
+    /// The crashed thread.
     public var tid: Int32
     /// `si_addr`: the faulting address.
     public var faultAddress: UInt64
     /// The program counter at the crash.
     public var instruction: UInt64
+    /// Wall-clock time of the crash, ms since the epoch.
     public var wallTimeMillis: Int64
+    /// `CLOCK_BOOTTIME` at the crash.
     public var bootTimeNanos: UInt64
+    /// The boot the crash happened in.
     public var bootID: BootID
     /// True when the crash interrupted an `$AppStart` that had no `$AppEnd` yet.
     public var foreground: Bool
     /// When that start happened (monotonic, same boot).
     public var activeSince: UInt64
+    /// `$session_id` of the crashed process at the crash.
     public var sessionID: String
+    /// The page on screen at the crash (empty if none).
     public var screenName: String
+    /// The backtrace: the program counter, then return addresses.
     public var frames: [Frame]
 
     /// The signal's name (`SIGSEGV`).

@@ -52,12 +52,26 @@ public enum LifecycleEffect: Sendable, Hashable {
 
 /// Why an `$AppEnd` was tracked (`$app_end_reason`).
 public enum AppEndReason: String, Sendable, Hashable {
-    case background, terminate, crash
+    /// The app went to the background.
+    case background
+    /// The process was told it would terminate while in front.
+    case terminate
+    /// The process crashed in front; the `$AppEnd` was backfilled at the next start.
+    case crash
 }
 
 /// Where the app is, as the iOS application states.
 public enum AppPhase: String, Sendable, Hashable {
-    case notRunning, inactive, active, background, terminated
+    /// Before `didFinishLaunching`.
+    case notRunning
+    /// In front without input: launching, or a notification-centre or app-switcher flicker.
+    case inactive
+    /// In front, receiving input.
+    case active
+    /// Not visible (including a passive launch).
+    case background
+    /// After `willTerminate`.
+    case terminated
 }
 
 /// The app lifecycle as a pure state machine: signals in, effects out. Times are monotonic nanoseconds.

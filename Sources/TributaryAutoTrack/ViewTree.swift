@@ -2,9 +2,13 @@ import Tributary
 
 /// A rectangle in points (origin at the top left).
 public struct Rect: Sendable, Hashable, CustomStringConvertible {
+    /// Left edge.
     public var x: Double
+    /// Top edge.
     public var y: Double
+    /// Width (zero or less: empty).
     public var width: Double
+    /// Height (zero or less: empty).
     public var height: Double
 
     /// Creates a rectangle.
@@ -33,7 +37,9 @@ public struct Rect: Sendable, Hashable, CustomStringConvertible {
 
 /// A list or grid cell's position (`section:row`).
 public struct CellPosition: Sendable, Hashable, CustomStringConvertible {
+    /// The section (0 for lists without sections).
     public var section: Int
+    /// The row (or item) within the section.
     public var row: Int
 
     /// Creates a position.

@@ -122,7 +122,7 @@ struct AutoTrackerTests {
         }
     }
 
-    @Test("passive launch: no page view until the user opens the app, then the page view is sent")
+    @Test("passive launch: no page view until the user opens the app, then the page view is sent; refresh re-exposes")
     func passiveLaunch() throws {
         try withTemporaryGroup { group in
             let clock = ManualClock()
@@ -134,8 +134,11 @@ struct AutoTrackerTests {
             try auto.handle(.willEnterForeground)
             try auto.handle(.didBecomeActive)
             try auto.layoutChanged(viewport: screen)
+            #expect(try auto.layoutChanged(viewport: screen).isEmpty, "still visible: no new exposure")
+            auto.refresh()  // pull to refresh: what is visible is exposed again
+            #expect(try auto.layoutChanged(viewport: screen).count == 4)
             let events = try storedEvents(group).map(\.event)
-            #expect(events == ["$AppStartPassively", "$AppStart", "$AppViewScreen"] + Array(repeating: "$AppExposure", count: 4))
+            #expect(events == ["$AppStartPassively", "$AppStart", "$AppViewScreen"] + Array(repeating: "$AppExposure", count: 8))
         }
     }
 
