@@ -261,7 +261,9 @@ int tributary_crash_install(int fd, const uint8_t *boot_id) {
     g_module_count = 0;
     dl_iterate_phdr(add_module, NULL);
     if (boot_id) memcpy(g_boot_id, boot_id, sizeof(g_boot_id));
+    int previous_fd = g_fd;
     g_fd = fd;
+    if (previous_fd >= 0 && previous_fd != fd) close(previous_fd);
 
     // An alternate stack for this thread, so a stack overflow can still be recorded.
     stack_t current;
@@ -297,6 +299,8 @@ int tributary_crash_uninstall(void) {
         if (sigaction(tributary_signals[i], &g_previous[i], NULL) != 0) return errno;
     }
     g_installed = 0;
+    int fd = g_fd;
     g_fd = -1;
+    if (fd >= 0) close(fd);
     return 0;
 }

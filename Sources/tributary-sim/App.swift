@@ -127,6 +127,7 @@ struct ScriptedSession {
         try launch()
         while committed < events {
             if let crashAfter, committed >= crashAfter, auto.phase == .active { Crash.now(crashKind) }
+            let before = committed
             let roll = Double.random(in: 0..<1, using: &rng)
             switch roll {
             case ..<0.25: try navigate()
@@ -139,7 +140,8 @@ struct ScriptedSession {
                 auto.refresh()
                 record(try auto.layoutChanged(viewport: Catalog.viewport, root: page.tree(scroll: scroll)))
             }
-            if pause > 0 { try await Task.sleep(nanoseconds: pause) }
+            // --rate is events per second: a step that tracked several events waits for all of them.
+            if pause > 0 { try await Task.sleep(nanoseconds: pause * UInt64(max(1, committed - before))) }
         }
         if let crashAfter, committed >= crashAfter {
             // Not crashed yet: the app was in the background; bring it to the front and crash there.

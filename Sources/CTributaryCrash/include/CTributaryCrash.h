@@ -55,10 +55,11 @@ typedef struct {
 /// Installs the handlers for SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL and SIGTRAP, keeping the
 /// previously installed actions to chain to. `fd` is the crash file, opened for appending; it stays
 /// open. Also sets up an alternate signal stack for the calling thread. Returns 0 or an errno value.
-/// Calling it again replaces the file and the boot id and keeps the original previous actions.
+/// Calling it again replaces (and closes) the file, keeps the original previous actions.
 int tributary_crash_install(int fd, const uint8_t *boot_id);
 
-/// Restores the actions that were installed before `tributary_crash_install`. Returns 0 or errno.
+/// Restores the actions that were installed before `tributary_crash_install` and closes the crash
+/// file. Returns 0 or errno.
 int tributary_crash_uninstall(void);
 
 /// Publishes what a crash record needs to know about the app (safe to call from any thread).
