@@ -18,7 +18,8 @@ public enum EventRules {
     /// The `$`-prefixed event names the SDK itself emits; other `$` event names are reserved.
     public static let presetEvents: Set<String> = [
         "$AppStart", "$AppStartPassively", "$AppEnd", "$AppViewScreen", "$AppClick", "$AppCrashed",
-        "$AppDeeplinkLaunch", "$AppExposure", "$AppPerformance", "$SignUp", "$WebClick", "$pageview", "$WebStay", "$WebPageLeave",
+        "$AppDeeplinkLaunch", "$AppExposure", "$SignUp", "$WebClick", "$pageview", "$WebStay", "$WebPageLeave",
+        "$AppPerformance",
     ]
 
     /// Checks an event name.

@@ -30,7 +30,7 @@ final class TrackerHooks: Sendable {
     func setDynamic(_ provider: Provider?) { dynamic.withLock { $0 = provider } }
 
     /// `properties` on top of the dynamic super properties (an event's own properties win).
-    func withDynamicProperties(_ properties: [String: PropertyValue]) throws -> [String: PropertyValue] {
+    func withDynamicProperties(_ properties: [String: PropertyValue]) -> [String: PropertyValue] {
         guard let provider = dynamic.withLock({ $0 }) else { return properties }
         let computed = provider()
         if computed.isEmpty { return properties }

@@ -136,7 +136,7 @@ public final class Tracker: Sendable {
         moment: EventMoment? = nil
     ) throws -> PreparedEvent {
         try EventRules.validateEventName(event)
-        let properties = try hooks.withDynamicProperties(properties)
+        let properties = hooks.withDynamicProperties(properties)
         try EventRules.validateProperties(properties)
         let base = state.withLock { $0.base }
         var prepared = EventEncoder.prepare(
