@@ -17,8 +17,9 @@ struct CrashTests {
         try SharedStore(groupDirectory: group).events(limit: .max).map { entry in
             let record = try entry.record.get()
             let body = try #require(try JSONSerialization.jsonObject(with: Data(record.body)) as? [String: Any])
-            return Event(name: body["event"] as? String ?? "", pid: record.pid, eventID: body["event_id"] as? String ?? "",
-                         properties: body["properties"] as? [String: Any] ?? [:])
+            return Event(
+                name: body["event"] as? String ?? "", pid: record.pid, eventID: body["event_id"] as? String ?? "",
+                properties: body["properties"] as? [String: Any] ?? [:])
         }
     }
 
@@ -34,14 +35,17 @@ struct CrashTests {
     }
 
     #if arch(x86_64)
-    static let trapSignal = SIGILL  // Swift's fatalError ends in ud2
+        static let trapSignal = SIGILL  // Swift's fatalError ends in ud2
     #else
-    static let trapSignal = SIGTRAP  // brk
+        static let trapSignal = SIGTRAP  // brk
     #endif
 
-    @Test("a crash is recorded, chained to the handler installed before ours, and reported at the next start",
-          arguments: [("segv", SIGSEGV, "SIGSEGV"), ("fatal", trapSignal, trapSignal == SIGILL ? "SIGILL" : "SIGTRAP"),
-                      ("abort", SIGABRT, "SIGABRT")])
+    @Test(
+        "a crash is recorded, chained to the handler installed before ours, and reported at the next start",
+        arguments: [
+            ("segv", SIGSEGV, "SIGSEGV"), ("fatal", trapSignal, trapSignal == SIGILL ? "SIGILL" : "SIGTRAP"),
+            ("abort", SIGABRT, "SIGABRT"),
+        ])
     func crashAndRestart(kind: String, signal: Int32, name: String) async throws {
         try await withTemporaryGroup { group in
             let trace = group + "-foreign-sdk.trace"
@@ -50,15 +54,19 @@ struct CrashTests {
             let quiet = ["SWIFT_BACKTRACE": "enable=no"]
             let app = try ChildProcess(
                 "tributary-sim",
-                ["app", "--group", group, "--events", "500", "--seed", "7", "--crash-after", "30", "--crash-kind", kind,
-                 "--foreign-handler", trace, "--ledger", ledger], environment: quiet)
+                [
+                    "app", "--group", group, "--events", "500", "--seed", "7", "--crash-after", "30", "--crash-kind",
+                    kind,
+                    "--foreign-handler", trace, "--ledger", ledger,
+                ], environment: quiet)
             let crashedPID = app.pid
             let result = await app.finish()
             #expect(app.process.terminationReason == .uncaughtSignal, "\(result.stderr)")
             #expect(result.status == signal, "died by signal \(result.status), expected \(signal)")
             let traced = (try? String(contentsOfFile: trace, encoding: .utf8)) ?? ""
-            #expect(traced == "foreign-handler signal \(signal < 10 ? "0" : "")\(signal)\n",
-                    "the other SDK's handler must run once, after ours: \(traced)")
+            #expect(
+                traced == "foreign-handler signal \(signal < 10 ? "0" : "")\(signal)\n",
+                "the other SDK's handler must run once, after ours: \(traced)")
             let crashFile = group + "/crash-app.records"
             let size = (try FileManager.default.attributesOfItem(atPath: crashFile)[.size] as? Int) ?? 0
             #expect(size > 0, "the crash record was written before the process died")
@@ -66,7 +74,8 @@ struct CrashTests {
             let before = try Self.events(group)
             #expect(!before.map(\.name).contains("$AppCrashed"))
             let restart = try await ChildProcess.run(
-                "tributary-sim", ["app", "--group", group, "--events", "5", "--seed", "8", "--ledger", ledger], environment: quiet)
+                "tributary-sim", ["app", "--group", group, "--events", "5", "--seed", "8", "--ledger", ledger],
+                environment: quiet)
             #expect(restart.status == 0, "\(restart.stderr)")
 
             let events = try Self.events(group)
@@ -84,7 +93,8 @@ struct CrashTests {
             let backfilled = Self.named("$AppEnd", in: events, reason: "crash")
             try #require(backfilled.count == 1)
             let lastStart = try #require(Self.named("$AppStart", in: events, pid: crashedPID).last)
-            #expect(backfilled[0].properties["$session_id"] as? String == lastStart.properties["$session_id"] as? String)
+            #expect(
+                backfilled[0].properties["$session_id"] as? String == lastStart.properties["$session_id"] as? String)
             #expect(crashed[0].properties["$session_id"] as? String == lastStart.properties["$session_id"] as? String)
             #expect(backfilled[0].properties["$event_duration"] as? Double != nil)
 
@@ -94,8 +104,9 @@ struct CrashTests {
                 .compactMap { $0.split(separator: " ").last.map(String.init) }
             #expect(acknowledged.count >= 30)
             #expect(Set(acknowledged).isSubset(of: stored))
-            #expect((try? FileManager.default.attributesOfItem(atPath: crashFile)[.size] as? Int) == 0,
-                    "the crash file is emptied once reported")
+            #expect(
+                (try? FileManager.default.attributesOfItem(atPath: crashFile)[.size] as? Int) == 0,
+                "the crash file is emptied once reported")
         }
     }
 
@@ -103,12 +114,14 @@ struct CrashTests {
     func swiftBacktracer() async throws {
         try await withTemporaryGroup { group in
             let app = try ChildProcess(
-                "tributary-sim", ["app", "--group", group, "--events", "100", "--crash-after", "5", "--crash-kind", "segv"],
+                "tributary-sim",
+                ["app", "--group", group, "--events", "100", "--crash-after", "5", "--crash-kind", "segv"],
                 environment: ["SWIFT_BACKTRACE": "enable=yes,interactive=no"])
             let result = await app.finish()
             #expect(app.process.terminationReason == .uncaughtSignal && result.status == SIGSEGV, "\(result.stderr)")
             #expect(result.stderr.contains("Program crashed: Bad pointer dereference"), "\(result.stderr.prefix(500))")
-            let size = (try FileManager.default.attributesOfItem(atPath: group + "/crash-app.records")[.size] as? Int) ?? 0
+            let size =
+                (try FileManager.default.attributesOfItem(atPath: group + "/crash-app.records")[.size] as? Int) ?? 0
             #expect(size > 0)
         }
     }
@@ -136,7 +149,8 @@ struct CrashTests {
             #expect(ledgerLines.count == events.count)
             // Same seed, same session.
             try await withTemporaryGroup { other in
-                _ = try await ChildProcess.run("tributary-sim", ["app", "--group", other, "--events", "400", "--seed", "3"])
+                _ = try await ChildProcess.run(
+                    "tributary-sim", ["app", "--group", other, "--events", "400", "--seed", "3"])
                 let replay = try Self.events(other)
                 #expect(replay.map(\.name) == events.map(\.name))
             }

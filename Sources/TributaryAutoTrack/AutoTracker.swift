@@ -81,15 +81,18 @@ public final class AutoTracker: Sendable {
     public init(tracker: Tracker, configuration: Configuration = Configuration()) throws {
         let timeout = configuration.sessionTimeout.components
         guard timeout.seconds >= 0, configuration.sessionTimeout > .zero else {
-            throw AutoTrackError(.invalidConfiguration, "sessionTimeout must be positive; it is \(configuration.sessionTimeout).")
+            throw AutoTrackError(
+                .invalidConfiguration, "sessionTimeout must be positive; it is \(configuration.sessionTimeout).")
         }
         let nanos = UInt64(timeout.seconds) * 1_000_000_000 + UInt64(timeout.attoseconds / 1_000_000_000)
         self.tracker = tracker
         self.configuration = configuration
         crashLog = CrashLog(groupDirectory: tracker.store.groupDirectory, producerID: tracker.producer.id)
         let launched = try tracker.store.configuration()[Self.launchedKey] != nil
-        let box = Box(State(machine: LifecycleMachine(hasLaunchedBefore: launched, sessionTimeoutNanos: nanos),
-                            pages: PageFlow(pageIDs: configuration.pageIDs)))
+        let box = Box(
+            State(
+                machine: LifecycleMachine(hasLaunchedBefore: launched, sessionTimeoutNanos: nanos),
+                pages: PageFlow(pageIDs: configuration.pageIDs)))
         self.box = box
         tracker.registerDynamicSuperProperties {
             let id = box.state.withLock { $0.sessionID }
@@ -170,7 +173,9 @@ public final class AutoTracker: Sendable {
             case .newSession:
                 s.sessionID = randomUUIDString()
             case .appStart(let first, let resume):
-                var p: [String: PropertyValue] = ["$is_first_time": .bool(first), "$resume_from_background": .bool(resume)]
+                var p: [String: PropertyValue] = [
+                    "$is_first_time": .bool(first), "$resume_from_background": .bool(resume),
+                ]
                 if let screen = s.pages.currentScreen { p["$screen_name"] = .string(screen) }
                 actions.append(.track("$AppStart", p))
                 if first { actions.append(.markLaunched) }
@@ -288,7 +293,8 @@ public final class AutoTracker: Sendable {
                 throw AutoTrackError(.noPage, "A click on \(elementID) was reported before any page appeared.")
             }
             guard let root = current.page.root else {
-                throw AutoTrackError(.noViewTree, "The page \(current.page.className) was reported without a view tree.")
+                throw AutoTrackError(
+                    .noViewTree, "The page \(current.page.className) was reported without a view tree.")
             }
             guard let element = ElementPath.locate(elementID, in: root, pageType: current.page.className) else {
                 throw AutoTrackError(

@@ -64,10 +64,13 @@ public struct CrashRecord: Sendable, Hashable {
     /// `app_crashed_reason`: signal, code, faulting address, then one line per frame, as many frames
     /// as fit in `limit` UTF-8 bytes (the property value limit).
     public func reason(limit: Int = EventRules.maxStringBytes) -> String {
-        var text = "\(signalName) (signal \(signal), code \(code)) at \(Self.hex(faultAddress)), pc \(Self.hex(instruction))"
+        var text =
+            "\(signalName) (signal \(signal), code \(code)) at \(Self.hex(faultAddress)), pc \(Self.hex(instruction))"
         for (i, frame) in frames.enumerated() {
             var line = "\n#\(i) \(Self.hex(frame.address))"
-            if let module = frame.module, let offset = frame.offset { line += " \(module) + 0x\(String(offset, radix: 16))" }
+            if let module = frame.module, let offset = frame.offset {
+                line += " \(module) + 0x\(String(offset, radix: 16))"
+            }
             guard text.utf8.count + line.utf8.count <= limit else { break }
             text += line
         }
@@ -157,10 +160,13 @@ public struct CrashLog: Sendable {
             let r = raw.loadUnaligned(as: tributary_crash_record.self)
             guard r.magic == TRIBUTARY_CRASH_MAGIC, r.version == TRIBUTARY_CRASH_VERSION,
                 Int(r.size) == recordSize,
-                r.checksum == tributary_crash_checksum(raw.baseAddress, UInt64(MemoryLayout<tributary_crash_record>.offset(of: \.checksum)!))
+                r.checksum
+                    == tributary_crash_checksum(
+                        raw.baseAddress, UInt64(MemoryLayout<tributary_crash_record>.offset(of: \.checksum)!))
             else { return nil }
             var r2 = r
-            let modules: [(bias: UInt64, start: UInt64, end: UInt64, name: String)] = withUnsafeBytes(of: &r2.modules) { m in
+            let modules: [(bias: UInt64, start: UInt64, end: UInt64, name: String)] = withUnsafeBytes(of: &r2.modules) {
+                m in
                 let all = m.bindMemory(to: tributary_crash_module.self)
                 return all.prefix(Int(min(r.module_count, UInt32(TRIBUTARY_CRASH_MAX_MODULES)))).map { module in
                     var copy = module
@@ -172,13 +178,15 @@ public struct CrashLog: Sendable {
             }
             let frames = addresses.map { address in
                 let module = modules.first { address >= $0.start && address < $0.end }
-                return CrashRecord.Frame(address: address, module: module?.name, offset: module.map { address &- $0.bias })
+                return CrashRecord.Frame(
+                    address: address, module: module?.name, offset: module.map { address &- $0.bias })
             }
             return CrashRecord(
                 signal: r.signal, code: r.code, pid: r.pid, tid: r.tid, faultAddress: r.fault_address,
                 instruction: r.instruction, wallTimeMillis: r.wall_ms, bootTimeNanos: r.boot_ns,
                 bootID: withUnsafeBytes(of: &r2.boot_id) { BootID(bytes: $0) }, foreground: r.foreground != 0,
-                activeSince: r.active_since_ns, sessionID: cString(&r2.session_id), screenName: cString(&r2.screen_name),
+                activeSince: r.active_since_ns, sessionID: cString(&r2.session_id),
+                screenName: cString(&r2.screen_name),
                 frames: frames)
         }
     }
@@ -187,10 +195,13 @@ public struct CrashLog: Sendable {
     public func clear() throws {
         guard FileManager.default.fileExists(atPath: path) else { return }
         let fd = open(path, O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw CrashLogError(path: path, message: "cannot be opened to clear it.", errno: Glibc.errno) }
+        guard fd >= 0 else {
+            throw CrashLogError(path: path, message: "cannot be opened to clear it.", errno: Glibc.errno)
+        }
         defer { close(fd) }
         guard ftruncate(fd, 0) == 0, fsync(fd) == 0 else {
-            throw CrashLogError(path: path, message: "cannot be truncated after its crashes were tracked.", errno: Glibc.errno)
+            throw CrashLogError(
+                path: path, message: "cannot be truncated after its crashes were tracked.", errno: Glibc.errno)
         }
     }
 
@@ -198,7 +209,9 @@ public struct CrashLog: Sendable {
     func install(bootID: BootID) throws {
         let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o660)
         guard fd >= 0 else {
-            throw CrashLogError(path: path, message: "cannot be created: \(String(cString: strerror(Glibc.errno))).", errno: Glibc.errno)
+            throw CrashLogError(
+                path: path, message: "cannot be created: \(String(cString: strerror(Glibc.errno))).", errno: Glibc.errno
+            )
         }
         // The file's directory entry must survive a power cut too.
         let dir = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
@@ -209,7 +222,9 @@ public struct CrashLog: Sendable {
         let rc = bootID.bytes.withUnsafeBufferPointer { tributary_crash_install(fd, $0.baseAddress) }
         guard rc == 0 else {
             close(fd)
-            throw CrashLogError(path: path, message: "signal handlers could not be installed: \(String(cString: strerror(rc))).", errno: rc)
+            throw CrashLogError(
+                path: path, message: "signal handlers could not be installed: \(String(cString: strerror(rc))).",
+                errno: rc)
         }
     }
 }

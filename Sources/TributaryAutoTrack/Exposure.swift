@@ -18,8 +18,9 @@ public struct ExposureTracker: Sendable {
     /// the window) against `viewport`, and returns the elements that just became visible, in tree order.
     public mutating func update(root: ViewNode, viewport: Rect, pageType: String) -> [LocatedElement] {
         var now: [LocatedElement] = []
-        Self.collect(root, origin: (0, 0), clip: viewport, path: "\(pageType)[0]/" + ElementPath.step(root, index: 0),
-                     cell: nil, into: &now)
+        Self.collect(
+            root, origin: (0, 0), clip: viewport, path: "\(pageType)[0]/" + ElementPath.step(root, index: 0),
+            cell: nil, into: &now)
         let fresh = now.filter { !visible.contains($0.node.id) }
         visible = Set(now.map(\.node.id))
         return fresh
@@ -38,8 +39,9 @@ public struct ExposureTracker: Sendable {
         if node.exposure != nil { out.append(LocatedElement(node: node, path: path, position: cell)) }
         let childOrigin = (frame.x - node.contentOffset.x, frame.y - node.contentOffset.y)
         for (child, index) in zip(node.children, ElementPath.sameTypeIndices(node.children)) {
-            collect(child, origin: childOrigin, clip: shown, path: path + "/" + ElementPath.step(child, index: index),
-                    cell: cell, into: &out)
+            collect(
+                child, origin: childOrigin, clip: shown, path: path + "/" + ElementPath.step(child, index: index),
+                cell: cell, into: &out)
         }
     }
 }

@@ -24,15 +24,18 @@ struct App: AsyncParsableCommand {
 
     @OptionGroup var options: ProducerOptions
 
-    @Option(name: .customLong("crash-after"), help: "Crash once this many events are durable (and the app is in front).")
+    @Option(
+        name: .customLong("crash-after"), help: "Crash once this many events are durable (and the app is in front).")
     var crashAfter: Int?
 
     @Option(name: .customLong("crash-kind"), help: "How to crash: segv (null write), fatal (Swift fatalError), abort.")
     var crashKind: String = "segv"
 
-    @Option(name: .customLong("foreign-handler"),
-            help: ArgumentHelp("First install a crash handler as another SDK would; it appends a line to this file.",
-                               valueName: "path"))
+    @Option(
+        name: .customLong("foreign-handler"),
+        help: ArgumentHelp(
+            "First install a crash handler as another SDK would; it appends a line to this file.",
+            valueName: "path"))
     var foreignHandler: String?
 
     @Option(name: .customLong("session-timeout"), help: "Seconds in the background that end a session.")
@@ -43,7 +46,9 @@ struct App: AsyncParsableCommand {
             throw ValidationError("--crash-kind must be segv, fatal or abort, not '\(crashKind)'.")
         }
         if let crashAfter, crashAfter < 0 { throw ValidationError("--crash-after must not be negative.") }
-        guard sessionTimeout > 0, sessionTimeout.isFinite else { throw ValidationError("--session-timeout must be positive.") }
+        guard sessionTimeout > 0, sessionTimeout.isFinite else {
+            throw ValidationError("--session-timeout must be positive.")
+        }
     }
 
     func run() async throws {
@@ -105,8 +110,10 @@ struct ScriptedSession {
     private var touch: UInt64 = 0
     private var instance = 0
 
-    init(auto: AutoTracker, clock: SimulatedClock, rng: SplitMix64, ledger: Ledger, pause: UInt64, crashAfter: Int?,
-         crashKind: String) {
+    init(
+        auto: AutoTracker, clock: SimulatedClock, rng: SplitMix64, ledger: Ledger, pause: UInt64, crashAfter: Int?,
+        crashKind: String
+    ) {
         self.auto = auto
         self.clock = clock
         self.rng = rng
@@ -121,7 +128,9 @@ struct ScriptedSession {
         committed += receipts.count
     }
 
-    private static func chance(_ p: Double, _ rng: inout SplitMix64) -> Bool { Double.random(in: 0..<1, using: &rng) < p }
+    private static func chance(_ p: Double, _ rng: inout SplitMix64) -> Bool {
+        Double.random(in: 0..<1, using: &rng) < p
+    }
 
     mutating func run(events: Int) async throws {
         try launch()
@@ -179,9 +188,11 @@ struct ScriptedSession {
         clock.advance(seconds: Double.random(in: 0.02...0.6, using: &rng))
         page = next
         scroll = 0
-        record(try auto.pageAppeared(
-            PageDescription(instanceID: id, className: next.className, title: next.title, root: next.tree(scroll: 0)),
-            viewport: Catalog.viewport))
+        record(
+            try auto.pageAppeared(
+                PageDescription(
+                    instanceID: id, className: next.className, title: next.title, root: next.tree(scroll: 0)),
+                viewport: Catalog.viewport))
     }
 
     private mutating func navigate() throws {
@@ -226,7 +237,9 @@ struct ScriptedSession {
     private mutating func backgroundTrip() throws {
         record(try auto.handle(.willResignActive))
         record(try auto.handle(.didEnterBackground))
-        clock.advance(seconds: Self.chance(0.5, &rng) ? Double.random(in: 1...25, using: &rng) : Double.random(in: 31...600, using: &rng))
+        clock.advance(
+            seconds: Self.chance(0.5, &rng)
+                ? Double.random(in: 1...25, using: &rng) : Double.random(in: 31...600, using: &rng))
         record(try auto.handle(.willEnterForeground))
         record(try auto.handle(.didBecomeActive))
     }
@@ -259,10 +272,15 @@ enum ForeignSDK {
         var action = sigaction()
         action.__sigaction_handler.sa_sigaction = { signal, _, _ in
             // Async-signal-safe: a fixed buffer on the stack, write(2), then the default action.
-            var line: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                       UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-                (0x66, 0x6f, 0x72, 0x65, 0x69, 0x67, 0x6e, 0x2d, 0x68, 0x61, 0x6e, 0x64, 0x6c, 0x65, 0x72, 0x20,
-                 0x73, 0x69, 0x67, 0x6e, 0x61, 0x6c, 0x20, 0x30, 0x30, 0x0a, 0)  // "foreign-handler signal 00\n"
+            var line:
+                (
+                    UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                    UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
+                ) =
+                    (
+                        0x66, 0x6f, 0x72, 0x65, 0x69, 0x67, 0x6e, 0x2d, 0x68, 0x61, 0x6e, 0x64, 0x6c, 0x65, 0x72, 0x20,
+                        0x73, 0x69, 0x67, 0x6e, 0x61, 0x6c, 0x20, 0x30, 0x30, 0x0a, 0
+                    )  // "foreign-handler signal 00\n"
             withUnsafeMutableBytes(of: &line) { raw in
                 raw[23] = UInt8(48 + (signal / 10) % 10)
                 raw[24] = UInt8(48 + signal % 10)

@@ -25,12 +25,15 @@ enum Catalog {
                 ViewNode(
                     id: "cell-\(row)", type: rows > 12 ? "UICollectionViewCell" : "UITableViewCell",
                     frame: Rect(x: 0, y: Double(row) * rowHeight, width: 390, height: rowHeight),
-                    cell: CellPosition(section: 0, row: row), exposure: ["item_id": .string("\(className.prefix(4))-\(row)")],
+                    cell: CellPosition(section: 0, row: row),
+                    exposure: ["item_id": .string("\(className.prefix(4))-\(row)")],
                     children: [
-                        ViewNode(id: "cell-\(row)-label", type: "UILabel", frame: Rect(x: 16, y: 8, width: 250, height: 24),
-                                 content: "Item \(row)"),
-                        ViewNode(id: "cell-\(row)-add", type: "UIButton", frame: Rect(x: 300, y: 8, width: 74, height: 32),
-                                 content: "Add"),
+                        ViewNode(
+                            id: "cell-\(row)-label", type: "UILabel", frame: Rect(x: 16, y: 8, width: 250, height: 24),
+                            content: "Item \(row)"),
+                        ViewNode(
+                            id: "cell-\(row)-add", type: "UIButton", frame: Rect(x: 300, y: 8, width: 74, height: 32),
+                            content: "Add"),
                     ])
             }
             let list = ViewNode(
@@ -38,8 +41,10 @@ enum Catalog {
                 frame: Rect(x: 0, y: 100, width: 390, height: viewport.height - 100), contentOffset: (0, scroll),
                 children: cells)
             let bar = buttons.enumerated().map { i, title in
-                ViewNode(id: "button-\(i)", type: "UIButton", frame: Rect(x: 16 + Double(i) * 120, y: 50, width: 110, height: 40),
-                         content: title)
+                ViewNode(
+                    id: "button-\(i)", type: "UIButton",
+                    frame: Rect(x: 16 + Double(i) * 120, y: 50, width: 110, height: 40),
+                    content: title)
             }
             return ViewNode(id: "root", type: "UIView", frame: viewport, children: bar + (rows > 0 ? [list] : []))
         }
@@ -53,17 +58,22 @@ enum Catalog {
         }
     }
 
-    static let home = Page(className: "HomeViewController", title: "Home", endpoint: "GET /feed", rows: 8,
-                           rowHeight: 160, buttons: ["Search", "Cart"])
+    static let home = Page(
+        className: "HomeViewController", title: "Home", endpoint: "GET /feed", rows: 8,
+        rowHeight: 160, buttons: ["Search", "Cart"])
     static let all = [
         home,
-        Page(className: "ProductListViewController", title: "Products", endpoint: "GET /products", rows: 40,
-             rowHeight: 120, buttons: ["Filter", "Sort"]),
-        Page(className: "ProductDetailViewController", title: "Product", endpoint: "GET /product", rows: 0,
-             rowHeight: 0, buttons: ["Buy", "Add to cart", "Share"]),
-        Page(className: "CartViewController", title: "Cart", endpoint: "GET /cart", rows: 5, rowHeight: 90,
-             buttons: ["Checkout"]),
-        Page(className: "SettingsViewController", title: "Settings", endpoint: "GET /settings", rows: 6,
-             rowHeight: 60, buttons: ["Log out"]),
+        Page(
+            className: "ProductListViewController", title: "Products", endpoint: "GET /products", rows: 40,
+            rowHeight: 120, buttons: ["Filter", "Sort"]),
+        Page(
+            className: "ProductDetailViewController", title: "Product", endpoint: "GET /product", rows: 0,
+            rowHeight: 0, buttons: ["Buy", "Add to cart", "Share"]),
+        Page(
+            className: "CartViewController", title: "Cart", endpoint: "GET /cart", rows: 5, rowHeight: 90,
+            buttons: ["Checkout"]),
+        Page(
+            className: "SettingsViewController", title: "Settings", endpoint: "GET /settings", rows: 6,
+            rowHeight: 60, buttons: ["Log out"]),
     ]
 }

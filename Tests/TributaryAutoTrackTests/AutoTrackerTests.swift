@@ -53,15 +53,22 @@ let screen = Rect(x: 0, y: 0, width: 390, height: 800)
 
 func homePage(_ instance: String = "home-1") -> PageDescription {
     let cells = (0..<6).map { row in
-        ViewNode(id: "cell\(row)", type: "UITableViewCell", frame: Rect(x: 0, y: Double(row) * 200, width: 390, height: 200),
-                 cell: CellPosition(section: 0, row: row), exposure: ["item_id": .string("sku-\(row)")],
-                 children: [ViewNode(id: "cell\(row)-label", type: "UILabel", frame: Rect(x: 0, y: 0, width: 100, height: 20),
-                                     content: "Item \(row)")])
+        ViewNode(
+            id: "cell\(row)", type: "UITableViewCell", frame: Rect(x: 0, y: Double(row) * 200, width: 390, height: 200),
+            cell: CellPosition(section: 0, row: row), exposure: ["item_id": .string("sku-\(row)")],
+            children: [
+                ViewNode(
+                    id: "cell\(row)-label", type: "UILabel", frame: Rect(x: 0, y: 0, width: 100, height: 20),
+                    content: "Item \(row)")
+            ])
     }
-    let root = ViewNode(id: "root", type: "UIView", frame: screen, children: [
-        ViewNode(id: "buy", type: "UIButton", frame: Rect(x: 0, y: 0, width: 100, height: 40), content: "Buy"),
-        ViewNode(id: "table", type: "UITableView", frame: Rect(x: 0, y: 100, width: 390, height: 700), children: cells),
-    ])
+    let root = ViewNode(
+        id: "root", type: "UIView", frame: screen,
+        children: [
+            ViewNode(id: "buy", type: "UIButton", frame: Rect(x: 0, y: 0, width: 100, height: 40), content: "Buy"),
+            ViewNode(
+                id: "table", type: "UITableView", frame: Rect(x: 0, y: 100, width: 390, height: 700), children: cells),
+        ])
     return PageDescription(instanceID: instance, className: "HomeViewController", title: "Home", root: root)
 }
 
@@ -84,7 +91,8 @@ struct AutoTrackerTests {
             try auto.handle(.didEnterBackground)
 
             let events = try storedEvents(group)
-            #expect(events.map(\.event) == ["$AppViewScreen"] + Array(repeating: "$AppExposure", count: 4)
+            #expect(
+                events.map(\.event) == ["$AppViewScreen"] + Array(repeating: "$AppExposure", count: 4)
                     + ["$AppStart", "$AppClick", "$AppEnd"])
             let session = auto.sessionID
             #expect(!session.isEmpty)
@@ -98,7 +106,9 @@ struct AutoTrackerTests {
             #expect(view["$referrer"] == nil)
             #expect(view["$page_load_duration"] as? Double == 0.25)
             #expect(events[1...4].map { $0["item_id"] as? String } == ["sku-0", "sku-1", "sku-2", "sku-3"])
-            #expect(events[2]["$element_path"] as? String == "HomeViewController[0]/UIView[0]/UITableView[0]/UITableViewCell[0:1]")
+            #expect(
+                events[2]["$element_path"] as? String
+                    == "HomeViewController[0]/UIView[0]/UITableView[0]/UITableViewCell[0:1]")
             let start = events[5]
             #expect(start["$is_first_time"] as? Bool == true)
             #expect(start["$resume_from_background"] as? Bool == false)
@@ -107,7 +117,8 @@ struct AutoTrackerTests {
             #expect(click["$element_content"] as? String == "Item 1")
             #expect(click["$element_position"] as? String == "0:1")
             #expect(click["$screen_name"] as? String == "home")
-            #expect(click["$element_path"] as? String
+            #expect(
+                click["$element_path"] as? String
                     == "HomeViewController[0]/UIView[0]/UITableView[0]/UITableViewCell[0:1]/UILabel[0]")
             let end = events[7]
             #expect(end["$event_duration"] as? Double == 42)
@@ -138,7 +149,9 @@ struct AutoTrackerTests {
             auto.refresh()  // pull to refresh: what is visible is exposed again
             #expect(try auto.layoutChanged(viewport: screen).count == 4)
             let events = try storedEvents(group).map(\.event)
-            #expect(events == ["$AppStartPassively", "$AppStart", "$AppViewScreen"] + Array(repeating: "$AppExposure", count: 8))
+            #expect(
+                events == ["$AppStartPassively", "$AppStart", "$AppViewScreen"]
+                    + Array(repeating: "$AppExposure", count: 8))
         }
     }
 
@@ -146,7 +159,8 @@ struct AutoTrackerTests {
     func referrerChain() throws {
         try withTemporaryGroup { group in
             let clock = ManualClock()
-            let auto = try makeAuto(group, clock: clock, pageIDs: ["HomeViewController": "home", "CartViewController": "cart"])
+            let auto = try makeAuto(
+                group, clock: clock, pageIDs: ["HomeViewController": "home", "CartViewController": "cart"])
             try auto.handle(.didFinishLaunching(inBackground: false))
             try auto.handle(.didBecomeActive)
             try auto.pageAppeared(homePage())
@@ -158,8 +172,12 @@ struct AutoTrackerTests {
             try auto.handle(.didBecomeActive)
             #expect(try auto.layoutChanged(viewport: screen).count == 4, "the re-sent page exposes its items again")
             let views = try storedEvents(group).filter { $0.event == "$AppViewScreen" }
-            #expect(views.map { $0["$screen_name"] as? String } == ["home", "cart", "DetailViewController", "home", "home"])
-            #expect(views.map { $0["$referrer"] as? String } == [nil, "home", "cart", "DetailViewController", "DetailViewController"])
+            #expect(
+                views.map { $0["$screen_name"] as? String } == ["home", "cart", "DetailViewController", "home", "home"])
+            #expect(
+                views.map { $0["$referrer"] as? String } == [
+                    nil, "home", "cart", "DetailViewController", "DetailViewController",
+                ])
             #expect(views.allSatisfy { $0["$page_load_duration"] == nil }, "no pageCreated: no load time")
         }
     }

@@ -7,8 +7,10 @@ import TributaryStore
 import TributaryTestSupport
 
 /// A record as the signal handler writes it (the real multi-process crash is in Integration/CrashTests).
-func crashRecordBytes(signal: Int32, foreground: Bool, activeSince: UInt64, crashedAt: UInt64, wallMillis: Int64,
-                      session: String, screen: String) -> [UInt8] {
+func crashRecordBytes(
+    signal: Int32, foreground: Bool, activeSince: UInt64, crashedAt: UInt64, wallMillis: Int64,
+    session: String, screen: String
+) -> [UInt8] {
     var r = tributary_crash_record()
     r.magic = TRIBUTARY_CRASH_MAGIC
     r.version = TRIBUTARY_CRASH_VERSION
@@ -42,7 +44,9 @@ func crashRecordBytes(signal: Int32, foreground: Bool, activeSince: UInt64, cras
 
 @Suite("Crash records", .serialized)
 struct CrashRecordTests {
-    @Test("the next start turns a record into $AppCrashed and the missing $AppEnd, dated at the crash; torn records are skipped")
+    @Test(
+        "the next start turns a record into $AppCrashed and the missing $AppEnd, dated at the crash; torn records are skipped"
+    )
     func recovery() throws {
         try withTemporaryGroup { group in
             let clock = ManualClock()
@@ -51,10 +55,12 @@ struct CrashRecordTests {
             let record = crashRecordBytes(
                 signal: SIGSEGV, foreground: true, activeSince: crashedAt - 12_345_000_000, crashedAt: crashedAt,
                 wallMillis: 1_700_000_000_123, session: "session-of-the-crash", screen: "product_detail")
-            let torn = crashRecordBytes(signal: SIGILL, foreground: true, activeSince: 0, crashedAt: 1, wallMillis: 1,
-                                        session: "x", screen: "y")
-            let later = crashRecordBytes(signal: SIGABRT, foreground: false, activeSince: 0, crashedAt: 7,
-                                         wallMillis: 1_700_000_100_000, session: "s2", screen: "")
+            let torn = crashRecordBytes(
+                signal: SIGILL, foreground: true, activeSince: 0, crashedAt: 1, wallMillis: 1,
+                session: "x", screen: "y")
+            let later = crashRecordBytes(
+                signal: SIGABRT, foreground: false, activeSince: 0, crashedAt: 7,
+                wallMillis: 1_700_000_100_000, session: "s2", screen: "")
             var corrupt = torn
             corrupt[40] ^= 0xff
             // A record cut short (power cut mid-write), a later intact one, and one whose checksum fails.
@@ -95,8 +101,12 @@ struct CrashRecordTests {
 
     @Test("app_crashed_reason keeps whole frame lines within the 8,192-byte value limit")
     func reasonLimit() throws {
-        var record = try #require(CrashLog.decode(Data(crashRecordBytes(
-            signal: SIGBUS, foreground: false, activeSince: 0, crashedAt: 1, wallMillis: 1, session: "", screen: ""))))
+        var record = try #require(
+            CrashLog.decode(
+                Data(
+                    crashRecordBytes(
+                        signal: SIGBUS, foreground: false, activeSince: 0, crashedAt: 1, wallMillis: 1, session: "",
+                        screen: ""))))
         let module = String(repeating: "m", count: 95)
         record.frames = (0..<64).map { CrashRecord.Frame(address: UInt64($0), module: module, offset: UInt64($0)) }
         let reason = record.reason()
@@ -110,8 +120,9 @@ struct CrashRecordTests {
     func backgroundCrash() throws {
         try withTemporaryGroup { group in
             let auto = try makeAuto(group, clock: ManualClock())
-            let record = crashRecordBytes(signal: SIGABRT, foreground: false, activeSince: 0, crashedAt: 99,
-                                          wallMillis: 1_700_000_000_000, session: "s", screen: "")
+            let record = crashRecordBytes(
+                signal: SIGABRT, foreground: false, activeSince: 0, crashedAt: 99,
+                wallMillis: 1_700_000_000_000, session: "s", screen: "")
             try Data(record).write(to: URL(fileURLWithPath: auto.crashLog.path))
             try auto.start()
             let events = try storedEvents(group)
