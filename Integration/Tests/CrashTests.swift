@@ -110,6 +110,26 @@ struct CrashTests {
         }
     }
 
+    @Test("four threads crashing at once leave one intact record and one $AppCrashed")
+    func concurrentCrashes() async throws {
+        try await withTemporaryGroup { group in
+            let quiet = ["SWIFT_BACKTRACE": "enable=no"]
+            let app = try ChildProcess(
+                "tributary-sim",
+                ["app", "--group", group, "--events", "100", "--crash-after", "5", "--crash-kind", "threads"],
+                environment: quiet)
+            let result = await app.finish()
+            #expect(app.process.terminationReason == .uncaughtSignal && result.status == SIGSEGV, "\(result.stderr)")
+            let restart = try await ChildProcess.run(
+                "tributary-sim", ["app", "--group", group, "--events", "3"], environment: quiet)
+            #expect(restart.status == 0, "\(restart.stderr)")
+            let events = try Self.events(group)
+            #expect(Self.named("$AppCrashed", in: events).count == 1)
+            #expect(Self.named("$AppEnd", in: events, reason: "crash").count == 1)
+            #expect(Self.named("$AppStart", in: events).count == Self.named("$AppEnd", in: events).count)
+        }
+    }
+
     @Test("chained to the Swift runtime's backtracer (installed at process start), then the default action")
     func swiftBacktracer() async throws {
         try await withTemporaryGroup { group in

@@ -28,7 +28,7 @@ struct App: AsyncParsableCommand {
         name: .customLong("crash-after"), help: "Crash once this many events are durable (and the app is in front).")
     var crashAfter: Int?
 
-    @Option(name: .customLong("crash-kind"), help: "How to crash: segv (null write), fatal (Swift fatalError), abort.")
+    @Option(name: .customLong("crash-kind"), help: "How to crash: segv (null write), fatal (Swift fatalError), abort, threads (4 threads fault at once).")
     var crashKind: String = "segv"
 
     @Option(
@@ -42,8 +42,8 @@ struct App: AsyncParsableCommand {
     var sessionTimeout: Double = 30
 
     func validate() throws {
-        guard ["segv", "fatal", "abort"].contains(crashKind) else {
-            throw ValidationError("--crash-kind must be segv, fatal or abort, not '\(crashKind)'.")
+        guard ["segv", "fatal", "abort", "threads"].contains(crashKind) else {
+            throw ValidationError("--crash-kind must be segv, fatal, abort or threads, not '\(crashKind)'.")
         }
         if let crashAfter, crashAfter < 0 { throw ValidationError("--crash-after must not be negative.") }
         guard sessionTimeout > 0, sessionTimeout.isFinite else {
@@ -253,11 +253,30 @@ enum Crash {
             fatalError("tributary-sim: simulated crash")
         case "abort":
             abort()
+        case "threads":
+            // Four threads fault at the same moment: one record, then the process goes.
+            let gate = Gate()
+            for _ in 0..<4 {
+                Thread.detachNewThread {
+                    while !gate.open.load(ordering: .acquiring) {}
+                    segv()
+                }
+            }
+            usleep(20_000)
+            gate.open.store(true, ordering: .releasing)
+            sleep(30)
+            fatalError("the crashing threads did not end the process")
         default:
-            let pointer = UnsafeMutablePointer<Int>(bitPattern: 0x10)
-            pointer.unsafelyUnwrapped.pointee = 42
-            fatalError("unreachable: the write above faults")
+            segv()
         }
+    }
+
+    final class Gate: Sendable { let open = Atomic<Bool>(false) }
+
+    static func segv() -> Never {
+        let pointer = UnsafeMutablePointer<Int>(bitPattern: 0x10)
+        pointer.unsafelyUnwrapped.pointee = 42
+        fatalError("unreachable: the write above faults")
     }
 }
 
