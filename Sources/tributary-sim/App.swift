@@ -28,7 +28,9 @@ struct App: AsyncParsableCommand {
         name: .customLong("crash-after"), help: "Crash once this many events are durable (and the app is in front).")
     var crashAfter: Int?
 
-    @Option(name: .customLong("crash-kind"), help: "How to crash: segv (null write), fatal (Swift fatalError), abort, threads (4 threads fault at once).")
+    @Option(
+        name: .customLong("crash-kind"),
+        help: "How to crash: segv (null write), fatal (Swift fatalError), abort, threads (4 threads fault at once).")
     var crashKind: String = "segv"
 
     @Option(
