@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .library(name: "Tributary", targets: ["Tributary"]),
         .library(name: "TributaryStore", targets: ["TributaryStore"]),
+        .library(name: "TributaryAutoTrack", targets: ["TributaryAutoTrack"]),
         .executable(name: "tributary", targets: ["tributary"]),
         .executable(name: "tributary-sim", targets: ["tributary-sim"]),
         .executable(name: "tributary-agent", targets: ["tributary-agent"]),
@@ -42,6 +43,11 @@ let package = Package(
             dependencies: ["TributaryStore", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
+        // Crash capture: async-signal-safe signal handlers that write crash records (plain C, no Swift).
+        .target(name: "CTributaryCrash"),
+        // Automatic tracking any UI toolkit can feed: lifecycle, sessions, page views, clicks, exposure,
+        // timings, crashes.
+        .target(name: "TributaryAutoTrack", dependencies: ["Tributary", "CTributaryCrash"], swiftSettings: strict),
         // Wire formats shared by the agent and the collector: gzip, Sensors form, NDJSON.
         .target(name: "TributaryWire", dependencies: ["CZlib"], swiftSettings: strict),
         // The sync agent: drain, enrich, outbox, batching, upload, retry, flush policies.
@@ -80,7 +86,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "tributary-sim",
-            dependencies: ["Tributary", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["Tributary", "TributaryAutoTrack", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             swiftSettings: strict
         ),
         .executableTarget(
@@ -121,6 +127,8 @@ let package = Package(
         .testTarget(name: "TributaryStoreTests", dependencies: ["TributaryStore", "TributaryTestSupport"],
                     swiftSettings: strict),
         .testTarget(name: "TributaryTests", dependencies: ["Tributary", "TributaryTestSupport"],
+                    swiftSettings: strict),
+        .testTarget(name: "TributaryAutoTrackTests", dependencies: ["TributaryAutoTrack", "TributaryTestSupport"],
                     swiftSettings: strict),
         .testTarget(name: "TributaryWireTests", dependencies: ["TributaryWire"], swiftSettings: strict),
         .testTarget(

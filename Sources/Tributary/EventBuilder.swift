@@ -15,6 +15,8 @@ struct PreparedEvent: Sendable {
     var trackID: Int64
     var wallTimeMillis: Int64
     var bootTimeNanos: UInt64
+    /// The boot `bootTimeNanos` was read in (an event recorded for an earlier process may be older).
+    var bootID: BootID = .current
 
     /// The full body with `identity` spliced in.
     func body(with identity: Identity) -> [UInt8] {
@@ -36,7 +38,8 @@ struct PreparedEvent: Sendable {
     }
 
     func draft(with identity: Identity) -> SharedStore.Draft {
-        SharedStore.Draft(wallTimeMillis: wallTimeMillis, bootTimeNanos: bootTimeNanos, body: body(with: identity))
+        SharedStore.Draft(
+            wallTimeMillis: wallTimeMillis, bootTimeNanos: bootTimeNanos, bootID: bootID, body: body(with: identity))
     }
 }
 
@@ -71,7 +74,7 @@ struct BaseProperties: Sendable {
 enum EventEncoder {
     static func prepare(
         event: String, type: StaticString = "track", properties: [String: PropertyValue], base: BaseProperties,
-        libMethod: StaticString, wallTimeMillis: Int64, bootTimeNanos: UInt64
+        libMethod: StaticString, wallTimeMillis: Int64, bootTimeNanos: UInt64, eventID: String? = nil
     ) -> PreparedEvent {
         var head = JSONWriter(capacity: 64 + event.utf8.count)
         head.raw("{\"type\":\"")
@@ -82,7 +85,7 @@ enum EventEncoder {
         head.int(wallTimeMillis)
         head.raw(",")
 
-        let eventID = randomUUIDString()
+        let eventID = eventID ?? randomUUIDString()
         let trackID = Int64.random(in: 0...Int64(Int32.max))
         var tail = JSONWriter(capacity: 512)
         tail.raw("\"_track_id\":")

@@ -19,6 +19,7 @@ public enum EventRules {
     public static let presetEvents: Set<String> = [
         "$AppStart", "$AppStartPassively", "$AppEnd", "$AppViewScreen", "$AppClick", "$AppCrashed",
         "$AppDeeplinkLaunch", "$AppExposure", "$SignUp", "$WebClick", "$pageview", "$WebStay", "$WebPageLeave",
+        "$AppPerformance",
     ]
 
     /// Checks an event name.

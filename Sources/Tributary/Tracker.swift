@@ -76,6 +76,8 @@ public final class Tracker: Sendable {
     private let presets: [String: PropertyValue]
     private let state: Mutex<State>
     private let committer: GroupCommitter
+    /// Per-event hooks (dynamic super properties); see Tracker+Hooks.swift.
+    let hooks = TrackerHooks()
 
     /// Opens the group's store and registers this producer.
     public init(configuration: Configuration) throws {
@@ -129,15 +131,19 @@ public final class Tracker: Sendable {
         return try await committer.commit(prepared)
     }
 
-    private func prepare(
-        _ event: String, properties: [String: PropertyValue], libMethod: StaticString = "code"
+    func prepare(
+        _ event: String, properties: [String: PropertyValue], libMethod: StaticString = "code",
+        moment: EventMoment? = nil
     ) throws -> PreparedEvent {
         try EventRules.validateEventName(event)
+        let properties = hooks.withDynamicProperties(properties)
         try EventRules.validateProperties(properties)
         let base = state.withLock { $0.base }
-        let prepared = EventEncoder.prepare(
+        var prepared = EventEncoder.prepare(
             event: event, properties: properties, base: base, libMethod: libMethod,
-            wallTimeMillis: configuration.wallMillis(), bootTimeNanos: configuration.monotonicNanos())
+            wallTimeMillis: moment?.wallTimeMillis ?? configuration.wallMillis(),
+            bootTimeNanos: moment?.bootTimeNanos ?? configuration.monotonicNanos(), eventID: moment?.eventID)
+        if let bootID = moment?.bootID { prepared.bootID = bootID }
         let size = prepared.prefix.count + prepared.suffix.count + 3 * 300
         guard size <= configuration.maxEventBytes else {
             throw TrackingError(

@@ -1,0 +1,179 @@
+import Foundation
+import Testing
+import TributaryStore
+import TributaryTestSupport
+
+/// Real crashes of a real `tributary-sim app` process, then a restart that reports them.
+@Suite("Crash capture with real processes", .serialized)
+struct CrashTests {
+    struct Event {
+        var name: String
+        var pid: Int32
+        var eventID: String
+        var properties: [String: Any]
+    }
+
+    static func events(_ group: String) throws -> [Event] {
+        try SharedStore(groupDirectory: group).events(limit: .max).map { entry in
+            let record = try entry.record.get()
+            let body = try #require(try JSONSerialization.jsonObject(with: Data(record.body)) as? [String: Any])
+            return Event(
+                name: body["event"] as? String ?? "", pid: record.pid, eventID: body["event_id"] as? String ?? "",
+                properties: body["properties"] as? [String: Any] ?? [:])
+        }
+    }
+
+    /// Events called `name` (and with that `$app_end_reason`, or from that process).
+    static func named(_ name: String, in events: [Event], reason: String? = nil, pid: Int32? = nil) -> [Event] {
+        var out: [Event] = []
+        for e in events where e.name == name {
+            if let reason, e.properties["$app_end_reason"] as? String != reason { continue }
+            if let pid, e.pid != pid { continue }
+            out.append(e)
+        }
+        return out
+    }
+
+    #if arch(x86_64)
+        static let trapSignal = SIGILL  // Swift's fatalError ends in ud2
+    #else
+        static let trapSignal = SIGTRAP  // brk
+    #endif
+
+    @Test(
+        "a crash is recorded, chained to the handler installed before ours, and reported at the next start",
+        arguments: [
+            ("segv", SIGSEGV, "SIGSEGV"), ("fatal", trapSignal, trapSignal == SIGILL ? "SIGILL" : "SIGTRAP"),
+            ("abort", SIGABRT, "SIGABRT"),
+        ])
+    func crashAndRestart(kind: String, signal: Int32, name: String) async throws {
+        try await withTemporaryGroup { group in
+            let trace = group + "-foreign-sdk.trace"
+            let ledger = group + "-ledger"
+            // The Swift runtime's own backtracer would be chained to as well; it only slows the test down.
+            let quiet = ["SWIFT_BACKTRACE": "enable=no"]
+            let app = try ChildProcess(
+                "tributary-sim",
+                [
+                    "app", "--group", group, "--events", "500", "--seed", "7", "--crash-after", "30", "--crash-kind",
+                    kind,
+                    "--foreign-handler", trace, "--ledger", ledger,
+                ], environment: quiet)
+            let crashedPID = app.pid
+            let result = await app.finish()
+            #expect(app.process.terminationReason == .uncaughtSignal, "\(result.stderr)")
+            #expect(result.status == signal, "died by signal \(result.status), expected \(signal)")
+            let traced = (try? String(contentsOfFile: trace, encoding: .utf8)) ?? ""
+            #expect(
+                traced == "foreign-handler signal \(signal < 10 ? "0" : "")\(signal)\n",
+                "the other SDK's handler must run once, after ours: \(traced)")
+            let crashFile = group + "/crash-app.records"
+            let size = (try FileManager.default.attributesOfItem(atPath: crashFile)[.size] as? Int) ?? 0
+            #expect(size > 0, "the crash record was written before the process died")
+
+            let before = try Self.events(group)
+            #expect(!before.map(\.name).contains("$AppCrashed"))
+            let restart = try await ChildProcess.run(
+                "tributary-sim", ["app", "--group", group, "--events", "5", "--seed", "8", "--ledger", ledger],
+                environment: quiet)
+            #expect(restart.status == 0, "\(restart.stderr)")
+
+            let events = try Self.events(group)
+            let crashed = Self.named("$AppCrashed", in: events)
+            try #require(crashed.count == 1)
+            let reason = crashed[0].properties["app_crashed_reason"] as? String ?? ""
+            #expect(reason.hasPrefix("\(name) (signal \(signal)"), "\(reason)")
+            #expect(reason.contains("tributary-sim + 0x"), "the backtrace names the executable: \(reason)")
+            let frames = reason.split(separator: "\n").count - 1
+            #expect(frames >= 3, "\(reason)")
+
+            // Starts and ends pair up: the crash's missing $AppEnd was backfilled, in the crashed session.
+            let starts = Self.named("$AppStart", in: events)
+            #expect(starts.count == Self.named("$AppEnd", in: events).count)
+            let backfilled = Self.named("$AppEnd", in: events, reason: "crash")
+            try #require(backfilled.count == 1)
+            let lastStart = try #require(Self.named("$AppStart", in: events, pid: crashedPID).last)
+            #expect(
+                backfilled[0].properties["$session_id"] as? String == lastStart.properties["$session_id"] as? String)
+            #expect(crashed[0].properties["$session_id"] as? String == lastStart.properties["$session_id"] as? String)
+            #expect(backfilled[0].properties["$event_duration"] as? Double != nil)
+
+            // Nothing acknowledged before the crash was lost.
+            let stored = Set(events.map(\.eventID))
+            let acknowledged = ((try? String(contentsOfFile: ledger, encoding: .utf8)) ?? "").split(separator: "\n")
+                .compactMap { $0.split(separator: " ").last.map(String.init) }
+            #expect(acknowledged.count >= 30)
+            #expect(Set(acknowledged).isSubset(of: stored))
+            #expect(
+                (try? FileManager.default.attributesOfItem(atPath: crashFile)[.size] as? Int) == 0,
+                "the crash file is emptied once reported")
+        }
+    }
+
+    @Test("four threads crashing at once leave one intact record and one $AppCrashed")
+    func concurrentCrashes() async throws {
+        try await withTemporaryGroup { group in
+            let quiet = ["SWIFT_BACKTRACE": "enable=no"]
+            let app = try ChildProcess(
+                "tributary-sim",
+                ["app", "--group", group, "--events", "100", "--crash-after", "5", "--crash-kind", "threads"],
+                environment: quiet)
+            let result = await app.finish()
+            #expect(app.process.terminationReason == .uncaughtSignal && result.status == SIGSEGV, "\(result.stderr)")
+            let restart = try await ChildProcess.run(
+                "tributary-sim", ["app", "--group", group, "--events", "3"], environment: quiet)
+            #expect(restart.status == 0, "\(restart.stderr)")
+            let events = try Self.events(group)
+            #expect(Self.named("$AppCrashed", in: events).count == 1)
+            #expect(Self.named("$AppEnd", in: events, reason: "crash").count == 1)
+            #expect(Self.named("$AppStart", in: events).count == Self.named("$AppEnd", in: events).count)
+        }
+    }
+
+    @Test("chained to the Swift runtime's backtracer (installed at process start), then the default action")
+    func swiftBacktracer() async throws {
+        try await withTemporaryGroup { group in
+            let app = try ChildProcess(
+                "tributary-sim",
+                ["app", "--group", group, "--events", "100", "--crash-after", "5", "--crash-kind", "segv"],
+                environment: ["SWIFT_BACKTRACE": "enable=yes,interactive=no"])
+            let result = await app.finish()
+            #expect(app.process.terminationReason == .uncaughtSignal && result.status == SIGSEGV, "\(result.stderr)")
+            #expect(result.stderr.contains("Program crashed: Bad pointer dereference"), "\(result.stderr.prefix(500))")
+            let size =
+                (try FileManager.default.attributesOfItem(atPath: group + "/crash-app.records")[.size] as? Int) ?? 0
+            #expect(size > 0)
+        }
+    }
+
+    @Test("a session without a crash: the mix of automatic events, every start paired with an end")
+    func scriptedSession() async throws {
+        try await withTemporaryGroup { group in
+            let ledger = group + "-ledger"
+            let run = try await ChildProcess.run(
+                "tributary-sim", ["app", "--group", group, "--events", "400", "--seed", "3", "--ledger", ledger])
+            #expect(run.status == 0, "\(run.stderr)")
+            let events = try Self.events(group)
+            #expect(events.count >= 400)
+            let names = Set(events.map(\.name))
+            let starts = Self.named("$AppStart", in: events).count
+            let ends = Self.named("$AppEnd", in: events).count
+            let sessions = Set(events.map { $0.properties["$session_id"] as? String })
+            for expected in ["$AppStart", "$AppEnd", "$AppViewScreen", "$AppClick", "$AppExposure", "$AppPerformance"] {
+                #expect(names.contains(expected), "no \(expected) in \(names.sorted())")
+            }
+            #expect(starts == ends)
+            #expect(!sessions.contains(nil), "every event has a $session_id")
+            #expect(sessions.count >= 2, "background trips end sessions")
+            let ledgerLines = ((try? String(contentsOfFile: ledger, encoding: .utf8)) ?? "").split(separator: "\n")
+            #expect(ledgerLines.count == events.count)
+            // Same seed, same session.
+            try await withTemporaryGroup { other in
+                _ = try await ChildProcess.run(
+                    "tributary-sim", ["app", "--group", other, "--events", "400", "--seed", "3"])
+                let replay = try Self.events(other)
+                #expect(replay.map(\.name) == events.map(\.name))
+            }
+        }
+    }
+}

@@ -1,0 +1,61 @@
+import Synchronization
+import TributaryStore
+
+/// When an event happened, for events recorded after the fact (a crash found at the next start), and
+/// the event id to give it so that recording it twice yields the same event.
+package struct EventMoment: Sendable {
+    /// Wall-clock time of the event, ms since the epoch.
+    package var wallTimeMillis: Int64
+    /// `CLOCK_BOOTTIME` reading of the event, in `bootID`.
+    package var bootTimeNanos: UInt64
+    /// The boot the reading belongs to.
+    package var bootID: BootID
+    /// A deterministic event id, or nil for a fresh one.
+    package var eventID: String?
+
+    /// Creates a moment.
+    package init(wallTimeMillis: Int64, bootTimeNanos: UInt64, bootID: BootID, eventID: String?) {
+        self.wallTimeMillis = wallTimeMillis
+        self.bootTimeNanos = bootTimeNanos
+        self.bootID = bootID
+        self.eventID = eventID
+    }
+}
+
+/// The per-event hooks of a tracker.
+final class TrackerHooks: Sendable {
+    typealias Provider = @Sendable () -> [String: PropertyValue]
+    private let dynamic = Mutex<Provider?>(nil)
+
+    func setDynamic(_ provider: Provider?) { dynamic.withLock { $0 = provider } }
+
+    /// `properties` on top of the dynamic super properties (an event's own properties win).
+    func withDynamicProperties(_ properties: [String: PropertyValue]) -> [String: PropertyValue] {
+        guard let provider = dynamic.withLock({ $0 }) else { return properties }
+        let computed = provider()
+        if computed.isEmpty { return properties }
+        return computed.merging(properties) { _, own in own }
+    }
+}
+
+extension Tracker {
+    /// Registers properties computed afresh for every event of this process (code-tracked and
+    /// automatic alike), such as `$session_id`. They override presets and super properties; an
+    /// event's own properties override them. Pass nil to remove the provider.
+    ///
+    /// The provider runs on the tracking thread for each event: keep it cheap and non-blocking.
+    public func registerDynamicSuperProperties(_ provider: (@Sendable () -> [String: PropertyValue])?) {
+        hooks.setDynamic(provider)
+    }
+
+    /// Records a preset event produced by automatic tracking (`$lib_method` `autoTrack`), durably, in
+    /// its own transaction. `moment` dates an event recorded after the fact.
+    @discardableResult
+    package func trackAutomatic(
+        _ event: String, properties: [String: PropertyValue], moment: EventMoment? = nil
+    ) throws -> TrackReceipt {
+        let prepared = try prepare(event, properties: properties, libMethod: "autoTrack", moment: moment)
+        let appended = try store.append(producer: producer, count: 1) { _, identity in prepared.draft(with: identity) }
+        return TrackReceipt(event: prepared, appended: appended[0])
+    }
+}

@@ -1,0 +1,336 @@
+import CTributaryCrash
+import Synchronization
+import Tributary
+import TributaryStore
+
+/// A running performance measurement (see ``AutoTracker/startTiming(_:name:)``).
+public struct TimingToken: Sendable, Hashable {
+    /// `$performance_type`: `request`, `image`, or a type of your own.
+    public var kind: String
+    /// `$performance_name`: the URL, image key or operation.
+    public var name: String
+    /// Monotonic start, in nanoseconds.
+    public var startedAt: UInt64
+}
+
+/// Automatic tracking for the main app: feed it the app's lifecycle signals, page appearances, clicks and
+/// layout changes from any UI toolkit; it tracks `$AppStart`, `$AppStartPassively`, `$AppEnd`,
+/// `$AppViewScreen`, `$AppClick`, `$AppExposure`, `$AppPerformance` and, at the next start after a crash,
+/// `$AppCrashed` with the missing `$AppEnd`. Every event of the process (code-tracked ones too) carries
+/// `$session_id`.
+///
+/// Each call tracks synchronously (one durable transaction per event) and returns the receipts. Calls
+/// are expected from one UI thread; the tracker is nevertheless safe to call from several.
+///
+/// ```swift
+/// let auto = try AutoTracker(tracker: tracker, configuration: .init(pageIDs: ["HomeViewController": "home"]))
+/// try auto.start()                                   // recovers a crash of the previous run
+/// try auto.handle(.didFinishLaunching(inBackground: false))
+/// try auto.pageAppeared(PageDescription(instanceID: "1", className: "HomeViewController", root: tree))
+/// try auto.handle(.didBecomeActive)
+/// ```
+public final class AutoTracker: Sendable {
+    /// How automatic tracking behaves.
+    public struct Configuration: Sendable {
+        /// Time in the background after which the next start is a new session. Default 30 s.
+        public var sessionTimeout: Duration = .seconds(30)
+        /// Class name → page id (`$screen_name`, `$referrer`); unmapped classes use their class name.
+        public var pageIDs: [String: String] = [:]
+        /// Install the crash signal handlers in ``AutoTracker/start()``. Default true.
+        public var captureCrashes = true
+        /// Ask the agent to upload when the app enters the background. Default true.
+        public var flushOnBackground = true
+        /// The monotonic clock, in nanoseconds. Default `CLOCK_BOOTTIME`; tests and simulations inject one.
+        public var monotonicNanos: @Sendable () -> UInt64 = BootClock.nowNanos
+
+        /// The defaults, with an optional class→page id map.
+        public init(pageIDs: [String: String] = [:]) { self.pageIDs = pageIDs }
+    }
+
+    private struct State {
+        var machine: LifecycleMachine
+        var pages: PageFlow
+        var exposure = ExposureTracker()
+        var sessionID = ""
+        var lastClick: (element: String, touch: UInt64)?
+    }
+
+    /// What to do once the lock is released.
+    private enum Action {
+        case track(String, [String: PropertyValue])
+        case markLaunched
+        case pauseTimers, resumeTimers, flush
+    }
+
+    private final class Box: Sendable {
+        let state: Mutex<State>
+        init(_ state: State) { self.state = Mutex(state) }
+    }
+
+    /// Configuration key (store `config` table) recording that `$AppStart` was tracked once.
+    public static let launchedKey = "app.has_launched_once"
+
+    /// The tracker events go to.
+    public let tracker: Tracker
+    /// This producer's crash file.
+    public let crashLog: CrashLog
+    private let configuration: Configuration
+    private let box: Box
+
+    /// Sets up automatic tracking on `tracker` and registers `$session_id` as a dynamic super property.
+    public init(tracker: Tracker, configuration: Configuration = Configuration()) throws {
+        let timeout = configuration.sessionTimeout.components
+        guard timeout.seconds >= 0, configuration.sessionTimeout > .zero else {
+            throw AutoTrackError(
+                .invalidConfiguration, "sessionTimeout must be positive; it is \(configuration.sessionTimeout).")
+        }
+        let nanos = UInt64(timeout.seconds) * 1_000_000_000 + UInt64(timeout.attoseconds / 1_000_000_000)
+        self.tracker = tracker
+        self.configuration = configuration
+        crashLog = CrashLog(groupDirectory: tracker.store.groupDirectory, producerID: tracker.producer.id)
+        let launched = try tracker.store.configuration()[Self.launchedKey] != nil
+        let box = Box(
+            State(
+                machine: LifecycleMachine(hasLaunchedBefore: launched, sessionTimeoutNanos: nanos),
+                pages: PageFlow(pageIDs: configuration.pageIDs)))
+        self.box = box
+        tracker.registerDynamicSuperProperties {
+            let id = box.state.withLock { $0.sessionID }
+            return id.isEmpty ? [:] : ["$session_id": .string(id)]
+        }
+    }
+
+    // MARK: Start and crashes
+
+    /// Turns the crash records of the previous run into `$AppCrashed` (and the `$AppEnd` it never sent),
+    /// dated at the crash, clears the crash file, then installs the crash handlers (unless
+    /// ``Configuration/captureCrashes`` is false). Call it once, early, before the app's first signal.
+    @discardableResult
+    public func start() throws -> [TrackReceipt] {
+        var receipts: [TrackReceipt] = []
+        let records = try crashLog.read()
+        for record in records {
+            let effects = LifecycleMachine.crashEffects(
+                foreground: record.foreground, activeSince: record.activeSince, crashedAt: record.bootTimeNanos)
+            for effect in effects {
+                var properties: [String: PropertyValue] = [:]
+                if !record.sessionID.isEmpty { properties["$session_id"] = .string(record.sessionID) }
+                if !record.screenName.isEmpty { properties["$screen_name"] = .string(record.screenName) }
+                let event: String
+                switch effect {
+                case .appEnd(let duration, let reason):
+                    event = "$AppEnd"
+                    properties["$app_end_reason"] = .string(reason.rawValue)
+                    if let duration { properties["$event_duration"] = .double(duration) }
+                default:
+                    event = "$AppCrashed"
+                    properties["app_crashed_reason"] = .string(record.reason())
+                }
+                let moment = EventMoment(
+                    wallTimeMillis: record.wallTimeMillis, bootTimeNanos: record.bootTimeNanos, bootID: record.bootID,
+                    eventID: record.eventID(for: event))
+                receipts.append(try tracker.trackAutomatic(event, properties: properties, moment: moment))
+            }
+        }
+        if !records.isEmpty { try crashLog.clear() }
+        if configuration.captureCrashes {
+            try crashLog.install(bootID: .current)
+            publishCrashContext()
+        }
+        return receipts
+    }
+
+    /// Tells the crash handler whether an `$AppStart` is open and since when. The handler reads
+    /// `CLOCK_BOOTTIME`, so the start is translated from the configured clock (an injected one may run
+    /// ahead) into `CLOCK_BOOTTIME`.
+    private func publishCrashContext() {
+        let (started, since, session, screen) = box.state.withLock { s in
+            (s.machine.isStarted, s.machine.activeSince, s.sessionID, s.pages.currentScreen ?? "")
+        }
+        let now = configuration.monotonicNanos()
+        let boot = BootClock.nowNanos()
+        let elapsed = now >= since ? now - since : 0
+        tributary_crash_set_context(started ? 1 : 0, boot >= elapsed ? boot - elapsed : 0, session, screen)
+    }
+
+    // MARK: Lifecycle
+
+    /// Feeds one lifecycle signal; tracks what it implies and returns the receipts, in order.
+    @discardableResult
+    public func handle(_ signal: AppSignal) throws -> [TrackReceipt] {
+        let now = configuration.monotonicNanos()
+        let actions = box.state.withLock { s in
+            let effects = s.machine.handle(signal, at: now)
+            return Self.plan(effects, &s)
+        }
+        return try perform(actions)
+    }
+
+    private static func plan(_ effects: [LifecycleEffect], _ s: inout State) -> [Action] {
+        var actions: [Action] = []
+        for effect in effects {
+            switch effect {
+            case .newSession:
+                s.sessionID = randomUUIDString()
+            case .appStart(let first, let resume):
+                var p: [String: PropertyValue] = [
+                    "$is_first_time": .bool(first), "$resume_from_background": .bool(resume),
+                ]
+                if let screen = s.pages.currentScreen { p["$screen_name"] = .string(screen) }
+                actions.append(.track("$AppStart", p))
+                if first { actions.append(.markLaunched) }
+            case .appStartPassively:
+                actions.append(.track("$AppStartPassively", [:]))
+            case .appEnd(let duration, let reason):
+                var p: [String: PropertyValue] = ["$app_end_reason": .string(reason.rawValue)]
+                if let duration { p["$event_duration"] = .double(duration) }
+                if let screen = s.pages.currentScreen { p["$screen_name"] = .string(screen) }
+                actions.append(.track("$AppEnd", p))
+            case .appCrashed:
+                break  // only from crash records, in start()
+            case .resendPageView:
+                s.exposure.reset()
+                if let p = s.pages.resend { actions.append(.track("$AppViewScreen", p)) }
+            case .pauseTimers:
+                actions.append(.pauseTimers)
+            case .resumeTimers:
+                actions.append(.resumeTimers)
+            case .flush:
+                actions.append(.flush)
+            }
+        }
+        return actions
+    }
+
+    private func perform(_ actions: [Action]) throws -> [TrackReceipt] {
+        publishCrashContext()
+        var receipts: [TrackReceipt] = []
+        for action in actions {
+            switch action {
+            case .track(let event, let properties):
+                receipts.append(try tracker.trackAutomatic(event, properties: properties))
+            case .markLaunched:
+                try tracker.store.setConfiguration(Self.launchedKey, json: "true")
+            case .pauseTimers:
+                tracker.enterBackground()
+            case .resumeTimers:
+                tracker.enterForeground()
+            case .flush:
+                if configuration.flushOnBackground { tracker.flush() }
+            }
+        }
+        return receipts
+    }
+
+    /// The current session id (`$session_id`).
+    public var sessionID: String { box.state.withLock { $0.sessionID } }
+    /// The lifecycle state.
+    public var phase: AppPhase { box.state.withLock { $0.machine.phase } }
+
+    // MARK: Pages
+
+    /// A page instance was created (its view starts loading): the start of its `$page_load_duration`.
+    public func pageCreated(_ instanceID: String) {
+        let now = configuration.monotonicNanos()
+        box.state.withLock { $0.pages.created(instanceID, at: now) }
+    }
+
+    /// A page appeared: tracks `$AppViewScreen` (unless the app is in the background, as after a passive
+    /// launch: the page view is then sent when the user opens the app), resets exposures, and with a
+    /// `viewport` reports the elements already visible.
+    @discardableResult
+    public func pageAppeared(_ page: PageDescription, viewport: Rect? = nil) throws -> [TrackReceipt] {
+        let now = configuration.monotonicNanos()
+        let actions: [Action] = box.state.withLock { s in
+            let properties = s.pages.appeared(page, at: now)
+            s.exposure.reset()
+            guard s.machine.pageViewsVisible else { return [] }
+            var actions: [Action] = [.track("$AppViewScreen", properties)]
+            if let viewport { actions += Self.exposures(&s, viewport: viewport) }
+            return actions
+        }
+        return try perform(actions)
+    }
+
+    /// The visible area or the current page's views changed (scroll, layout, show/hide): tracks an
+    /// `$AppExposure` for each element that just came into view. `root` replaces the page's view tree.
+    @discardableResult
+    public func layoutChanged(viewport: Rect, root: ViewNode? = nil) throws -> [TrackReceipt] {
+        let actions: [Action] = try box.state.withLock { s in
+            guard s.pages.current != nil else {
+                throw AutoTrackError(.noPage, "A layout change was reported before any page appeared.")
+            }
+            if let root { s.pages.replaceCurrentRoot(root) }
+            guard s.machine.pageViewsVisible else { return [] }
+            return Self.exposures(&s, viewport: viewport)
+        }
+        return try perform(actions)
+    }
+
+    /// The page was refreshed (pull to refresh): everything visible is exposed again at the next update.
+    public func refresh() { box.state.withLock { $0.exposure.reset() } }
+
+    private static func exposures(_ s: inout State, viewport: Rect) -> [Action] {
+        guard let current = s.pages.current, let root = current.page.root else { return [] }
+        let fresh = s.exposure.update(root: root, viewport: viewport, pageType: current.page.className)
+        return fresh.map { element in
+            var p = element.properties.merging(element.node.exposure ?? [:]) { own, _ in own }
+            p["$screen_name"] = .string(s.pages.screenName(current.page.className))
+            if let title = current.page.title { p["$title"] = .string(title) }
+            return .track("$AppExposure", p)
+        }
+    }
+
+    // MARK: Clicks
+
+    /// A click on the element `elementID` of the current page: tracks one `$AppClick`. When the toolkit
+    /// reports the same touch once per target of a control, pass the touch's id: a repeat of the same
+    /// element and touch is ignored (returns nil), so one click is one event.
+    @discardableResult
+    public func click(elementID: String, touch: UInt64? = nil) throws -> TrackReceipt? {
+        let action: Action? = try box.state.withLock { s in
+            guard let current = s.pages.current else {
+                throw AutoTrackError(.noPage, "A click on \(elementID) was reported before any page appeared.")
+            }
+            guard let root = current.page.root else {
+                throw AutoTrackError(
+                    .noViewTree, "The page \(current.page.className) was reported without a view tree.")
+            }
+            guard let element = ElementPath.locate(elementID, in: root, pageType: current.page.className) else {
+                throw AutoTrackError(
+                    .unknownElement, "No view with id \(elementID) in the view tree of \(current.page.className).")
+            }
+            if let touch {
+                if let last = s.lastClick, last.element == elementID, last.touch == touch { return nil }
+                s.lastClick = (elementID, touch)
+            }
+            var p = element.properties
+            p["$screen_name"] = .string(s.pages.screenName(current.page.className))
+            if let title = current.page.title { p["$title"] = .string(title) }
+            return .track("$AppClick", p)
+        }
+        guard let action else { return nil }
+        return try perform([action]).first
+    }
+
+    // MARK: Performance timings
+
+    /// Starts measuring a request, an image load or any operation, on the monotonic clock.
+    public func startTiming(_ kind: String, name: String) -> TimingToken {
+        TimingToken(kind: kind, name: name, startedAt: configuration.monotonicNanos())
+    }
+
+    /// Ends a measurement: tracks `$AppPerformance` with `$performance_type`, `$performance_name`,
+    /// `$event_duration` (seconds) and the current `$screen_name`.
+    @discardableResult
+    public func endTiming(_ token: TimingToken, properties: [String: PropertyValue] = [:]) throws -> TrackReceipt {
+        let now = configuration.monotonicNanos()
+        let elapsed = now >= token.startedAt ? now - token.startedAt : 0
+        var p = properties
+        p["$performance_type"] = .string(token.kind)
+        p["$performance_name"] = .string(token.name)
+        p["$event_duration"] = .double((Double(elapsed) / 1_000_000).rounded() / 1000)
+        if let screen = box.state.withLock({ $0.pages.currentScreen }) { p["$screen_name"] = .string(screen) }
+        return try tracker.trackAutomatic("$AppPerformance", properties: p)
+    }
+}

@@ -1,0 +1,145 @@
+import CTributaryCrash
+import Foundation
+import Testing
+import Tributary
+@testable import TributaryAutoTrack
+import TributaryStore
+import TributaryTestSupport
+
+/// A record as the signal handler writes it (the real multi-process crash is in Integration/CrashTests).
+func crashRecordBytes(
+    signal: Int32, foreground: Bool, activeSince: UInt64, crashedAt: UInt64, wallMillis: Int64,
+    session: String, screen: String
+) -> [UInt8] {
+    var r = tributary_crash_record()
+    r.magic = TRIBUTARY_CRASH_MAGIC
+    r.version = TRIBUTARY_CRASH_VERSION
+    r.size = UInt32(MemoryLayout<tributary_crash_record>.size)
+    r.signal = signal
+    r.code = 1
+    r.pid = 4242
+    r.fault_address = 0x10
+    r.instruction = 0x5555_0000_1234
+    r.wall_ms = wallMillis
+    r.boot_ns = crashedAt
+    r.active_since_ns = activeSince
+    r.foreground = foreground ? 1 : 0
+    withUnsafeMutableBytes(of: &r.boot_id) { $0.copyBytes(from: BootID.current.bytes) }
+    withUnsafeMutableBytes(of: &r.session_id) { $0.copyBytes(from: Array(session.utf8)) }
+    withUnsafeMutableBytes(of: &r.screen_name) { $0.copyBytes(from: Array(screen.utf8)) }
+    r.frame_count = 2
+    withUnsafeMutableBytes(of: &r.frames) { raw in
+        raw.storeBytes(of: 0x5555_0000_1234 as UInt64, toByteOffset: 0, as: UInt64.self)
+        raw.storeBytes(of: 0x7fff_0000_0042 as UInt64, toByteOffset: 8, as: UInt64.self)
+    }
+    r.module_count = 1
+    r.modules.0.bias = 0x5555_0000_0000
+    r.modules.0.start = 0x5555_0000_0000
+    r.modules.0.end = 0x5555_0010_0000
+    withUnsafeMutableBytes(of: &r.modules.0.name) { $0.copyBytes(from: Array("tributary-sim".utf8)) }
+    let offset = MemoryLayout<tributary_crash_record>.offset(of: \.checksum)!
+    r.checksum = withUnsafeBytes(of: &r) { tributary_crash_checksum($0.baseAddress, UInt64(offset)) }
+    return withUnsafeBytes(of: &r) { Array($0) }
+}
+
+@Suite("Crash records", .serialized)
+struct CrashRecordTests {
+    @Test(
+        "the next start turns a record into $AppCrashed and the missing $AppEnd, dated at the crash; torn records are skipped"
+    )
+    func recovery() throws {
+        try withTemporaryGroup { group in
+            let clock = ManualClock()
+            let auto = try makeAuto(group, clock: clock)
+            let crashedAt = BootClock.nowNanos()
+            let record = crashRecordBytes(
+                signal: SIGSEGV, foreground: true, activeSince: crashedAt - 12_345_000_000, crashedAt: crashedAt,
+                wallMillis: 1_700_000_000_123, session: "session-of-the-crash", screen: "product_detail")
+            let torn = crashRecordBytes(
+                signal: SIGILL, foreground: true, activeSince: 0, crashedAt: 1, wallMillis: 1,
+                session: "x", screen: "y")
+            let later = crashRecordBytes(
+                signal: SIGABRT, foreground: false, activeSince: 0, crashedAt: 7,
+                wallMillis: 1_700_000_100_000, session: "s2", screen: "")
+            var corrupt = torn
+            corrupt[40] ^= 0xff
+            // A record cut short (power cut mid-write), a later intact one, and one whose checksum fails.
+            let file = record + torn.prefix(1000) + later + corrupt
+            try Data(file).write(to: URL(fileURLWithPath: auto.crashLog.path))
+            #expect(try auto.crashLog.read().map(\.signal) == [SIGSEGV, SIGABRT])
+
+            let receipts = try auto.start()
+            #expect(receipts.count == 3)
+            let events = try storedEvents(group)
+            #expect(events.map(\.event) == ["$AppCrashed", "$AppEnd", "$AppCrashed"])
+            let crashed = events[0]
+            let reason = try #require(crashed["app_crashed_reason"] as? String)
+            #expect(reason.hasPrefix("SIGSEGV (signal 11, code 1) at 0x0000000000000010, pc 0x0000555500001234"))
+            #expect(reason.contains("#0 0x0000555500001234 tributary-sim + 0x1234"))
+            #expect(reason.contains("#1 0x00007fff00000042"))
+            #expect(crashed.time == 1_700_000_000_123)
+            #expect(crashed["$session_id"] as? String == "session-of-the-crash")
+            #expect(crashed["$screen_name"] as? String == "product_detail")
+            #expect(crashed.record.bootTimeNanos == crashedAt)
+            let end = events[1]
+            #expect(end["$event_duration"] as? Double == 12.345)
+            #expect(end["$app_end_reason"] as? String == "crash")
+            #expect(end.time == 1_700_000_000_123)
+            #expect(try auto.crashLog.read().isEmpty, "the crash file is cleared once the events are durable")
+
+            // Killed after the commit but before the file was cleared: the next start records the same
+            // events again with the same event ids, which the outbox and the collector dedup.
+            try Data(record).write(to: URL(fileURLWithPath: auto.crashLog.path))
+            let again = try makeAuto(group, clock: clock)
+            try again.start()
+            let all = try storedEvents(group)
+            #expect(all.count == 5)
+            #expect(all[3].eventID == all[0].eventID && all[4].eventID == all[1].eventID)
+            #expect(all[0].eventID != all[1].eventID)
+        }
+    }
+
+    @Test("app_crashed_reason keeps whole frame lines within the 8,192-byte value limit")
+    func reasonLimit() throws {
+        var record = try #require(
+            CrashLog.decode(
+                Data(
+                    crashRecordBytes(
+                        signal: SIGBUS, foreground: false, activeSince: 0, crashedAt: 1, wallMillis: 1, session: "",
+                        screen: ""))))
+        let module = String(repeating: "m", count: 95)
+        record.frames = (0..<64).map { CrashRecord.Frame(address: UInt64($0), module: module, offset: UInt64($0)) }
+        let reason = record.reason()
+        #expect(reason.utf8.count <= 8192)
+        #expect(reason.split(separator: "\n").count > 40)
+        #expect(reason.hasSuffix("+ 0x\(String(reason.split(separator: "\n").count - 2, radix: 16))"))
+        #expect(record.reason(limit: 100).split(separator: "\n").count == 1)
+    }
+
+    @Test("a crash in the background gives $AppCrashed only")
+    func backgroundCrash() throws {
+        try withTemporaryGroup { group in
+            let auto = try makeAuto(group, clock: ManualClock())
+            let record = crashRecordBytes(
+                signal: SIGABRT, foreground: false, activeSince: 0, crashedAt: 99,
+                wallMillis: 1_700_000_000_000, session: "s", screen: "")
+            try Data(record).write(to: URL(fileURLWithPath: auto.crashLog.path))
+            try auto.start()
+            let events = try storedEvents(group)
+            #expect(events.map(\.event) == ["$AppCrashed"])
+            #expect((events[0]["app_crashed_reason"] as? String)?.hasPrefix("SIGABRT") == true)
+        }
+    }
+
+    @Test("the frame-pointer walk sees the Swift call chain")
+    func framePointers() {
+        @inline(never) func depth(_ n: Int) -> UInt32 {
+            if n == 0 {
+                var frames = [UInt64](repeating: 0, count: 64)
+                return tributary_crash_capture_current(&frames, 64)
+            }
+            return depth(n - 1) &+ 0
+        }
+        #expect(depth(5) >= 6)
+    }
+}
