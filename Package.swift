@@ -42,6 +42,16 @@ let package = Package(
             dependencies: ["TributaryStore", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
+        // The hybrid (H5) bridge: message protocol, verification, enrichment, and a headless Chromium host.
+        .target(
+            name: "TributaryBridge",
+            dependencies: [
+                "Tributary", "TributaryStore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: strict
+        ),
         // Wire formats shared by the agent and the collector: gzip, Sensors form, NDJSON.
         .target(name: "TributaryWire", dependencies: ["CZlib"], swiftSettings: strict),
         // The sync agent: drain, enrich, outbox, batching, upload, retry, flush policies.
@@ -80,7 +90,10 @@ let package = Package(
         ),
         .executableTarget(
             name: "tributary-sim",
-            dependencies: ["Tributary", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "Tributary", "TributaryBridge", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+            ],
             swiftSettings: strict
         ),
         .executableTarget(
@@ -122,6 +135,10 @@ let package = Package(
                     swiftSettings: strict),
         .testTarget(name: "TributaryTests", dependencies: ["Tributary", "TributaryTestSupport"],
                     swiftSettings: strict),
+        .testTarget(
+            name: "TributaryBridgeTests", dependencies: ["TributaryBridge", "Tributary", "TributaryTestSupport"],
+            swiftSettings: strict
+        ),
         .testTarget(name: "TributaryWireTests", dependencies: ["TributaryWire"], swiftSettings: strict),
         .testTarget(
             name: "TributaryCollectorTests",
@@ -137,7 +154,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "Tributary", "TributaryTestSupport", "TributaryCollector", "tributary", "tributary-sim",
+                "Tributary", "TributaryBridge", "TributaryTestSupport", "TributaryCollector", "tributary", "tributary-sim",
                 "tributary-agent", "tributary-collector",
             ],
             path: "Integration/Tests",
