@@ -92,7 +92,7 @@ let package = Package(
             name: "tributary-sim",
             dependencies: [
                 "Tributary", "TributaryBridge", .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Hummingbird", package: "hummingbird"), .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
         ),

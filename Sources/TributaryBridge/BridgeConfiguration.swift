@@ -20,6 +20,11 @@ public struct BridgeConfiguration: Sendable {
         self.allowedOrigins = Set(allowedOrigins.map(Self.normalizedOrigin))
     }
 
+    /// The user-agent marker of the legacy channel: ` /sa-sdk-ios/sensors-verify/<host>?<project>`.
+    public var userAgentMarker: String {
+        " /sa-sdk-ios/sensors-verify/" + (ServerProject(url: serverURL)?.description ?? "")
+    }
+
     /// `scheme://host[:port]` in lower case, without a trailing slash and without the default port.
     static func normalizedOrigin(_ origin: String) -> String {
         var o = origin.lowercased()

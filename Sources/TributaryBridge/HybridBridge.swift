@@ -46,19 +46,21 @@ public final class HybridBridge: Sendable {
     private let allowedServers: Set<ServerProject>
     private let logger: Logger
     private let counts = Mutex(Counts())
+    private let onAccepted: @Sendable (TrackReceipt) -> Void
 
     /// A bridge writing through `tracker` (open it with producer kind `.hybrid`).
-    public init(tracker: Tracker, configuration: BridgeConfiguration, logger: Logger = Logger(label: "tributary.bridge")) {
+    ///
+    /// `onAccepted` is called with each recorded event's receipt, once it is durable, in order.
+    public init(
+        tracker: Tracker, configuration: BridgeConfiguration, logger: Logger = Logger(label: "tributary.bridge"),
+        onAccepted: @escaping @Sendable (TrackReceipt) -> Void = { _ in }
+    ) {
         self.tracker = tracker
         self.configuration = configuration
         self.logger = logger
+        self.onAccepted = onAccepted
         appServer = ServerProject(url: configuration.serverURL)
         allowedServers = Set(([configuration.serverURL] + configuration.allowedServerURLs).compactMap(ServerProject.init(url:)))
-    }
-
-    /// The user-agent marker of the legacy channel: ` /sa-sdk-ios/sensors-verify/<host>?<project>`.
-    public var userAgentMarker: String {
-        " /sa-sdk-ios/sensors-verify/" + (appServer?.description ?? "")
     }
 
     /// What the bridge has seen so far.
@@ -102,6 +104,7 @@ public final class HybridBridge: Sendable {
     private func count(_ result: Result<TrackReceipt, BridgeRejection>, channel: Channel) {
         switch result {
         case .success(let receipt):
+            onAccepted(receipt)
             counts.withLock { $0.accepted += 1 }
             Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", "accepted")]).increment()
             logger.debug(

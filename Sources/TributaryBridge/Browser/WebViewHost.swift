@@ -19,18 +19,21 @@ public final class WebViewHost: Sendable {
     /// The binding the injected script forwards `postMessage` to.
     public static let bindingName = "__tributaryNativeTracker"
 
-    /// The bridge every message goes to.
-    public let bridge: HybridBridge
+    /// The trust rules and the server URL the injected script announces.
+    public let configuration: BridgeConfiguration
     private let browser: ChromiumProcess
     private let pipe: DevToolsPipe
     private let inbox: AsyncStream<DevToolsMessage>
     private let logger: Logger
 
-    /// Starts a headless browser for `bridge`.
-    public init(bridge: HybridBridge, executable: String? = nil, logger: Logger = Logger(label: "tributary.webview"))
-        throws(BrowserError)
-    {
-        self.bridge = bridge
+    /// Starts a headless browser for an app with `configuration`.
+    ///
+    /// Start it before opening the shared store: the browser is spawned, and a child should never
+    /// inherit an open LMDB environment.
+    public init(
+        configuration: BridgeConfiguration, executable: String? = nil, logger: Logger = Logger(label: "tributary.webview")
+    ) throws(BrowserError) {
+        self.configuration = configuration
         self.logger = logger
         browser = try ChromiumProcess(executable: executable)
         let (stream, continuation) = AsyncStream.makeStream(of: DevToolsMessage.self)
@@ -47,7 +50,7 @@ public final class WebViewHost: Sendable {
         """
         (function () {
           var bridge = window.SensorsData_iOS_JS_Bridge = window.SensorsData_iOS_JS_Bridge || {};
-          bridge.sensorsdata_app_server_url = \(JSON.quoted(bridge.configuration.serverURL));
+          bridge.sensorsdata_app_server_url = \(JSON.quoted(configuration.serverURL));
           var webkit = window.webkit = window.webkit || {};
           var handlers = webkit.messageHandlers = webkit.messageHandlers || {};
           handlers.sensorsdataNativeTracker = {
@@ -62,7 +65,7 @@ public final class WebViewHost: Sendable {
     /// Opens a page (a new tab) at `url`. Call ``run()`` concurrently; it handles what the page sends.
     public func open(_ url: String) async throws {
         let version = try await pipe.call("Browser.getVersion")
-        let userAgent = (version["userAgent"]?.string ?? "Mozilla/5.0") + bridge.userAgentMarker
+        let userAgent = (version["userAgent"]?.string ?? "Mozilla/5.0") + configuration.userAgentMarker
         userAgentOverride.set(userAgent)
         _ = try await pipe.call(
             "Target.setAutoAttach", ["autoAttach": .bool(true), "waitForDebuggerOnStart": .bool(true), "flatten": .bool(true)])
@@ -75,8 +78,8 @@ public final class WebViewHost: Sendable {
     public func close() { browser.terminate() }
 
     /// Handles the browser's events in order until the browser goes away: sets up every new target and
-    /// hands each bridge message, with the origin of the frame that sent it, to the bridge.
-    public func run() async {
+    /// hands each bridge message, with the origin of the frame that sent it, to `bridge`.
+    public func run(bridge: HybridBridge) async {
         var contextOrigins: [String: String] = [:]  // "<session>#<context id>" → origin
         var frameOrigins: [String: String] = [:]  // frame id → origin of its document
         var frameParents: [String: String] = [:]  // frame id → parent frame id
