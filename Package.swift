@@ -136,7 +136,10 @@ let package = Package(
         .testTarget(name: "TributaryTests", dependencies: ["Tributary", "TributaryTestSupport"],
                     swiftSettings: strict),
         .testTarget(
-            name: "TributaryBridgeTests", dependencies: ["TributaryBridge", "Tributary", "TributaryTestSupport"],
+            name: "TributaryBridgeTests",
+            dependencies: [
+                "TributaryBridge", "Tributary", "TributaryTestSupport", .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strict
         ),
         .testTarget(name: "TributaryWireTests", dependencies: ["TributaryWire"], swiftSettings: strict),
