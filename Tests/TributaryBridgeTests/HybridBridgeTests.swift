@@ -233,3 +233,43 @@ struct HybridBridgeTests {
         #expect(JSON.object(["k": .string("a\"\n\u{1}")]).text == #"{"k":"a\"\n\u0001"}"#)
     }
 }
+
+/// The web-view host against the real headless Chromium, without the page servers.
+@Suite("Web view host")
+struct WebViewHostTests {
+    @Test("a missing browser binary is a typed error")
+    func missingBrowser() {
+        let configuration = BridgeConfiguration(serverURL: HybridBridgeTests.server, allowedOrigins: [])
+        #expect(throws: BrowserError.self) {
+            _ = try WebViewHost(configuration: configuration, executable: "/nonexistent/chromium")
+        }
+    }
+
+    @Test("the injected script reaches the page; a frame with an opaque origin is refused as foreign")
+    func opaqueOrigin() async throws {
+        try await withTemporaryGroup { group in
+            let configuration = BridgeConfiguration(serverURL: HybridBridgeTests.server, allowedOrigins: ["http://127.0.0.1:1"])
+            let host = try WebViewHost(configuration: configuration)
+            defer { host.close() }
+            var logger = Logger(label: "tributary.bridge")
+            logger.logLevel = .critical
+            let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .hybrid))
+            let bridge = HybridBridge(tracker: tracker, configuration: configuration, logger: logger)
+            let script = "window.webkit.messageHandlers.sensorsdataNativeTracker.postMessage("
+                + "window.SensorsData_iOS_JS_Bridge.sensorsdata_app_server_url)"
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { await host.run(bridge: bridge) }
+                try await host.open("data:text/html,<script>\(script)</script>")
+                let start = ContinuousClock.now
+                while bridge.snapshot.received.isEmpty && ContinuousClock.now - start < .seconds(20) {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                host.close()
+                try await tasks.waitForAll()
+            }
+            #expect(bridge.snapshot.received == ["null": 1], "data: documents have an opaque origin")
+            #expect(bridge.rejections == [.foreignOrigin: 1])
+            #expect(try tracker.store.status().pendingEvents == 0)
+        }
+    }
+}

@@ -94,7 +94,8 @@ public final class WebViewHost: Sendable {
                 pipe.send("Runtime.runIfWaitingForDebugger", session: child)
             case "Runtime.executionContextCreated":
                 guard let context = body["context"], let id = context["id"]?.number else { continue }
-                let origin = context["origin"]?.string ?? "null"
+                // Chromium reports an opaque origin (data:, sandboxed frames) as "://"; the web calls it "null".
+                let origin = context["origin"]?.string.flatMap { Self.isOpaque($0) ? nil : $0 } ?? "null"
                 contextOrigins["\(session)#\(Int(id))"] = origin
                 if context["auxData"]?["isDefault"] == .bool(true), let frame = context["auxData"]?["frameId"]?.string {
                     frameOrigins[frame] = origin
@@ -113,7 +114,7 @@ public final class WebViewHost: Sendable {
                 else { continue }
                 // A frame navigating itself has a document; a fresh iframe (the legacy SDK's way) has
                 // none yet, and speaks for the document that created it.
-                let own = frameOrigins[frame].flatMap { Self.isOpaque($0) ? nil : $0 }
+                let own = frameOrigins[frame].flatMap { $0 == "null" ? nil : $0 }
                 let origin = own ?? frameParents[frame].flatMap { frameOrigins[$0] } ?? "null"
                 if await bridge.receiveNavigation(url, origin: origin) == nil {
                     logger.debug("navigation to another sensorsanalytics:// action ignored")
