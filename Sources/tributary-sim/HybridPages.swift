@@ -125,6 +125,16 @@ enum PageScripts {
             this.posted++;
             setTimeout(function () { frame.remove(); }, 100);
           };
+          // Resolves once the app's bridge is there (at most `ms`): the app may add it just after the
+          // document starts, as an app does that sets up its web view's bridge late.
+          TributaryH5.prototype.ready = async function (ms) {
+            for (var waited = 0; waited < ms; waited += 10) {
+              var handlers = window.webkit && window.webkit.messageHandlers;
+              if (window.SensorsData_iOS_JS_Bridge && handlers && handlers.sensorsdataNativeTracker) { return true; }
+              await new Promise(function (r) { setTimeout(r, 10); });
+            }
+            return false;
+          };
           TributaryH5.prototype.done = function (role) {
             return fetch('/done?role=' + encodeURIComponent(role) + '&posted=' + this.posted);
           };
@@ -143,6 +153,7 @@ enum PageScripts {
           var role = q.get('role'), n = +(q.get('events') || 0), rate = +(q.get('rate') || 0);
           var seed = +(q.get('seed') || 1), maxBytes = +(q.get('max') || 65536);
           var sdk = new TributaryH5({ serverURL: q.get('server') });
+          await sdk.ready(5000);
           function next() { seed = (seed * 1103515245 + 12345) % 2147483648; return seed; }
           function sleep(ms) { return new Promise(function (r) { setTimeout(r, ms); }); }
           (q.get('frames') || '').split(' ').filter(Boolean).forEach(function (src) {

@@ -255,13 +255,16 @@ struct WebViewHostTests {
             logger.logLevel = .critical
             let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .hybrid))
             let bridge = HybridBridge(tracker: tracker, configuration: configuration, logger: logger)
-            let script = "window.webkit.messageHandlers.sensorsdataNativeTracker.postMessage("
-                + "window.SensorsData_iOS_JS_Bridge.sensorsdata_app_server_url)"
+            // Posts the server URL the injected script announces, once the bridge is there.
+            let script = "(function post() { var h = window.webkit && window.webkit.messageHandlers;"
+                + " if (h && h.sensorsdataNativeTracker) {"
+                + " h.sensorsdataNativeTracker.postMessage(window.SensorsData_iOS_JS_Bridge.sensorsdata_app_server_url);"
+                + " } else { setTimeout(post, 10); } })();"
             try await withThrowingTaskGroup(of: Void.self) { tasks in
                 tasks.addTask { await host.run(bridge: bridge) }
                 try await host.open("data:text/html,<script>\(script)</script>")
                 let start = ContinuousClock.now
-                while bridge.snapshot.received.isEmpty && ContinuousClock.now - start < .seconds(20) {
+                while bridge.snapshot.received.isEmpty && ContinuousClock.now - start < .seconds(60) {
                     try await Task.sleep(for: .milliseconds(20))
                 }
                 host.close()

@@ -14,7 +14,9 @@ import Synchronization
 ///
 /// Site isolation puts cross-site iframes in processes (targets) of their own; the host auto-attaches
 /// to every page and iframe target (`Target.setAutoAttach`, `flatten`, `waitForDebuggerOnStart`) and
-/// sets each one up before it runs a line of script, so no frame escapes the script or the binding.
+/// sets each one up while it waits, so no frame escapes the script or the binding. Chromium does not
+/// always hold a new tab's very first document that long; that document gets the script by
+/// `Runtime.evaluate` as soon as the tab is set up (a page should check for the bridge before use).
 public final class WebViewHost: Sendable {
     /// The binding the injected script forwards `postMessage` to.
     public static let bindingName = "__tributaryNativeTracker"
@@ -130,6 +132,9 @@ public final class WebViewHost: Sendable {
         pipe.send("Page.enable", session: session)
         pipe.send("Runtime.addBinding", ["name": .string(Self.bindingName)], session: session)
         pipe.send("Page.addScriptToEvaluateOnNewDocument", ["source": .string(userScript)], session: session)
+        // Chromium does not always hold a new tab's first document until the target is set up: a
+        // document that exists already gets the script now (the binding reaches existing contexts).
+        pipe.send("Runtime.evaluate", ["expression": .string(userScript)], session: session)
         pipe.send("Emulation.setUserAgentOverride", ["userAgent": .string(userAgentOverride.get())], session: session)
         pipe.send(
             "Target.setAutoAttach",
