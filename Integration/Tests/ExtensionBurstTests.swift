@@ -9,16 +9,22 @@ import TributaryTestSupport
 struct ExtensionBurstTests {
     static func nowMillis() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
-    @Test("50 extensions in bursts of 10: every event delivered once, in order, with its own trigger time and the app's presets")
+    @Test(
+        "50 extensions in bursts of 10: every event delivered once, in order, with its own trigger time and the app's presets"
+    )
     func bursts() async throws {
         try await withTemporaryGroup { group in
             try await Collector.withRunning(CollectorConfiguration()) { collector in
                 let appLedger = group + "-app-ledger"
                 let app = try ChildProcess(
                     "tributary-sim",
-                    ["app", "--group", group, "--events", "300", "--rate", "150", "--app-version", "4.2.0", "--ledger", appLedger])
+                    [
+                        "app", "--group", group, "--events", "300", "--rate", "150", "--app-version", "4.2.0",
+                        "--ledger", appLedger,
+                    ])
                 #expect(await app.waitForLine(startingWith: "READY") != nil)  // the app's presets are published
-                let agent = try ChildProcess("tributary-agent", AgentCrashTests.agentArguments(group, collector.url, once: false))
+                let agent = try ChildProcess(
+                    "tributary-agent", AgentCrashTests.agentArguments(group, collector.url, once: false))
 
                 let perExtension = 4
                 var windows: [String: ClosedRange<Int64>] = [:]
@@ -29,10 +35,17 @@ struct ExtensionBurstTests {
                     for k in 0..<10 {
                         let id = "ext-\(burst * 10 + k)"
                         ledgers[id] = group + "-\(id)-ledger"
-                        running.append((id, try ChildProcess("tributary-sim", [
-                            "extension", "--group", group, "--producer-id", id, "--events", "\(perExtension)",
-                            "--seed", "\(burst * 10 + k)", "--ledger", ledgers[id]!,
-                        ])))
+                        running.append(
+                            (
+                                id,
+                                try ChildProcess(
+                                    "tributary-sim",
+                                    [
+                                        "extension", "--group", group, "--producer-id", id, "--events",
+                                        "\(perExtension)",
+                                        "--seed", "\(burst * 10 + k)", "--ledger", ledgers[id]!,
+                                    ])
+                            ))
                     }
                     for (id, process) in running {
                         let result = await process.finish()
@@ -57,17 +70,22 @@ struct ExtensionBurstTests {
                 let identity = try SharedStore(groupDirectory: group).identity()
                 for (id, window) in windows {
                     let mine = events.filter { $0.producer == id }
-                    #expect(mine.map(\.producerSeq) == (1...UInt64(perExtension)).map { Optional($0) }, "\(id) out of order")
+                    #expect(
+                        mine.map(\.producerSeq) == (1...UInt64(perExtension)).map { Optional($0) }, "\(id) out of order"
+                    )
                     var lastTime: Int64 = 0
                     for (index, received) in mine.enumerated() {
                         let event = try received.jsonObject()
                         let properties = try #require(event["properties"] as? [String: Any])
                         let time = Int64(try #require(event["time"] as? Int))
                         #expect(properties["index"] as? Int == index)
-                        #expect(window.contains(time), "\(id) event \(index): time \(time) is not its trigger time \(window)")
+                        #expect(
+                            window.contains(time),
+                            "\(id) event \(index): time \(time) is not its trigger time \(window)")
                         #expect(time >= lastTime, "\(id) event times go backwards")
                         lastTime = time
-                        #expect(properties["$app_version"] as? String == "4.2.0", "the app's presets are added at drain")
+                        #expect(
+                            properties["$app_version"] as? String == "4.2.0", "the app's presets are added at drain")
                         #expect(event["distinct_id"] as? String == identity.distinctID)
                         #expect((event["lib"] as? [String: Any])?["$lib_method"] as? String == "code")
                     }
@@ -80,7 +98,8 @@ struct ExtensionBurstTests {
 
     @Test("an extension refuses a schedule longer than a second")
     func staysShort() async throws {
-        let result = try await ChildProcess.run("tributary-sim", ["extension", "--group", "/tmp/x", "--events", "20", "--rate", "10"])
+        let result = try await ChildProcess.run(
+            "tributary-sim", ["extension", "--group", "/tmp/x", "--events", "20", "--rate", "10"])
         #expect(result.status == 64)
         #expect(result.stderr.contains("exits within a second"))
     }

@@ -19,7 +19,9 @@ struct HybridBrowserTests {
         return try await collector.events(limit: 1_000_000)
     }
 
-    @Test("main frame, whitelisted iframe and legacy page arrive enriched; everything refused is counted and never arrives")
+    @Test(
+        "main frame, whitelisted iframe and legacy page arrive enriched; everything refused is counted and never arrives"
+    )
     func pagesThroughTheBridge() async throws {
         try await withTemporaryGroup { group in
             // The main app ran once: it published its presets (version 4.2.0) to the group.
@@ -27,7 +29,8 @@ struct HybridBrowserTests {
             app.appVersion = "4.2.0"
             let anonymousID = try Tracker(configuration: app).identity().anonymousID
             try await Collector.withRunning(CollectorConfiguration()) { collector in
-                let agent = try ChildProcess("tributary-agent", AgentCrashTests.agentArguments(group, collector.url, once: false))
+                let agent = try ChildProcess(
+                    "tributary-agent", AgentCrashTests.agentArguments(group, collector.url, once: false))
                 let ledger = group + "-hybrid-ledger"
                 let perFrame = 6
                 let sim = try await ChildProcess.run(
@@ -41,12 +44,13 @@ struct HybridBrowserTests {
                     try JSONSerialization.jsonObject(with: Data(line.dropFirst(7).utf8)) as? [String: Any])
                 let accepted = 2 * perFrame + 1 + 2  // main, iframe, the track_signup, two legacy events
                 #expect(summary["accepted"] as? Int == accepted)
-                #expect(summary["rejected"] as? [String: Int] == [
-                    "foreign_origin": 3,  // the foreign iframe's two events and its legacy navigation
-                    "foreign_project": 2,  // a whitelisted page of another project
-                    "forged_identity": 2,  // a forged distinct_id, a claimed login
-                    "malformed_message": 2, "message_too_large": 1, "unsupported_call_type": 1, "invalid_event": 1,
-                ])
+                #expect(
+                    summary["rejected"] as? [String: Int] == [
+                        "foreign_origin": 3,  // the foreign iframe's two events and its legacy navigation
+                        "foreign_project": 2,  // a whitelisted page of another project
+                        "forged_identity": 2,  // a forged distinct_id, a claimed login
+                        "malformed_message": 2, "message_too_large": 1, "unsupported_call_type": 1, "invalid_event": 1,
+                    ])
 
                 let acknowledged = try AgentCrashTests.ledgerIDs([ledger]).values.flatMap { $0 }
                 #expect(acknowledged.count == accepted)
@@ -61,10 +65,14 @@ struct HybridBrowserTests {
                     let frame = properties["frame"] as? String
                     #expect(received.producer == "hybrid")
                     #expect(properties["_hybrid_h5"] as? Bool == true)
-                    #expect(properties["$app_version"] as? String == "4.2.0" && lib["$app_version"] as? String == "4.2.0")
+                    #expect(
+                        properties["$app_version"] as? String == "4.2.0" && lib["$app_version"] as? String == "4.2.0")
                     #expect(properties["$os"] as? String == "Linux", "the app's presets override the page's guesses")
-                    #expect(properties["$model"] as? String != "iPhone" && properties["$manufacturer"] as? String != "Apple")
-                    #expect(properties["app_channel"] as? String == "tributary-sim", "super properties override the page's")
+                    #expect(
+                        properties["$model"] as? String != "iPhone" && properties["$manufacturer"] as? String != "Apple"
+                    )
+                    #expect(
+                        properties["app_channel"] as? String == "tributary-sim", "super properties override the page's")
                     for key in ["server_url", "_nocache", "$project", "$token"] {
                         #expect(event[key] == nil && properties[key] == nil, "\(key) must not arrive")
                     }
@@ -91,10 +99,12 @@ struct HybridBrowserTests {
 
     @Test("tributary-sim hybrid refuses bad options with a clear message")
     func badOptions() async throws {
-        let scenario = try await ChildProcess.run("tributary-sim", ["hybrid", "--group", "/tmp/x", "--scenario", "odd"])
+        let scenario = try await ChildProcess.run(
+            "tributary-sim", ["hybrid", "--group", "/tmp/x", "--scenario", "odd"])
         #expect(scenario.status == 64)
         #expect(scenario.stderr.contains("--scenario must be pages or all"))
-        let server = try await ChildProcess.run("tributary-sim", ["hybrid", "--group", "/tmp/x", "--server-url", "nohost"])
+        let server = try await ChildProcess.run(
+            "tributary-sim", ["hybrid", "--group", "/tmp/x", "--server-url", "nohost"])
         #expect(server.status == 64)
         #expect(server.stderr.contains("--server-url"))
     }

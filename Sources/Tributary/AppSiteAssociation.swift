@@ -81,7 +81,9 @@ public struct AppSiteAssociation: Sendable, Equatable {
             if case .string(let id)? = d["appID"] { appIDs.append(id) }
             if case .array(let ids)? = d["appIDs"] {
                 for id in ids {
-                    guard case .string(let s) = id else { throw AppSiteAssociationError("\(at).appIDs holds a non-string.") }
+                    guard case .string(let s) = id else {
+                        throw AppSiteAssociationError("\(at).appIDs holds a non-string.")
+                    }
                     appIDs.append(s)
                 }
             }
@@ -89,7 +91,9 @@ public struct AppSiteAssociation: Sendable, Equatable {
             let settings = try Self.settings(d["defaults"], base: domain, at: "\(at).defaults")
             var components: [Component] = []
             if case .array(let list)? = d["components"] {
-                for (j, c) in list.enumerated() { components.append(try Self.component(c, at: "\(at).components[\(j)]")) }
+                for (j, c) in list.enumerated() {
+                    components.append(try Self.component(c, at: "\(at).components[\(j)]"))
+                }
             } else if case .array(let paths)? = d["paths"] {
                 for (j, p) in paths.enumerated() {
                     guard case .string(var pattern) = p else {
@@ -117,13 +121,17 @@ public struct AppSiteAssociation: Sendable, Equatable {
     }
 
     private static func bool(_ value: JSONValue, at: String) throws -> Bool {
-        guard case .bool(let b) = value else { throw AppSiteAssociationError("\(at) is \(value.kindName), not a boolean.") }
+        guard case .bool(let b) = value else {
+            throw AppSiteAssociationError("\(at) is \(value.kindName), not a boolean.")
+        }
         return b
     }
 
     private static func string(_ value: JSONValue?, at: String) throws -> String? {
         guard let value else { return nil }
-        guard case .string(let s) = value else { throw AppSiteAssociationError("\(at) is \(value.kindName), not a string.") }
+        guard case .string(let s) = value else {
+            throw AppSiteAssociationError("\(at) is \(value.kindName), not a string.")
+        }
         return s
     }
 
@@ -149,7 +157,8 @@ public struct AppSiteAssociation: Sendable, Equatable {
 
     /// Decides what `url` does. Only `https` URLs with a host are universal links.
     public func decision(for url: String) -> Decision {
-        guard let parts = URLComponents(string: url), parts.scheme?.lowercased() == "https", parts.host?.isEmpty == false
+        guard let parts = URLComponents(string: url), parts.scheme?.lowercased() == "https",
+            parts.host?.isEmpty == false
         else { return .noMatch }
         for entry in entries {
             for component in entry.components {
@@ -182,7 +191,9 @@ public struct AppSiteAssociation: Sendable, Equatable {
         case .items(let patterns)?:
             let items = (s.percentEncoded ? url.percentEncodedQueryItems : url.queryItems) ?? []
             for (name, pattern) in patterns {
-                let found = items.first { s.caseSensitive ? $0.name == name : $0.name.lowercased() == name.lowercased() }
+                let found = items.first {
+                    s.caseSensitive ? $0.name == name : $0.name.lowercased() == name.lowercased()
+                }
                 guard let found, glob(pattern, found.value ?? "", s) else { return false }
             }
         }

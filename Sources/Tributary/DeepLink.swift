@@ -63,7 +63,8 @@ extension Tracker {
         -> TrackReceipt
     {
         let launch = try DeepLink.launch(for: url)
-        let receipt = try await track(DeepLink.launchEvent, properties: properties.merging(launch.eventProperties) { $1 })
+        let receipt = try await track(
+            DeepLink.launchEvent, properties: properties.merging(launch.eventProperties) { $1 })
         if !launch.latestProperties.isEmpty {
             replaceLaunchProperties(prefix: "$latest_utm_", with: launch.latestProperties)
         }

@@ -60,7 +60,8 @@ public final class HybridBridge: Sendable {
         self.logger = logger
         self.onAccepted = onAccepted
         appServer = ServerProject(url: configuration.serverURL)
-        allowedServers = Set(([configuration.serverURL] + configuration.allowedServerURLs).compactMap(ServerProject.init(url:)))
+        allowedServers = Set(
+            ([configuration.serverURL] + configuration.allowedServerURLs).compactMap(ServerProject.init(url:)))
     }
 
     /// What the bridge has seen so far.
@@ -98,7 +99,8 @@ public final class HybridBridge: Sendable {
         let item = URLComponents(string: "x:?" + query)?.queryItems?.first { $0.name == "event" }
         // The legacy channel carries the bare event; wrap it as the message-handler protocol does.
         let event = item?.value ?? ""
-        return await receive("{\"callType\":\"app_h5_track\",\"data\":\(event)}", origin: origin, channel: .legacyNavigation)
+        return await receive(
+            "{\"callType\":\"app_h5_track\",\"data\":\(event)}", origin: origin, channel: .legacyNavigation)
     }
 
     private func count(_ result: Result<TrackReceipt, BridgeRejection>, channel: Channel) {
@@ -109,7 +111,9 @@ public final class HybridBridge: Sendable {
             Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", "accepted")]).increment()
             logger.debug(
                 "bridge event accepted",
-                metadata: ["tributary.event.id": "\(receipt.eventID)", "tributary.bridge.channel": "\(channel.rawValue)"])
+                metadata: [
+                    "tributary.event.id": "\(receipt.eventID)", "tributary.bridge.channel": "\(channel.rawValue)",
+                ])
         case .failure(let rejection):
             counts.withLock { $0.rejected[rejection.reason, default: 0] += 1 }
             Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", rejection.reason.rawValue)])
@@ -128,7 +132,8 @@ public final class HybridBridge: Sendable {
     /// Checks a message against every rule and maps it to a ``PageEvent``; throws the first broken rule.
     func verify(_ message: String, origin: String, channel: Channel) throws(BridgeRejection) -> VerifiedMessage {
         guard configuration.allowedOrigins.contains(origin) else {
-            throw BridgeRejection(.foreignOrigin, origin: origin, "The frame's origin is not on the bridge's whitelist.")
+            throw BridgeRejection(
+                .foreignOrigin, origin: origin, "The frame's origin is not on the bridge's whitelist.")
         }
         let size = message.utf8.count
         guard size <= configuration.maxMessageBytes else {
@@ -162,7 +167,8 @@ public final class HybridBridge: Sendable {
         guard let url = value?.string, let server = ServerProject(url: url) else {
             throw BridgeRejection(
                 .foreignProject, origin: origin,
-                "The event's server_url is \(value?.kindName ?? "missing") or has no host; it must name the app's server.")
+                "The event's server_url is \(value?.kindName ?? "missing") or has no host; it must name the app's server."
+            )
         }
         guard allowedServers.contains(server) else {
             throw BridgeRejection(
@@ -173,7 +179,8 @@ public final class HybridBridge: Sendable {
 
     /// A page may identify itself only with its own anonymous id or the app's ids; a `login_id` must be
     /// the app's. A `track_signup`'s `distinct_id` is the new login id. Returns that id for a signup.
-    private func checkIdentity(_ data: [String: JSON], type: PageEvent.EventType, origin: String) throws(BridgeRejection)
+    private func checkIdentity(_ data: [String: JSON], type: PageEvent.EventType, origin: String)
+        throws(BridgeRejection)
         -> String?
     {
         let app: Identity
@@ -204,7 +211,8 @@ public final class HybridBridge: Sendable {
             guard let claimed = login.string, claimed == app.loginID else {
                 throw BridgeRejection(
                     .forgedIdentity, origin: origin,
-                    app.loginID == nil ? "The page claims a login_id but the app is not logged in."
+                    app.loginID == nil
+                        ? "The page claims a login_id but the app is not logged in."
                         : "The page's login_id is not the app's.")
             }
         }

@@ -79,7 +79,8 @@ public enum JSON: Sendable, Equatable, Decodable {
         case .string(let s): return Self.quoted(s)
         case .array(let items): return "[" + items.map(\.text).joined(separator: ",") + "]"
         case .object(let o):
-            return "{" + o.sorted { $0.key < $1.key }.map { Self.quoted($0.key) + ":" + $0.value.text }
+            return "{"
+                + o.sorted { $0.key < $1.key }.map { Self.quoted($0.key) + ":" + $0.value.text }
                 .joined(separator: ",") + "}"
         }
     }

@@ -29,7 +29,9 @@ public enum PageEventMapping {
         var properties: [String: PropertyValue] = [:]
         var customTime: Int64?
         if let given = data["properties"] {
-            guard case .object(let members) = given else { throw invalid("properties is \(given.kindName), not an object.") }
+            guard case .object(let members) = given else {
+                throw invalid("properties is \(given.kindName), not an object.")
+            }
             for (key, value) in members where !pageOnlyKeys.contains(key) {
                 if key == "$time" {
                     if let t = value.number, t.isFinite, Int64(t) >= earliestCustomTime { customTime = Int64(t) }

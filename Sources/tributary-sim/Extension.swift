@@ -23,7 +23,8 @@ struct Extension: AsyncParsableCommand {
         guard options.events <= 100 else { throw ValidationError("--events: an extension tracks at most 100 events.") }
         guard options.rate == 0 || Double(options.events) / options.rate < Self.maxRunSeconds else {
             throw ValidationError(
-                "--events \(options.events) at --rate \(options.rate) takes over \(Self.maxRunSeconds) s; an extension exits within a second.")
+                "--events \(options.events) at --rate \(options.rate) takes over \(Self.maxRunSeconds) s; an extension exits within a second."
+            )
         }
     }
 

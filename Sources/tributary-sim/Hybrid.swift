@@ -21,7 +21,8 @@ struct Hybrid: AsyncParsableCommand {
 
     @OptionGroup var options: ProducerOptions
 
-    @Option(name: .customLong("server-url"), help: "The app's server URL; its host and project are what pages must name.")
+    @Option(
+        name: .customLong("server-url"), help: "The app's server URL; its host and project are what pages must name.")
     var serverURL = "https://sa.example.com/sa?project=tributary"
 
     @Option(help: "pages (main page and whitelisted iframe) or all (also every kind of message the bridge refuses).")
@@ -35,7 +36,8 @@ struct Hybrid: AsyncParsableCommand {
             throw ValidationError("--scenario must be pages or all, not '\(scenario)'.")
         }
         guard ServerProject(url: serverURL) != nil else {
-            throw ValidationError("--server-url must be an absolute URL with a host, like https://host/sa?project=name.")
+            throw ValidationError(
+                "--server-url must be an absolute URL with a host, like https://host/sa?project=name.")
         }
         guard timeout > 0 else { throw ValidationError("--timeout must be positive.") }
     }
@@ -67,8 +69,10 @@ struct Hybrid: AsyncParsableCommand {
             FileHandle.standardOutput.write(Data("READY \(getpid())\n".utf8))
             tasks.addTask { await host.run(bridge: bridge) }
 
-            let roles = scenario == "all" ? ["main", "iframe", "foreign", "other-project", "legacy"] : ["main", "iframe"]
-            try await host.open(mainPageURL(trusted: trusted, foreign: foreign, maxBytes: configuration.maxMessageBytes))
+            let roles =
+                scenario == "all" ? ["main", "iframe", "foreign", "other-project", "legacy"] : ["main", "iframe"]
+            try await host.open(
+                mainPageURL(trusted: trusted, foreign: foreign, maxBytes: configuration.maxMessageBytes))
             let counts = try await waitForPages(roles: roles, servers: [pages, foreignPages], bridge: bridge)
             FileHandle.standardOutput.write(Data("BRIDGE \(Self.summary(counts))\n".utf8))
             host.close()
@@ -92,8 +96,9 @@ struct Hybrid: AsyncParsableCommand {
                 page("http://localhost:\(trusted)", "legacy", events: 2),
             ]
         }
-        return page("http://127.0.0.1:\(trusted)", "main", events: options.events,
-                    extra: "&frames=\(Self.encoded(frames.joined(separator: " ")))")
+        return page(
+            "http://127.0.0.1:\(trusted)", "main", events: options.events,
+            extra: "&frames=\(Self.encoded(frames.joined(separator: " ")))")
     }
 
     /// Waits until every frame reported and the bridge has handled as many messages as they posted.
@@ -112,8 +117,10 @@ struct Hybrid: AsyncParsableCommand {
             try await Task.sleep(for: .milliseconds(20))
         }
         let reported = servers.flatMap { $0.reported.keys }.sorted()
-        FileHandle.standardError.write(Data(
-            "tributary-sim: pages did not finish within \(timeout) s (reported: \(reported), expected: \(roles))\n".utf8))
+        FileHandle.standardError.write(
+            Data(
+                "tributary-sim: pages did not finish within \(timeout) s (reported: \(reported), expected: \(roles))\n"
+                    .utf8))
         throw ExitCode(75)
     }
 

@@ -35,7 +35,8 @@ final class PageServer: Sendable {
         logger.logLevel = .critical  // cancellation at exit is logged as an error by the server
         let application = Application(
             router: router,
-            configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0), serverName: "tributary-sim"),
+            configuration: ApplicationConfiguration(
+                address: .hostname("127.0.0.1", port: 0), serverName: "tributary-sim"),
             onServerRunning: { channel in await onListening(channel.localAddress?.port ?? 0) },
             logger: logger)
         try await application.run()

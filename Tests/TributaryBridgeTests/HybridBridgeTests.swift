@@ -14,7 +14,8 @@ struct HybridBridgeTests {
 
     /// A page event as the JavaScript client sends it, with what the web SDK guessed from the user agent.
     static func pageEvent(
-        type: String = "track", event: String = "H5View", distinctID: String = "h5-anon", time: Int64 = 1_700_000_000_123,
+        type: String = "track", event: String = "H5View", distinctID: String = "h5-anon",
+        time: Int64 = 1_700_000_000_123,
         server: String = server, extra: [String: JSON] = [:], properties: [String: JSON] = [:]
     ) -> [String: JSON] {
         var props: [String: JSON] = [
@@ -47,7 +48,8 @@ struct HybridBridgeTests {
             _ = try Tracker(configuration: appConfiguration)
             let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .hybrid))
             try tracker.registerSuperProperties(["app_channel": "app"])
-            var configuration = BridgeConfiguration(serverURL: server, allowedOrigins: [origin, "http://localhost:8080"])
+            var configuration = BridgeConfiguration(
+                serverURL: server, allowedOrigins: [origin, "http://localhost:8080"])
             configuration.maxMessageBytes = 4096
             var logger = Logger(label: "tributary.bridge")
             logger.logLevel = .critical  // rejections are the point of these tests; keep their output quiet
@@ -113,7 +115,8 @@ struct HybridBridgeTests {
             _ = try await bridge.receive(Self.message(after), origin: Self.origin).get()
             let stored = try Self.storedBodies(store).map(\.body)
             #expect(stored.map { $0["type"] as? String } == ["track_signup", "track"])
-            #expect(stored.allSatisfy { $0["distinct_id"] as? String == "user-7" && $0["login_id"] as? String == "user-7" })
+            #expect(
+                stored.allSatisfy { $0["distinct_id"] as? String == "user-7" && $0["login_id"] as? String == "user-7" })
         }
     }
 
@@ -140,37 +143,57 @@ struct HybridBridgeTests {
     }
 
     static let refused: [Refused] = [
-        Refused(name: "foreign origin", message: message(pageEvent()), origin: "http://localhost:9090", reason: .foreignOrigin),
+        Refused(
+            name: "foreign origin", message: message(pageEvent()), origin: "http://localhost:9090",
+            reason: .foreignOrigin),
         Refused(name: "opaque origin", message: message(pageEvent()), origin: "null", reason: .foreignOrigin),
-        Refused(name: "https, not http", message: message(pageEvent()), origin: "https://127.0.0.1:8080", reason: .foreignOrigin),
+        Refused(
+            name: "https, not http", message: message(pageEvent()), origin: "https://127.0.0.1:8080",
+            reason: .foreignOrigin),
         Refused(name: "not JSON", message: "not json", reason: .malformedMessage),
         Refused(name: "JSON array", message: "[1,2]", reason: .malformedMessage),
         Refused(name: "no callType", message: #"{"data":{}}"#, reason: .malformedMessage),
         Refused(name: "no data", message: #"{"callType":"app_h5_track"}"#, reason: .malformedMessage),
-        Refused(name: "data not an object", message: #"{"callType":"app_h5_track","data":"x"}"#, reason: .malformedMessage),
-        Refused(name: "visual tooling call", message: message([:], callType: "visualized_track"), reason: .unsupportedCallType),
         Refused(
-            name: "oversized", message: message(pageEvent(properties: ["pad": .string(String(repeating: "x", count: 5000))])),
+            name: "data not an object", message: #"{"callType":"app_h5_track","data":"x"}"#, reason: .malformedMessage),
+        Refused(
+            name: "visual tooling call", message: message([:], callType: "visualized_track"),
+            reason: .unsupportedCallType),
+        Refused(
+            name: "oversized",
+            message: message(pageEvent(properties: ["pad": .string(String(repeating: "x", count: 5000))])),
             reason: .messageTooLarge),
-        Refused(name: "other project", message: message(pageEvent(server: "https://sa.example.com/sa?project=other")),
-                reason: .foreignProject),
-        Refused(name: "other host", message: message(pageEvent(server: "https://evil.example.com/sa?project=shop")),
-                reason: .foreignProject),
-        Refused(name: "default project", message: message(pageEvent(server: "https://sa.example.com/sa")), reason: .foreignProject),
-        Refused(name: "no server_url", message: message(pageEvent(extra: ["server_url": .null])), reason: .foreignProject),
-        Refused(name: "forged distinct_id", message: message(pageEvent(distinctID: "someone-else")), reason: .forgedIdentity),
-        Refused(name: "claimed login", message: message(pageEvent(extra: ["login_id": .string("user-evil")])),
-                reason: .forgedIdentity),
+        Refused(
+            name: "other project", message: message(pageEvent(server: "https://sa.example.com/sa?project=other")),
+            reason: .foreignProject),
+        Refused(
+            name: "other host", message: message(pageEvent(server: "https://evil.example.com/sa?project=shop")),
+            reason: .foreignProject),
+        Refused(
+            name: "default project", message: message(pageEvent(server: "https://sa.example.com/sa")),
+            reason: .foreignProject),
+        Refused(
+            name: "no server_url", message: message(pageEvent(extra: ["server_url": .null])), reason: .foreignProject),
+        Refused(
+            name: "forged distinct_id", message: message(pageEvent(distinctID: "someone-else")), reason: .forgedIdentity
+        ),
+        Refused(
+            name: "claimed login", message: message(pageEvent(extra: ["login_id": .string("user-evil")])),
+            reason: .forgedIdentity),
         Refused(name: "profile_set", message: message(pageEvent(type: "profile_set")), reason: .unsupportedType),
         Refused(name: "item_set", message: message(pageEvent(type: "item_set")), reason: .unsupportedType),
         Refused(name: "bad event name", message: message(pageEvent(event: "Bad Name!")), reason: .invalidEvent),
         Refused(name: "reserved $ event", message: message(pageEvent(event: "$Mine")), reason: .invalidEvent),
-        Refused(name: "object property", message: message(pageEvent(properties: ["nested": .object([:])])), reason: .invalidEvent),
-        Refused(name: "mixed list", message: message(pageEvent(properties: ["l": .array([.string("a"), .number(1)])])),
-                reason: .invalidEvent),
+        Refused(
+            name: "object property", message: message(pageEvent(properties: ["nested": .object([:])])),
+            reason: .invalidEvent),
+        Refused(
+            name: "mixed list", message: message(pageEvent(properties: ["l": .array([.string("a"), .number(1)])])),
+            reason: .invalidEvent),
         Refused(name: "no time", message: message(pageEvent(extra: ["time": .string("now")])), reason: .invalidEvent),
-        Refused(name: "signup with blank id", message: message(pageEvent(type: "track_signup", distinctID: " ")),
-                reason: .invalidEvent),
+        Refused(
+            name: "signup with blank id", message: message(pageEvent(type: "track_signup", distinctID: " ")),
+            reason: .invalidEvent),
     ]
 
     @Test("refused messages are counted by reason and never stored", arguments: refused)
@@ -200,7 +223,8 @@ struct HybridBridgeTests {
             #expect(!receipt.eventID.isEmpty)
             let foreign = await bridge.receiveNavigation(url, origin: "http://localhost:9090")
             #expect(Self.reason(foreign) == .foreignOrigin)
-            let garbage = await bridge.receiveNavigation("sensorsanalytics://trackEvent?event=%7Bnot", origin: Self.origin)
+            let garbage = await bridge.receiveNavigation(
+                "sensorsanalytics://trackEvent?event=%7Bnot", origin: Self.origin)
             #expect(Self.reason(garbage) == .malformedMessage)
             #expect(await bridge.receiveNavigation("https://example.com/", origin: Self.origin) == nil)
             let stored = try Self.storedBodies(store).map(\.body)
@@ -216,7 +240,9 @@ struct HybridBridgeTests {
 
     @Test("server URLs compare by host and project (default 'default'); origins are normalised")
     func serverProjects() {
-        #expect(ServerProject(url: "https://SA.example.com/sa?project=shop") == ServerProject(host: "sa.example.com", project: "shop"))
+        #expect(
+            ServerProject(url: "https://SA.example.com/sa?project=shop")
+                == ServerProject(host: "sa.example.com", project: "shop"))
         #expect(ServerProject(url: "http://sa.example.com:8106/sa")?.project == "default")
         #expect(ServerProject(url: "http://sa.example.com/sa?project=")?.project == "default")
         #expect(ServerProject(url: "/relative/path") == nil)
@@ -226,9 +252,11 @@ struct HybridBridgeTests {
 
     @Test("JSON keeps booleans and numbers apart")
     func jsonKinds() {
-        #expect(JSON.parse(Array(#"{"a":true,"b":1,"c":0,"d":"x","e":null}"#.utf8)) == .object([
-            "a": .bool(true), "b": .number(1), "c": .number(0), "d": .string("x"), "e": .null,
-        ]))
+        #expect(
+            JSON.parse(Array(#"{"a":true,"b":1,"c":0,"d":"x","e":null}"#.utf8))
+                == .object([
+                    "a": .bool(true), "b": .number(1), "c": .number(0), "d": .string("x"), "e": .null,
+                ]))
         #expect(JSON.parse(Array("{".utf8)) == nil)
         #expect(JSON.object(["k": .string("a\"\n\u{1}")]).text == #"{"k":"a\"\n\u0001"}"#)
     }
@@ -248,7 +276,8 @@ struct WebViewHostTests {
     @Test("the injected script reaches the page; a frame with an opaque origin is refused as foreign")
     func opaqueOrigin() async throws {
         try await withTemporaryGroup { group in
-            let configuration = BridgeConfiguration(serverURL: HybridBridgeTests.server, allowedOrigins: ["http://127.0.0.1:1"])
+            let configuration = BridgeConfiguration(
+                serverURL: HybridBridgeTests.server, allowedOrigins: ["http://127.0.0.1:1"])
             let host = try WebViewHost(configuration: configuration)
             defer { host.close() }
             var logger = Logger(label: "tributary.bridge")
@@ -256,7 +285,8 @@ struct WebViewHostTests {
             let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .hybrid))
             let bridge = HybridBridge(tracker: tracker, configuration: configuration, logger: logger)
             // Posts the server URL the injected script announces, once the bridge is there.
-            let script = "(function post() { var h = window.webkit && window.webkit.messageHandlers;"
+            let script =
+                "(function post() { var h = window.webkit && window.webkit.messageHandlers;"
                 + " if (h && h.sensorsdataNativeTracker) {"
                 + " h.sensorsdataNativeTracker.postMessage(window.SensorsData_iOS_JS_Bridge.sensorsdata_app_server_url);"
                 + " } else { setTimeout(post, 10); } })();"

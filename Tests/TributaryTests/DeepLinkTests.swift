@@ -13,10 +13,12 @@ struct DeepLinkTests {
     }
 
     static let launches: [LaunchCase] = [
-        LaunchCase(url: "myapp://product/42?utm_source=mail&utm_campaign=spring",
-                   utm: ["utm_source": "mail", "utm_campaign": "spring"]),
-        LaunchCase(url: "https://shop.example.com/p/1?utm_medium=cpc&utm_term=red%20shoes&utm_content=banner&other=1",
-                   utm: ["utm_medium": "cpc", "utm_term": "red shoes", "utm_content": "banner"]),
+        LaunchCase(
+            url: "myapp://product/42?utm_source=mail&utm_campaign=spring",
+            utm: ["utm_source": "mail", "utm_campaign": "spring"]),
+        LaunchCase(
+            url: "https://shop.example.com/p/1?utm_medium=cpc&utm_term=red%20shoes&utm_content=banner&other=1",
+            utm: ["utm_medium": "cpc", "utm_term": "red shoes", "utm_content": "banner"]),
         LaunchCase(url: "myapp://open", utm: [:]),
         LaunchCase(url: "myapp://open?utm_source=&utm_medium=push", utm: ["utm_medium": "push"]),
         LaunchCase(url: "myapp://open?utm_source=first&utm_source=second", utm: ["utm_source": "first"]),
@@ -62,9 +64,10 @@ struct DeepLinkTests {
                 let body = try JSONSerialization.jsonObject(with: Data(try entry.record.get().body)) as? [String: Any]
                 return (body?["event"] as? String ?? "", body?["properties"] as? [String: Any] ?? [:])
             }
-            #expect(events.map(\.0) == [
-                "$AppDeeplinkLaunch", "Viewed", "$AppDeeplinkLaunch", "Viewed", "$AppDeeplinkLaunch", "Viewed",
-            ])
+            #expect(
+                events.map(\.0) == [
+                    "$AppDeeplinkLaunch", "Viewed", "$AppDeeplinkLaunch", "Viewed", "$AppDeeplinkLaunch", "Viewed",
+                ])
             #expect(events[0].1["$deeplink_url"] as? String == "myapp://p?utm_source=mail&utm_campaign=spring")
             #expect(events[0].1["$utm_source"] as? String == "mail")
             #expect(events[0].1["$latest_utm_source"] == nil, "the launch event itself carries $utm_*")
@@ -131,20 +134,27 @@ struct AppSiteAssociationTests {
         Case(file: components, url: "https://example.com/buy/shoes#other", decision: .opens(appIDs: app)),
         Case(file: components, url: "https://example.com/help/website/faq", decision: .excluded),
         Case(file: components, url: "https://example.com/help/app?articleNumber=1234", decision: .opens(appIDs: app)),
-        Case(file: components, url: "https://example.com/help/app?x=1&articleNumber=abcd", decision: .opens(appIDs: app)),
+        Case(
+            file: components, url: "https://example.com/help/app?x=1&articleNumber=abcd", decision: .opens(appIDs: app)),
         Case(file: components, url: "https://example.com/help/app?articleNumber=12345", decision: .noMatch),
         Case(file: components, url: "https://example.com/help/app", decision: .noMatch),
         Case(file: components, url: "https://example.com/about", decision: .noMatch),
         Case(file: components, url: "https://example.com/BUY/shoes", decision: .noMatch),
         Case(file: components, url: "http://example.com/buy/shoes", decision: .noMatch),
         Case(file: components, url: "myapp://buy/shoes", decision: .noMatch),
-        Case(file: paths, url: "https://developer.apple.com/wwdc/news/", decision: .opens(appIDs: ["9JA89QQLNQ.com.apple.wwdc"])),
+        Case(
+            file: paths, url: "https://developer.apple.com/wwdc/news/",
+            decision: .opens(appIDs: ["9JA89QQLNQ.com.apple.wwdc"])),
         Case(file: paths, url: "https://developer.apple.com/videos/wwdc/2010/x", decision: .excluded),
-        Case(file: paths, url: "https://developer.apple.com/videos/wwdc/2015/x",
-             decision: .opens(appIDs: ["9JA89QQLNQ.com.apple.wwdc"])),
-        Case(file: paths, url: "https://developer.apple.com/videos/wwdc/2020/x",
-             decision: .opens(appIDs: ["ABCD1234.com.apple.wwdc2"])),
-        Case(file: paths, url: "https://developer.apple.com/wwdc/news", decision: .opens(appIDs: ["ABCD1234.com.apple.wwdc2"])),
+        Case(
+            file: paths, url: "https://developer.apple.com/videos/wwdc/2015/x",
+            decision: .opens(appIDs: ["9JA89QQLNQ.com.apple.wwdc"])),
+        Case(
+            file: paths, url: "https://developer.apple.com/videos/wwdc/2020/x",
+            decision: .opens(appIDs: ["ABCD1234.com.apple.wwdc2"])),
+        Case(
+            file: paths, url: "https://developer.apple.com/wwdc/news",
+            decision: .opens(appIDs: ["ABCD1234.com.apple.wwdc2"])),
         Case(file: settings, url: "https://example.com/buy/x", decision: .opens(appIDs: ["T.app"])),
         Case(file: settings, url: "https://example.com/caf%C3%A9/menu", decision: .opens(appIDs: ["T.app"])),
         Case(file: settings, url: "https://example.com/a%20b", decision: .opens(appIDs: ["T.app"])),
@@ -164,30 +174,36 @@ struct AppSiteAssociationTests {
 
     @Test("percentEncoded: the default compares against the encoded URL")
     func percentEncodedDefault() throws {
-        let association = try AppSiteAssociation(json: #"{"applinks":{"details":[{"appID":"T.a","components":[{"/":"/café/*"}]}]}}"#)
+        let association = try AppSiteAssociation(
+            json: #"{"applinks":{"details":[{"appID":"T.a","components":[{"/":"/café/*"}]}]}}"#)
         #expect(association.decision(for: "https://example.com/caf%C3%A9/menu") == .noMatch)
         #expect(association.appID(for: "https://example.com/caf%C3%A9/menu") == nil)
     }
 
-    @Test("`*` and `?` wildcards", arguments: [
-        ("*", "", true), ("*", "/any/thing", true), ("/a/*", "/a/", true), ("/a/*", "/a", false),
-        ("/?", "/x", true), ("/?", "/", false), ("/?", "/xy", false), ("/*/b", "/x/y/b", true), ("/a*c", "/abxc", true),
-        ("/a*c", "/abxd", false), ("**", "x", true),
-    ])
+    @Test(
+        "`*` and `?` wildcards",
+        arguments: [
+            ("*", "", true), ("*", "/any/thing", true), ("/a/*", "/a/", true), ("/a/*", "/a", false),
+            ("/?", "/x", true), ("/?", "/", false), ("/?", "/xy", false), ("/*/b", "/x/y/b", true),
+            ("/a*c", "/abxc", true),
+            ("/a*c", "/abxd", false), ("**", "x", true),
+        ])
     func wildcards(pattern: String, path: String, matches: Bool) throws {
         let file = #"{"applinks":{"details":[{"appID":"T.a","components":[{"/":"\#(pattern)"}]}]}}"#
         let association = try AppSiteAssociation(json: file)
         #expect((association.appID(for: "https://example.com" + path) != nil) == matches, "\(pattern) vs \(path)")
     }
 
-    @Test("unreadable files name the key", arguments: [
-        ("[]", "not a JSON object"), (#"{"applinks":{}}"#, "applinks.details"),
-        (#"{"applinks":{"details":[{"components":[]}]}}"#, "neither appID nor appIDs"),
-        (#"{"applinks":{"details":[{"appID":"T.a"}]}}"#, "neither a components nor a paths"),
-        (#"{"applinks":{"details":[{"appID":"T.a","components":[{"exclude":"yes"}]}]}}"#, "exclude is a string"),
-        (#"{"applinks":{"substitutionVariables":{},"details":[]}}"#, "substitutionVariables"),
-        ("{", "not valid JSON"),
-    ])
+    @Test(
+        "unreadable files name the key",
+        arguments: [
+            ("[]", "not a JSON object"), (#"{"applinks":{}}"#, "applinks.details"),
+            (#"{"applinks":{"details":[{"components":[]}]}}"#, "neither appID nor appIDs"),
+            (#"{"applinks":{"details":[{"appID":"T.a"}]}}"#, "neither a components nor a paths"),
+            (#"{"applinks":{"details":[{"appID":"T.a","components":[{"exclude":"yes"}]}]}}"#, "exclude is a string"),
+            (#"{"applinks":{"substitutionVariables":{},"details":[]}}"#, "substitutionVariables"),
+            ("{", "not valid JSON"),
+        ])
     func errors(file: String, fragment: String) {
         do {
             _ = try AppSiteAssociation(json: file)

@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Why the headless browser could not be started or driven.
@@ -90,11 +90,12 @@ public final class ChromiumProcess: Sendable {
         // Close-on-exec, so no other child this process spawns inherits the browser's pipes.
         for fd in commands + replies { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         // In a container there is no user namespace for Chromium's sandbox and no GPU.
-        let arguments = [
-            binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-            "--no-default-browser-check", "--disable-background-networking", "--disable-extensions",
-            "--disable-component-update", "--mute-audio", "--remote-debugging-pipe", "--user-data-dir=\(profile)",
-        ] + extraArguments + ["about:blank"]
+        let arguments =
+            [
+                binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                "--no-default-browser-check", "--disable-background-networking", "--disable-extensions",
+                "--disable-component-update", "--mute-audio", "--remote-debugging-pipe", "--user-data-dir=\(profile)",
+            ] + extraArguments + ["about:blank"]
 
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)

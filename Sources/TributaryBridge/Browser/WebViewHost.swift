@@ -33,7 +33,8 @@ public final class WebViewHost: Sendable {
     /// Start it before opening the shared store: the browser is spawned, and a child should never
     /// inherit an open LMDB environment.
     public init(
-        configuration: BridgeConfiguration, executable: String? = nil, logger: Logger = Logger(label: "tributary.webview")
+        configuration: BridgeConfiguration, executable: String? = nil,
+        logger: Logger = Logger(label: "tributary.webview")
     ) throws(BrowserError) {
         self.configuration = configuration
         self.logger = logger
@@ -70,7 +71,8 @@ public final class WebViewHost: Sendable {
         let userAgent = (version["userAgent"]?.string ?? "Mozilla/5.0") + configuration.userAgentMarker
         userAgentOverride.set(userAgent)
         _ = try await pipe.call(
-            "Target.setAutoAttach", ["autoAttach": .bool(true), "waitForDebuggerOnStart": .bool(true), "flatten": .bool(true)])
+            "Target.setAutoAttach",
+            ["autoAttach": .bool(true), "waitForDebuggerOnStart": .bool(true), "flatten": .bool(true)])
         _ = try await pipe.call("Target.createTarget", ["url": .string(url)])
     }
 
@@ -107,7 +109,9 @@ public final class WebViewHost: Sendable {
                     frameParents[frame] = parent
                 }
             case "Runtime.bindingCalled":
-                guard body["name"]?.string == Self.bindingName, let id = body["executionContextId"]?.number else { continue }
+                guard body["name"]?.string == Self.bindingName, let id = body["executionContextId"]?.number else {
+                    continue
+                }
                 let origin = contextOrigins["\(session)#\(Int(id))"] ?? "null"
                 await bridge.receive(body["payload"]?.string ?? "", origin: origin, channel: .messageHandler)
             case "Page.frameRequestedNavigation":
@@ -138,7 +142,8 @@ public final class WebViewHost: Sendable {
         pipe.send("Emulation.setUserAgentOverride", ["userAgent": .string(userAgentOverride.get())], session: session)
         pipe.send(
             "Target.setAutoAttach",
-            ["autoAttach": .bool(true), "waitForDebuggerOnStart": .bool(true), "flatten": .bool(true)], session: session)
+            ["autoAttach": .bool(true), "waitForDebuggerOnStart": .bool(true), "flatten": .bool(true)], session: session
+        )
     }
 
     private static func isOpaque(_ origin: String) -> Bool { origin == "null" || origin == "://" || origin.isEmpty }
