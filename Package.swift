@@ -13,6 +13,7 @@ let package = Package(
     products: [
         .library(name: "Tributary", targets: ["Tributary"]),
         .library(name: "TributaryStore", targets: ["TributaryStore"]),
+        .library(name: "TributaryBridge", targets: ["TributaryBridge"]),
         .executable(name: "tributary", targets: ["tributary"]),
         .executable(name: "tributary-sim", targets: ["tributary-sim"]),
         .executable(name: "tributary-agent", targets: ["tributary-agent"]),
