@@ -6,8 +6,8 @@ PREFIX       ?= /usr/local
 DESTDIR      ?=
 RELEASE_DIR  := .build-release
 # Debian packages the build and tests need (C libraries wrapped as .systemLibrary targets).
-# systemd gives systemd-analyze (unit checks); faketime the clock-jump tests.
-DEB_PACKAGES := liblmdb-dev zlib1g-dev libsqlite3-dev libsystemd-dev pkg-config systemd faketime
+# systemd gives systemd-analyze (unit checks); faketime the clock-jump tests; chromium the hybrid-page browser.
+DEB_PACKAGES := liblmdb-dev zlib1g-dev libsqlite3-dev libsystemd-dev pkg-config systemd faketime chromium
 SYSCONFDIR   ?= /etc
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 DOCDIR       ?= $(PREFIX)/share/doc/tributary

@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "Tributary", targets: ["Tributary"]),
         .library(name: "TributaryStore", targets: ["TributaryStore"]),
         .library(name: "TributaryAutoTrack", targets: ["TributaryAutoTrack"]),
+        .library(name: "TributaryBridge", targets: ["TributaryBridge"]),
         .executable(name: "tributary", targets: ["tributary"]),
         .executable(name: "tributary-sim", targets: ["tributary-sim"]),
         .executable(name: "tributary-agent", targets: ["tributary-agent"]),
@@ -48,6 +49,16 @@ let package = Package(
         // Automatic tracking any UI toolkit can feed: lifecycle, sessions, page views, clicks, exposure,
         // timings, crashes.
         .target(name: "TributaryAutoTrack", dependencies: ["Tributary", "CTributaryCrash"], swiftSettings: strict),
+        // The hybrid (H5) bridge: message protocol, verification, enrichment, and a headless Chromium host.
+        .target(
+            name: "TributaryBridge",
+            dependencies: [
+                "Tributary", "TributaryStore",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: strict
+        ),
         // Wire formats shared by the agent and the collector: gzip, Sensors form, NDJSON.
         .target(name: "TributaryWire", dependencies: ["CZlib"], swiftSettings: strict),
         // The sync agent: drain, enrich, outbox, batching, upload, retry, flush policies.
@@ -86,7 +97,10 @@ let package = Package(
         ),
         .executableTarget(
             name: "tributary-sim",
-            dependencies: ["Tributary", "TributaryAutoTrack", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: [
+                "Tributary", "TributaryAutoTrack", "TributaryBridge", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"), .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strict
         ),
         .executableTarget(
@@ -130,6 +144,13 @@ let package = Package(
                     swiftSettings: strict),
         .testTarget(name: "TributaryAutoTrackTests", dependencies: ["TributaryAutoTrack", "TributaryTestSupport"],
                     swiftSettings: strict),
+        .testTarget(
+            name: "TributaryBridgeTests",
+            dependencies: [
+                "TributaryBridge", "Tributary", "TributaryTestSupport", .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
         .testTarget(name: "TributaryWireTests", dependencies: ["TributaryWire"], swiftSettings: strict),
         .testTarget(
             name: "TributaryCollectorTests",
@@ -145,7 +166,7 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "Tributary", "TributaryTestSupport", "TributaryCollector", "tributary", "tributary-sim",
+                "Tributary", "TributaryBridge", "TributaryTestSupport", "TributaryCollector", "tributary", "tributary-sim",
                 "tributary-agent", "tributary-collector",
             ],
             path: "Integration/Tests",

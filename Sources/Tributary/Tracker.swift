@@ -66,16 +66,24 @@ public final class Tracker: Sendable {
         var base: BaseProperties
         var timers: [String: EventTimer] = [:]
         var inBackground = false
+        /// Properties of this launch (`$latest_utm_*` after a deep link); see `DeepLink.swift`.
+        var launchProperties: [String: PropertyValue] = [:]
+
+        /// Re-encodes the base properties: presets, then this launch's properties, then super properties.
+        mutating func rebase(presets: [String: PropertyValue]) {
+            base = BaseProperties(
+                presets: presets.merging(launchProperties) { _, launch in launch }, superProperties: superProperties)
+        }
     }
 
     /// The shared store this tracker writes to.
     public let store: SharedStore
     /// The producer identity written into every record.
     public let producer: SharedStore.Producer
-    private let configuration: Configuration
-    private let presets: [String: PropertyValue]
+    let configuration: Configuration
+    let presets: [String: PropertyValue]
     private let state: Mutex<State>
-    private let committer: GroupCommitter
+    let committer: GroupCommitter
     /// Per-event hooks (dynamic super properties); see Tracker+Hooks.swift.
     let hooks = TrackerHooks()
 
@@ -183,7 +191,7 @@ public final class Tracker: Sendable {
         try EventRules.validateProperties(properties)
         state.withLock { state in
             state.superProperties.merge(properties) { _, new in new }
-            state.base = BaseProperties(presets: presets, superProperties: state.superProperties)
+            state.rebase(presets: presets)
         }
     }
 
@@ -191,7 +199,7 @@ public final class Tracker: Sendable {
     public func unregisterSuperProperty(_ key: String) {
         state.withLock { state in
             state.superProperties[key] = nil
-            state.base = BaseProperties(presets: presets, superProperties: state.superProperties)
+            state.rebase(presets: presets)
         }
     }
 
@@ -199,7 +207,7 @@ public final class Tracker: Sendable {
     public func clearSuperProperties() {
         state.withLock { state in
             state.superProperties = [:]
-            state.base = BaseProperties(presets: presets, superProperties: [:])
+            state.rebase(presets: presets)
         }
     }
 
@@ -208,6 +216,19 @@ public final class Tracker: Sendable {
 
     /// The preset properties of this producer.
     public var presetProperties: [String: PropertyValue] { presets }
+
+    /// Properties every later event of this launch carries (`$latest_utm_*` after a deep link).
+    public var launchProperties: [String: PropertyValue] { state.withLock { $0.launchProperties } }
+
+    /// Replaces this launch's properties whose key starts with `prefix` by `properties` (process
+    /// lifetime; super properties still win).
+    func replaceLaunchProperties(prefix: String, with properties: [String: PropertyValue]) {
+        state.withLock { state in
+            state.launchProperties = state.launchProperties.filter { !$0.key.hasPrefix(prefix) }
+                .merging(properties) { _, new in new }
+            state.rebase(presets: presets)
+        }
+    }
 
     // MARK: Event timers (monotonic clock, paused in background)
 

@@ -23,6 +23,9 @@ struct ProducerOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Append every acknowledged event to this file.", valueName: "path"))
     var ledger: String?
 
+    @Option(name: .customLong("app-version"), help: "This process's $app_version (the main app publishes its presets).")
+    var appVersion = "0.0.0"
+
     func validate() throws {
         guard events >= 0 else { throw ValidationError("--events must not be negative.") }
         guard rate >= 0, rate.isFinite else { throw ValidationError("--rate must be a non-negative number of events per second.") }
@@ -34,7 +37,9 @@ struct ProducerOptions: ParsableArguments {
     /// Opens the tracker, reporting a failure the way every simulator does (exit 74).
     func openTracker(kind: ProducerKind) throws -> Tracker {
         do {
-            return try Tracker(configuration: .init(groupDirectory: group, producerKind: kind, producerID: producerID))
+            var configuration = Tracker.Configuration(groupDirectory: group, producerKind: kind, producerID: producerID)
+            configuration.appVersion = appVersion
+            return try Tracker(configuration: configuration)
         } catch {
             FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
             throw ExitCode(74)

@@ -10,6 +10,6 @@ struct Simulator: AsyncParsableCommand {
             is appended to a file (producer_seq, seq, event_id per line), so tests can check that \
             nothing acknowledged was lost even when the process is killed.
             """,
-        subcommands: [App.self, Extension.self, Load.self, Demo.self]
+        subcommands: [App.self, Extension.self, Hybrid.self, Load.self, Demo.self]
     )
 }

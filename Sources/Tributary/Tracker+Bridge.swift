@@ -1,0 +1,126 @@
+import Foundation
+import TributaryStore
+
+/// An event a hybrid (H5) page handed to the native side, after the bridge verified it and removed
+/// the page-only keys (`server_url`, `_nocache`, `$project`, `$token`).
+///
+/// The page's own `time`, `type`, event name and `lib` object are kept; its identity is not (the
+/// app's is written instead) and its properties lose to the app's presets and super properties.
+public struct PageEvent: Sendable, Equatable {
+    /// The page event's `type`: ``PageEvent/track`` or ``PageEvent/signup``.
+    public struct EventType: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        /// `track`: an ordinary event.
+        public static let track = EventType(rawValue: "track")
+        /// `track_signup`: the page logged a user in.
+        public static let signup = EventType(rawValue: "track_signup")
+    }
+
+    /// `track` or `track_signup`.
+    public var type: EventType
+    /// The event name (`$pageview`, `$WebClick`, or a custom name).
+    public var event: String
+    /// When the page triggered the event, in ms since the Unix epoch (the page's `time`).
+    public var timeMillis: Int64
+    /// The page SDK's `lib` object (`$lib`, `$lib_method`, `$lib_version`, …).
+    public var lib: [String: PropertyValue]
+    /// The page's properties, page-only keys already removed.
+    public var properties: [String: PropertyValue]
+
+    /// Creates a page event.
+    public init(
+        type: EventType, event: String, timeMillis: Int64, lib: [String: PropertyValue],
+        properties: [String: PropertyValue]
+    ) {
+        self.type = type
+        self.event = event
+        self.timeMillis = timeMillis
+        self.lib = lib
+        self.properties = properties
+    }
+}
+
+extension Tracker {
+    /// Records an event a hybrid page handed over, enriched as `docs/hybrid-bridge.md` describes.
+    ///
+    /// The app's identity is spliced in inside the write transaction (as for every event). The
+    /// properties are the page's, overridden by the app's preset properties (those the main app
+    /// published to the group, else this producer's own), this launch's properties and this
+    /// process's super properties; `$app_version` is the app's, `_hybrid_h5` is `true`, and the event
+    /// gets a new `event_id` and `_track_id`. The page's `time`, `type`, name and `lib` are kept.
+    /// A `track_signup` does not log in by itself: the bridge calls ``login(_:)`` first.
+    ///
+    /// - Throws: ``TrackingError`` when the name or a property breaks the rules or the event is too
+    ///   large; `StoreError` when the store cannot take it. Nothing is written then.
+    @discardableResult
+    public func trackFromPage(_ page: PageEvent) async throws -> TrackReceipt {
+        try await committer.commit(try preparePage(page))
+    }
+
+    /// The app's preset properties: those the main app published to the group, else this producer's.
+    public func appPresetProperties() -> [String: PropertyValue] {
+        guard let text = try? store.configuration()[ConfigurationKey.appPresets],
+            let published = try? PropertyValue.properties(fromJSON: text), !published.isEmpty
+        else { return presets }
+        return published
+    }
+
+    func preparePage(_ page: PageEvent) throws -> PreparedEvent {
+        try EventRules.validateEventName(page.event)
+        try EventRules.validateProperties(page.properties)
+        try EventRules.validateProperties(page.lib)
+        // The page keeps its own $lib and $lib_version (as in the iOS SDK); every other preset is the app's.
+        let app = appPresetProperties().filter { $0.key != "$lib" && $0.key != "$lib_version" }
+        var properties = page.properties
+        properties.merge(app) { _, app in app }
+        properties.merge(launchProperties) { _, launch in launch }
+        properties.merge(superProperties) { _, custom in custom }
+        let appVersion = app["$app_version"] ?? presets["$app_version"] ?? .string(configuration.appVersion)
+        properties["$app_version"] = appVersion
+        properties["_hybrid_h5"] = .bool(true)
+        var lib = page.lib
+        lib["$app_version"] = appVersion
+
+        var head = JSONWriter(capacity: 64 + page.event.utf8.count)
+        head.raw("{\"type\":")
+        head.string(page.type.rawValue)
+        head.raw(",\"event\":")
+        head.string(page.event)
+        head.raw(",\"time\":")
+        head.int(page.timeMillis)
+        head.raw(",")
+
+        let eventID = randomUUIDString()
+        let trackID = Int64.random(in: 0...Int64(Int32.max))
+        var tail = JSONWriter(capacity: 512)
+        tail.raw("\"_track_id\":")
+        tail.int(trackID)
+        tail.raw(",\"event_id\":")
+        tail.string(eventID)
+        tail.raw(",\"lib\":{")
+        var first = true
+        tail.members(lib, first: &first)
+        tail.raw("},\"properties\":{")
+        first = true
+        tail.members(properties, first: &first)
+        tail.raw("}}")
+
+        // The record header keeps the trigger time: the page's wall time, and the monotonic reading
+        // that corresponds to it (now, less the page event's age).
+        let ageNanos = UInt64(max(0, configuration.wallMillis() - page.timeMillis)) * 1_000_000
+        let now = configuration.monotonicNanos()
+        let prepared = PreparedEvent(
+            prefix: head.bytes, suffix: tail.bytes, eventID: eventID, trackID: trackID, wallTimeMillis: page.timeMillis,
+            bootTimeNanos: now > ageNanos ? now - ageNanos : 0)
+        let size = prepared.prefix.count + prepared.suffix.count + 3 * 300
+        guard size <= configuration.maxEventBytes else {
+            throw TrackingError(
+                .eventTooLarge, field: page.event,
+                "Page event \(page.event) encodes to about \(size) bytes; the limit is \(configuration.maxEventBytes).")
+        }
+        return prepared
+    }
+}

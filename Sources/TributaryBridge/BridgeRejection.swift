@@ -1,0 +1,47 @@
+/// Why the bridge refused a message from a page. Nothing was written.
+///
+/// The message names the rule, the field and sizes where relevant; it never contains a property value.
+public struct BridgeRejection: Error, CustomStringConvertible, Sendable {
+    /// The counted reason for a rejection (the `reason` label of the metric and of the log line).
+    public struct Reason: RawRepresentable, Hashable, Sendable, CustomStringConvertible, Comparable {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+        public static func < (a: Reason, b: Reason) -> Bool { a.rawValue < b.rawValue }
+
+        /// The sending frame's origin is not on the whitelist.
+        public static let foreignOrigin = Reason(rawValue: "foreign_origin")
+        /// The message is larger than ``BridgeConfiguration/maxMessageBytes``.
+        public static let messageTooLarge = Reason(rawValue: "message_too_large")
+        /// The message is not a JSON object of the bridge protocol (`{"callType":…,"data":{…}}`).
+        public static let malformedMessage = Reason(rawValue: "malformed_message")
+        /// The `callType` is not one the bridge records (only `app_h5_track` is).
+        public static let unsupportedCallType = Reason(rawValue: "unsupported_call_type")
+        /// The event's `server_url` is missing, or has another host or `project` than the app's.
+        public static let foreignProject = Reason(rawValue: "foreign_project")
+        /// The event claims an identity the app does not have.
+        public static let forgedIdentity = Reason(rawValue: "forged_identity")
+        /// The event `type` is not `track` or `track_signup`.
+        public static let unsupportedType = Reason(rawValue: "unsupported_type")
+        /// The event breaks the event rules (name, property types, sizes, missing `time`).
+        public static let invalidEvent = Reason(rawValue: "invalid_event")
+        /// The shared store refused the event (full, unreadable).
+        public static let storeFailed = Reason(rawValue: "store_failed")
+    }
+
+    /// The counted reason.
+    public var reason: Reason
+    /// The origin of the frame that sent the message.
+    public var origin: String
+    /// A sentence naming the rule that was broken.
+    public var message: String
+
+    /// Creates a rejection.
+    public init(_ reason: Reason, origin: String, _ message: String) {
+        self.reason = reason
+        self.origin = origin
+        self.message = message
+    }
+
+    public var description: String { "\(reason) from \(origin): \(message)" }
+}

@@ -1,0 +1,146 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Why the headless browser could not be started or driven.
+public struct BrowserError: Error, CustomStringConvertible, Sendable {
+    /// What went wrong.
+    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        public let rawValue: String
+        public init(rawValue: String) { self.rawValue = rawValue }
+        public var description: String { rawValue }
+
+        /// No Chromium executable was found (install Debian's `chromium`, or set `TRIBUTARY_CHROMIUM`).
+        public static let chromiumNotFound = Code(rawValue: "chromiumNotFound")
+        /// `posix_spawn` or `pipe2` failed.
+        public static let spawnFailed = Code(rawValue: "spawnFailed")
+        /// The browser closed its DevTools pipe (it exited or crashed).
+        public static let browserExited = Code(rawValue: "browserExited")
+        /// The browser answered a DevTools command with an error.
+        public static let protocolError = Code(rawValue: "protocolError")
+    }
+
+    /// What went wrong.
+    public var code: Code
+    /// A sentence saying what and what to do.
+    public var message: String
+
+    /// Creates an error.
+    public init(_ code: Code, _ message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code): \(message)" }
+}
+
+/// A headless Chromium child process driven over `--remote-debugging-pipe`.
+///
+/// Chromium reads DevTools commands on its fd 3 and writes replies and events on its fd 4, each
+/// message a JSON text followed by a NUL byte. The process is spawned with `posix_spawn` (never a
+/// plain `fork`: this process may have the LMDB environment open, and lmdb.h says "do not have open
+/// an MDB database in a process that forks").
+public final class ChromiumProcess: Sendable {
+    /// The child's process id.
+    public let pid: pid_t
+    /// The parent's end of the command pipe (Chromium's fd 3).
+    let commandFD: Int32
+    /// The parent's end of the reply pipe (Chromium's fd 4).
+    let replyFD: Int32
+    private let userDataDirectory: String
+    private let reaped = Mutex(false)
+
+    /// The Chromium executable: `$TRIBUTARY_CHROMIUM`, else the first of `chromium`, `chromium-browser`,
+    /// `google-chrome` on `PATH`.
+    public static func executable() throws(BrowserError) -> String {
+        let environment = ProcessInfo.processInfo.environment
+        if let given = environment["TRIBUTARY_CHROMIUM"], !given.isEmpty { return given }
+        let path = environment["PATH"] ?? "/usr/bin:/bin"
+        for name in ["chromium", "chromium-browser", "google-chrome"] {
+            for dir in path.split(separator: ":") where access("\(dir)/\(name)", X_OK) == 0 {
+                return "\(dir)/\(name)"
+            }
+        }
+        throw BrowserError(
+            .chromiumNotFound,
+            "No chromium on PATH (\(path)); install Debian's chromium (make deps) or set TRIBUTARY_CHROMIUM.")
+    }
+
+    /// Starts headless Chromium with a fresh profile and the DevTools pipe.
+    ///
+    /// - Parameter extraArguments: more command-line switches (for example `--user-agent=…`).
+    public init(executable: String? = nil, extraArguments: [String] = []) throws(BrowserError) {
+        let binary: String
+        if let executable { binary = executable } else { binary = try Self.executable() }
+        let profile = FileManager.default.temporaryDirectory
+            .appendingPathComponent("tributary-chromium-\(UUID().uuidString.prefix(8))").path
+        var commands: [Int32] = [-1, -1]
+        var replies: [Int32] = [-1, -1]
+        guard pipe(&commands) == 0 else {
+            throw BrowserError(.spawnFailed, "pipe failed: \(String(cString: strerror(errno))).")
+        }
+        guard pipe(&replies) == 0 else {
+            close(commands[0])
+            close(commands[1])
+            throw BrowserError(.spawnFailed, "pipe failed: \(String(cString: strerror(errno))).")
+        }
+        // Close-on-exec, so no other child this process spawns inherits the browser's pipes.
+        for fd in commands + replies { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        // In a container there is no user namespace for Chromium's sandbox and no GPU.
+        let arguments =
+            [
+                binary, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
+                "--no-default-browser-check", "--disable-background-networking", "--disable-extensions",
+                "--disable-component-update", "--mute-audio", "--remote-debugging-pipe", "--user-data-dir=\(profile)",
+            ] + extraArguments + ["about:blank"]
+
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        // dup2 clears FD_CLOEXEC on the target, so only fds 3 and 4 (and stdio) reach the browser.
+        posix_spawn_file_actions_adddup2(&actions, commands[0], 3)
+        posix_spawn_file_actions_adddup2(&actions, replies[1], 4)
+        let log = ProcessInfo.processInfo.environment["TRIBUTARY_CHROMIUM_LOG"] ?? "/dev/null"
+        posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        var child: pid_t = 0
+        let argv = arguments.map { strdup($0) } + [nil]
+        defer { for p in argv { free(p) } }
+        let rc = posix_spawn(&child, binary, &actions, nil, argv, environ)
+        close(commands[0])
+        close(replies[1])
+        guard rc == 0 else {
+            close(commands[1])
+            close(replies[0])
+            throw BrowserError(.spawnFailed, "posix_spawn \(binary) failed: \(String(cString: strerror(rc))).")
+        }
+        pid = child
+        commandFD = commands[1]
+        replyFD = replies[0]
+        userDataDirectory = profile
+    }
+
+    /// Stops the browser (SIGTERM, then SIGKILL after 2 s), reaps it and removes its profile.
+    public func terminate() {
+        let first = reaped.withLock { done in
+            defer { done = true }
+            return !done
+        }
+        guard first else { return }
+        close(commandFD)
+        kill(pid, SIGTERM)
+        var status: Int32 = 0
+        var waited = 0
+        while waitpid(pid, &status, WNOHANG) == 0 {
+            if waited == 200 { kill(pid, SIGKILL) }
+            usleep(10_000)
+            waited += 1
+        }
+        try? FileManager.default.removeItem(atPath: userDataDirectory)
+    }
+
+    deinit { terminate() }
+}

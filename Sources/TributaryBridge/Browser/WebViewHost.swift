@@ -1,0 +1,158 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// Plays the WKWebView's part for the bridge, in headless Chromium over the DevTools protocol.
+///
+/// | WKWebView (iOS SDK)                                   | here (DevTools protocol)                          |
+/// | ----------------------------------------------------- | ------------------------------------------------- |
+/// | `WKUserScript` at document start, all frames          | `Page.addScriptToEvaluateOnNewDocument`, per target |
+/// | `WKScriptMessageHandler` `sensorsdataNativeTracker`   | `Runtime.addBinding` + `Runtime.bindingCalled`    |
+/// | `WKScriptMessage.frameInfo.securityOrigin`            | origin of the binding call's execution context    |
+/// | `decidePolicyForNavigationAction` (legacy channel)    | `Page.frameRequestedNavigation`                   |
+/// | custom user agent (legacy marker)                     | `Emulation.setUserAgentOverride`                  |
+///
+/// Site isolation puts cross-site iframes in processes (targets) of their own; the host auto-attaches
+/// to every page and iframe target (`Target.setAutoAttach`, `flatten`, `waitForDebuggerOnStart`) and
+/// sets each one up while it waits, so no frame escapes the script or the binding. Chromium does not
+/// always hold a new tab's very first document that long; that document gets the script by
+/// `Runtime.evaluate` as soon as the tab is set up (a page should check for the bridge before use).
+public final class WebViewHost: Sendable {
+    /// The binding the injected script forwards `postMessage` to.
+    public static let bindingName = "__tributaryNativeTracker"
+
+    /// The trust rules and the server URL the injected script announces.
+    public let configuration: BridgeConfiguration
+    private let browser: ChromiumProcess
+    private let pipe: DevToolsPipe
+    private let inbox: AsyncStream<DevToolsMessage>
+    private let logger: Logger
+
+    /// Starts a headless browser for an app with `configuration`.
+    ///
+    /// Start it before opening the shared store: the browser is spawned, and a child should never
+    /// inherit an open LMDB environment.
+    public init(
+        configuration: BridgeConfiguration, executable: String? = nil,
+        logger: Logger = Logger(label: "tributary.webview")
+    ) throws(BrowserError) {
+        self.configuration = configuration
+        self.logger = logger
+        browser = try ChromiumProcess(executable: executable)
+        let (stream, continuation) = AsyncStream.makeStream(of: DevToolsMessage.self)
+        inbox = stream
+        pipe = DevToolsPipe(browser: browser) { message in
+            continuation.yield(message)
+            if message.method == DevToolsPipe.closedEvent { continuation.finish() }
+        }
+    }
+
+    /// The script injected into every frame at document start: the `window.webkit.messageHandlers`
+    /// and `window.SensorsData_iOS_JS_Bridge` the Sensors JavaScript SDK looks for.
+    public var userScript: String {
+        """
+        (function () {
+          var bridge = window.SensorsData_iOS_JS_Bridge = window.SensorsData_iOS_JS_Bridge || {};
+          bridge.sensorsdata_app_server_url = \(JSON.quoted(configuration.serverURL));
+          var webkit = window.webkit = window.webkit || {};
+          var handlers = webkit.messageHandlers = webkit.messageHandlers || {};
+          handlers.sensorsdataNativeTracker = {
+            postMessage: function (message) {
+              window.\(Self.bindingName)(typeof message === 'string' ? message : JSON.stringify(message));
+            }
+          };
+        })();
+        """
+    }
+
+    /// Opens a page (a new tab) at `url`. Call ``run()`` concurrently; it handles what the page sends.
+    public func open(_ url: String) async throws {
+        let version = try await pipe.call("Browser.getVersion")
+        let userAgent = (version["userAgent"]?.string ?? "Mozilla/5.0") + configuration.userAgentMarker
+        userAgentOverride.set(userAgent)
+        _ = try await pipe.call(
+            "Target.setAutoAttach",
+            ["autoAttach": .bool(true), "waitForDebuggerOnStart": .bool(true), "flatten": .bool(true)])
+        _ = try await pipe.call("Target.createTarget", ["url": .string(url)])
+    }
+
+    private let userAgentOverride = SendableBox<String>("")
+
+    /// Stops the browser; ``run()`` returns soon after.
+    public func close() { browser.terminate() }
+
+    /// Handles the browser's events in order until the browser goes away: sets up every new target and
+    /// hands each bridge message, with the origin of the frame that sent it, to `bridge`.
+    public func run(bridge: HybridBridge) async {
+        var contextOrigins: [String: String] = [:]  // "<session>#<context id>" → origin
+        var frameOrigins: [String: String] = [:]  // frame id → origin of its document
+        var frameParents: [String: String] = [:]  // frame id → parent frame id
+        for await message in inbox {
+            let session = message.sessionID ?? ""
+            let body = message.body
+            switch message.method {
+            case "Target.attachedToTarget":
+                guard let child = body["sessionId"]?.string else { continue }
+                let type = body["targetInfo"]?["type"]?.string ?? ""
+                if type == "page" || type == "iframe" { setUp(session: child) }
+                pipe.send("Runtime.runIfWaitingForDebugger", session: child)
+            case "Runtime.executionContextCreated":
+                guard let context = body["context"], let id = context["id"]?.number else { continue }
+                // Chromium reports an opaque origin (data:, sandboxed frames) as "://"; the web calls it "null".
+                let origin = context["origin"]?.string.flatMap { Self.isOpaque($0) ? nil : $0 } ?? "null"
+                contextOrigins["\(session)#\(Int(id))"] = origin
+                if context["auxData"]?["isDefault"] == .bool(true), let frame = context["auxData"]?["frameId"]?.string {
+                    frameOrigins[frame] = origin
+                }
+            case "Page.frameAttached":
+                if let frame = body["frameId"]?.string, let parent = body["parentFrameId"]?.string {
+                    frameParents[frame] = parent
+                }
+            case "Runtime.bindingCalled":
+                guard body["name"]?.string == Self.bindingName, let id = body["executionContextId"]?.number else {
+                    continue
+                }
+                let origin = contextOrigins["\(session)#\(Int(id))"] ?? "null"
+                await bridge.receive(body["payload"]?.string ?? "", origin: origin, channel: .messageHandler)
+            case "Page.frameRequestedNavigation":
+                guard let url = body["url"]?.string, url.hasPrefix("sensorsanalytics:"),
+                    let frame = body["frameId"]?.string
+                else { continue }
+                // A frame navigating itself has a document; a fresh iframe (the legacy SDK's way) has
+                // none yet, and speaks for the document that created it.
+                let own = frameOrigins[frame].flatMap { $0 == "null" ? nil : $0 }
+                let origin = own ?? frameParents[frame].flatMap { frameOrigins[$0] } ?? "null"
+                if await bridge.receiveNavigation(url, origin: origin) == nil {
+                    logger.debug("navigation to another sensorsanalytics:// action ignored")
+                }
+            default:
+                continue
+            }
+        }
+    }
+
+    private func setUp(session: String) {
+        pipe.send("Runtime.enable", session: session)
+        pipe.send("Page.enable", session: session)
+        pipe.send("Runtime.addBinding", ["name": .string(Self.bindingName)], session: session)
+        pipe.send("Page.addScriptToEvaluateOnNewDocument", ["source": .string(userScript)], session: session)
+        // Chromium does not always hold a new tab's first document until the target is set up: a
+        // document that exists already gets the script now (the binding reaches existing contexts).
+        pipe.send("Runtime.evaluate", ["expression": .string(userScript)], session: session)
+        pipe.send("Emulation.setUserAgentOverride", ["userAgent": .string(userAgentOverride.get())], session: session)
+        pipe.send(
+            "Target.setAutoAttach",
+            ["autoAttach": .bool(true), "waitForDebuggerOnStart": .bool(true), "flatten": .bool(true)], session: session
+        )
+    }
+
+    private static func isOpaque(_ origin: String) -> Bool { origin == "null" || origin == "://" || origin.isEmpty }
+}
+
+/// A value behind a lock, for the few settings written once and read from the event loop.
+final class SendableBox<Value: Sendable>: Sendable {
+    private let value: Mutex<Value>
+    init(_ value: Value) { self.value = Mutex(value) }
+    func get() -> Value { value.withLock { $0 } }
+    func set(_ new: Value) { value.withLock { $0 = new } }
+}

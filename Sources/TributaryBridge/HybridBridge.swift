@@ -1,0 +1,241 @@
+import Foundation
+import Logging
+import Metrics
+import Synchronization
+import Tributary
+import TributaryStore
+
+/// The native side of the App↔H5 bridge: verifies each message a page sends and records the
+/// accepted ones through the app's ``Tracker`` (producer kind `hybrid`).
+///
+/// Protocol compatible with the Sensors JavaScript SDK's iOS bridge: a message is a JSON string
+/// `{"callType":"app_h5_track","data":{…event…,"server_url":"…"}}` from
+/// `window.webkit.messageHandlers.sensorsdataNativeTracker.postMessage`, or, on the legacy channel, a
+/// navigation to `sensorsanalytics://trackEvent?event=<url-encoded event JSON>`. Every rejection is
+/// logged and counted by reason (``rejections``, and the `tributary_bridge_messages_total` counter).
+/// `docs/hybrid-bridge.md` documents the rules and the enrichment mapping.
+public final class HybridBridge: Sendable {
+    /// Where a message came from.
+    public enum Channel: String, Sendable {
+        /// `window.webkit.messageHandlers.sensorsdataNativeTracker.postMessage`.
+        case messageHandler = "message_handler"
+        /// An intercepted `sensorsanalytics://trackEvent` navigation (the user-agent marked, older bridge).
+        case legacyNavigation = "legacy_navigation"
+    }
+
+    /// What the bridge has seen so far.
+    public struct Counts: Sendable, Equatable {
+        /// Messages received, by origin (accepted and rejected).
+        public var received: [String: Int] = [:]
+        /// Events accepted and durably recorded.
+        public var accepted = 0
+        /// Rejections by reason.
+        public var rejected: [BridgeRejection.Reason: Int] = [:]
+    }
+
+    /// The call type of an event message.
+    public static let trackCallType = "app_h5_track"
+    /// The legacy channel's navigation prefix.
+    public static let legacyTrackPrefix = "sensorsanalytics://trackEvent?"
+
+    /// The app's tracker the accepted events are written through.
+    public let tracker: Tracker
+    /// The trust rules.
+    public let configuration: BridgeConfiguration
+    private let appServer: ServerProject?
+    private let allowedServers: Set<ServerProject>
+    private let logger: Logger
+    private let counts = Mutex(Counts())
+    private let onAccepted: @Sendable (TrackReceipt) -> Void
+
+    /// A bridge writing through `tracker` (open it with producer kind `.hybrid`).
+    ///
+    /// `onAccepted` is called with each recorded event's receipt, once it is durable, in order.
+    public init(
+        tracker: Tracker, configuration: BridgeConfiguration, logger: Logger = Logger(label: "tributary.bridge"),
+        onAccepted: @escaping @Sendable (TrackReceipt) -> Void = { _ in }
+    ) {
+        self.tracker = tracker
+        self.configuration = configuration
+        self.logger = logger
+        self.onAccepted = onAccepted
+        appServer = ServerProject(url: configuration.serverURL)
+        allowedServers = Set(
+            ([configuration.serverURL] + configuration.allowedServerURLs).compactMap(ServerProject.init(url:)))
+    }
+
+    /// What the bridge has seen so far.
+    public var snapshot: Counts { counts.withLock { $0 } }
+
+    /// Rejections by reason so far.
+    public var rejections: [BridgeRejection.Reason: Int] { snapshot.rejected }
+
+    /// Handles one message a frame of `origin` posted. Returns the receipt of the recorded event
+    /// (nil for an accepted message that records nothing), or the rejection.
+    @discardableResult
+    public func receive(_ message: String, origin: String, channel: Channel = .messageHandler) async
+        -> Result<TrackReceipt, BridgeRejection>
+    {
+        let origin = BridgeConfiguration.normalizedOrigin(origin)
+        counts.withLock { $0.received[origin, default: 0] += 1 }
+        let result: Result<TrackReceipt, BridgeRejection>
+        do {
+            let page = try verify(message, origin: origin, channel: channel)
+            result = .success(try await record(page, origin: origin))
+        } catch let rejection as BridgeRejection {
+            result = .failure(rejection)
+        } catch {
+            result = .failure(BridgeRejection(.storeFailed, origin: origin, "The store refused the event: \(error)."))
+        }
+        count(result, channel: channel)
+        return result
+    }
+
+    /// Handles a navigation a frame of `origin` requested. Returns nil when `url` is not the legacy
+    /// channel's (the navigation is none of the bridge's business), else what ``receive(_:origin:channel:)`` returns.
+    public func receiveNavigation(_ url: String, origin: String) async -> Result<TrackReceipt, BridgeRejection>? {
+        guard url.hasPrefix(Self.legacyTrackPrefix) else { return nil }
+        let query = url.dropFirst(Self.legacyTrackPrefix.count)
+        let item = URLComponents(string: "x:?" + query)?.queryItems?.first { $0.name == "event" }
+        // The legacy channel carries the bare event; wrap it as the message-handler protocol does.
+        let event = item?.value ?? ""
+        return await receive(
+            "{\"callType\":\"app_h5_track\",\"data\":\(event)}", origin: origin, channel: .legacyNavigation)
+    }
+
+    private func count(_ result: Result<TrackReceipt, BridgeRejection>, channel: Channel) {
+        switch result {
+        case .success(let receipt):
+            onAccepted(receipt)
+            counts.withLock { $0.accepted += 1 }
+            Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", "accepted")]).increment()
+            logger.debug(
+                "bridge event accepted",
+                metadata: [
+                    "tributary.event.id": "\(receipt.eventID)", "tributary.bridge.channel": "\(channel.rawValue)",
+                ])
+        case .failure(let rejection):
+            counts.withLock { $0.rejected[rejection.reason, default: 0] += 1 }
+            Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", rejection.reason.rawValue)])
+                .increment()
+            logger.warning(
+                "bridge message rejected: \(rejection.message)",
+                metadata: [
+                    "tributary.bridge.reason": "\(rejection.reason)", "tributary.bridge.origin": "\(rejection.origin)",
+                    "tributary.bridge.channel": "\(channel.rawValue)",
+                ])
+        }
+    }
+
+    // MARK: Verification
+
+    /// Checks a message against every rule and maps it to a ``PageEvent``; throws the first broken rule.
+    func verify(_ message: String, origin: String, channel: Channel) throws(BridgeRejection) -> VerifiedMessage {
+        guard configuration.allowedOrigins.contains(origin) else {
+            throw BridgeRejection(
+                .foreignOrigin, origin: origin, "The frame's origin is not on the bridge's whitelist.")
+        }
+        let size = message.utf8.count
+        guard size <= configuration.maxMessageBytes else {
+            throw BridgeRejection(
+                .messageTooLarge, origin: origin,
+                "The message has \(size) bytes; the limit is \(configuration.maxMessageBytes).")
+        }
+        guard let json = JSON.parse(message.utf8), case .object(let envelope) = json else {
+            throw BridgeRejection(.malformedMessage, origin: origin, "The message is not a JSON object.")
+        }
+        guard let callType = envelope["callType"]?.string else {
+            throw BridgeRejection(.malformedMessage, origin: origin, "The message has no string callType.")
+        }
+        guard callType == Self.trackCallType else {
+            throw BridgeRejection(
+                .unsupportedCallType, origin: origin,
+                "callType \(callType.prefix(40)) is not recorded; only \(Self.trackCallType) is.")
+        }
+        guard let data = envelope["data"]?.object else {
+            throw BridgeRejection(
+                .malformedMessage, origin: origin,
+                "data is \(envelope["data"]?.kindName ?? "missing"); it must be the event object.")
+        }
+        try checkServer(data["server_url"], origin: origin)
+        let page = try PageEventMapping.map(data, origin: origin)
+        let signupID = try checkIdentity(data, type: page.type, origin: origin)
+        return VerifiedMessage(page: page, signupLoginID: signupID)
+    }
+
+    private func checkServer(_ value: JSON?, origin: String) throws(BridgeRejection) {
+        guard let url = value?.string, let server = ServerProject(url: url) else {
+            throw BridgeRejection(
+                .foreignProject, origin: origin,
+                "The event's server_url is \(value?.kindName ?? "missing") or has no host; it must name the app's server."
+            )
+        }
+        guard allowedServers.contains(server) else {
+            throw BridgeRejection(
+                .foreignProject, origin: origin,
+                "The event is for \(server), not the app's \(appServer?.description ?? "server") or a whitelisted one.")
+        }
+    }
+
+    /// A page may identify itself only with its own anonymous id or the app's ids; a `login_id` must be
+    /// the app's. A `track_signup`'s `distinct_id` is the new login id. Returns that id for a signup.
+    private func checkIdentity(_ data: [String: JSON], type: PageEvent.EventType, origin: String)
+        throws(BridgeRejection)
+        -> String?
+    {
+        let app: Identity
+        do {
+            app = try tracker.identity()
+        } catch {
+            throw BridgeRejection(.storeFailed, origin: origin, "The app's identity could not be read: \(error).")
+        }
+        guard let distinct = data["distinct_id"]?.string, !distinct.isEmpty else {
+            throw BridgeRejection(.invalidEvent, origin: origin, "The event has no string distinct_id.")
+        }
+        if type == .signup {
+            do {
+                try EventRules.validateID(distinct, what: "login id")
+            } catch {
+                throw BridgeRejection(.invalidEvent, origin: origin, "track_signup: \(error)")
+            }
+            return distinct
+        }
+        let ownAnonymous = data["anonymous_id"]?.string
+        let known = [app.anonymousID, app.loginID, ownAnonymous].compactMap { $0 }
+        guard known.contains(distinct) else {
+            throw BridgeRejection(
+                .forgedIdentity, origin: origin,
+                "distinct_id is neither the page's own anonymous_id nor one of the app's ids.")
+        }
+        if let login = data["login_id"] {
+            guard let claimed = login.string, claimed == app.loginID else {
+                throw BridgeRejection(
+                    .forgedIdentity, origin: origin,
+                    app.loginID == nil
+                        ? "The page claims a login_id but the app is not logged in."
+                        : "The page's login_id is not the app's.")
+            }
+        }
+        return nil
+    }
+
+    // MARK: Recording
+
+    private func record(_ verified: VerifiedMessage, origin: String) async throws -> TrackReceipt {
+        if let loginID = verified.signupLoginID {
+            try tracker.login(loginID)
+        }
+        do {
+            return try await tracker.trackFromPage(verified.page)
+        } catch let error as TrackingError {
+            throw BridgeRejection(.invalidEvent, origin: origin, error.description)
+        }
+    }
+}
+
+/// A message that passed every check.
+struct VerifiedMessage: Sendable {
+    var page: PageEvent
+    /// The login id a `track_signup` logs the app in with.
+    var signupLoginID: String?
+}

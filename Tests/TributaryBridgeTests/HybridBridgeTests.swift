@@ -1,0 +1,308 @@
+import Foundation
+import Logging
+import Testing
+import Tributary
+import TributaryBridge
+import TributaryStore
+import TributaryTestSupport
+
+/// The bridge's verification and enrichment, against a real shared store.
+@Suite("Hybrid bridge")
+struct HybridBridgeTests {
+    static let server = "https://sa.example.com/sa?project=shop"
+    static let origin = "http://127.0.0.1:8080"
+
+    /// A page event as the JavaScript client sends it, with what the web SDK guessed from the user agent.
+    static func pageEvent(
+        type: String = "track", event: String = "H5View", distinctID: String = "h5-anon",
+        time: Int64 = 1_700_000_000_123,
+        server: String = server, extra: [String: JSON] = [:], properties: [String: JSON] = [:]
+    ) -> [String: JSON] {
+        var props: [String: JSON] = [
+            "$os": .string("iOS"), "$model": .string("iPhone"), "$app_version": .string("h5-guess"),
+            "$lib": .string("js"), "$lib_version": .string("1.27.10"), "$url": .string("http://127.0.0.1:8080/p"),
+            "$project": .string("page-project"), "$token": .string("t"), "$screen_width": .number(390),
+            "app_channel": .string("page"), "price": .number(9.5),
+        ]
+        props.merge(properties) { $1 }
+        var data: [String: JSON] = [
+            "type": .string(type), "event": .string(event), "time": .number(Double(time)),
+            "distinct_id": .string(distinctID), "anonymous_id": .string("h5-anon"),
+            "lib": .object(["$lib": .string("js"), "$lib_method": .string("code"), "$lib_version": .string("1.27.10")]),
+            "properties": .object(props), "_nocache": .string("12345"), "server_url": .string(server),
+        ]
+        data.merge(extra) { $1 }
+        return data
+    }
+
+    static func message(_ data: [String: JSON], callType: String = "app_h5_track") -> String {
+        JSON.object(["callType": .string(callType), "data": .object(data)]).text
+    }
+
+    /// Runs `body` with a bridge over a fresh group: the main app published presets (version 4.2.0),
+    /// the hybrid tracker has a super property.
+    static func withBridge(_ body: (HybridBridge, SharedStore) async throws -> Void) async throws {
+        try await withTemporaryGroup { group in
+            var appConfiguration = Tracker.Configuration(groupDirectory: group)
+            appConfiguration.appVersion = "4.2.0"
+            _ = try Tracker(configuration: appConfiguration)
+            let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .hybrid))
+            try tracker.registerSuperProperties(["app_channel": "app"])
+            var configuration = BridgeConfiguration(
+                serverURL: server, allowedOrigins: [origin, "http://localhost:8080"])
+            configuration.maxMessageBytes = 4096
+            var logger = Logger(label: "tributary.bridge")
+            logger.logLevel = .critical  // rejections are the point of these tests; keep their output quiet
+            let bridge = HybridBridge(tracker: tracker, configuration: configuration, logger: logger)
+            try await body(bridge, tracker.store)
+        }
+    }
+
+    static func storedBodies(_ store: SharedStore) throws -> [(record: EventRecord, body: [String: Any])] {
+        try store.events(limit: 1000).map { entry in
+            let record = try entry.record.get()
+            return (record, try #require(try JSONSerialization.jsonObject(with: Data(record.body)) as? [String: Any]))
+        }
+    }
+
+    @Test("an accepted page event is enriched exactly as documented")
+    func enrichment() async throws {
+        try await Self.withBridge { bridge, store in
+            let result = await bridge.receive(Self.message(Self.pageEvent()), origin: Self.origin)
+            let receipt = try result.get()
+            let stored = try Self.storedBodies(store)
+            #expect(stored.count == 1)
+            let (record, event) = try #require(stored.first)
+            let identity = try store.identity()
+            let properties = try #require(event["properties"] as? [String: Any])
+            let lib = try #require(event["lib"] as? [String: Any])
+            #expect(record.producerKind == .hybrid)
+            #expect(record.wallTimeMillis == 1_700_000_000_123, "the record keeps the page's trigger time")
+            #expect(event["type"] as? String == "track")
+            #expect(event["event"] as? String == "H5View")
+            #expect(event["time"] as? Int == 1_700_000_000_123)
+            #expect(event["distinct_id"] as? String == identity.anonymousID)
+            #expect(event["anonymous_id"] as? String == identity.anonymousID)
+            #expect(event["login_id"] == nil)
+            #expect(event["event_id"] as? String == receipt.eventID)
+            #expect(receipt.eventID != "h5-anon" && !receipt.eventID.isEmpty)
+            for key in ["server_url", "_nocache"] { #expect(event[key] == nil, "\(key) must be removed") }
+            for key in ["$project", "$token", "server_url", "_nocache"] {
+                #expect(properties[key] == nil, "\(key) must be removed from properties")
+            }
+            #expect(properties["_hybrid_h5"] as? Bool == true)
+            #expect(properties["$app_version"] as? String == "4.2.0")
+            #expect(lib["$app_version"] as? String == "4.2.0")
+            #expect(properties["$os"] as? String == "Linux", "app presets override the page's guesses")
+            #expect(properties["$model"] as? String != "iPhone")
+            #expect(properties["app_channel"] as? String == "app", "super properties override the page's")
+            #expect(properties["$lib"] as? String == "js", "the page keeps its $lib")
+            #expect(lib["$lib"] as? String == "js" && lib["$lib_method"] as? String == "code")
+            #expect(properties["$url"] as? String == "http://127.0.0.1:8080/p")
+            #expect(properties["price"] as? Double == 9.5)
+            #expect(properties["$screen_width"] as? Int == 390)
+            #expect(bridge.snapshot.accepted == 1)
+        }
+    }
+
+    @Test("a page track_signup logs the app in; later page events may carry that login")
+    func signup() async throws {
+        try await Self.withBridge { bridge, store in
+            let signup = Self.pageEvent(type: "track_signup", event: "$SignUp", distinctID: "user-7")
+            _ = try await bridge.receive(Self.message(signup), origin: Self.origin).get()
+            #expect(try store.identity().loginID == "user-7")
+            let after = Self.pageEvent(distinctID: "user-7", extra: ["login_id": .string("user-7")])
+            _ = try await bridge.receive(Self.message(after), origin: Self.origin).get()
+            let stored = try Self.storedBodies(store).map(\.body)
+            #expect(stored.map { $0["type"] as? String } == ["track_signup", "track"])
+            #expect(
+                stored.allSatisfy { $0["distinct_id"] as? String == "user-7" && $0["login_id"] as? String == "user-7" })
+        }
+    }
+
+    @Test("a custom properties.$time is the event time; a too early one is ignored")
+    func customTime() async throws {
+        try await Self.withBridge { bridge, store in
+            let late = Self.pageEvent(properties: ["$time": .number(1_600_000_000_000)])
+            let early = Self.pageEvent(properties: ["$time": .number(1_000)])
+            _ = try await bridge.receive(Self.message(late), origin: Self.origin).get()
+            _ = try await bridge.receive(Self.message(early), origin: Self.origin).get()
+            let stored = try Self.storedBodies(store).map(\.body)
+            #expect(stored.map { $0["time"] as? Int } == [1_600_000_000_000, 1_700_000_000_123])
+            #expect(stored.allSatisfy { ($0["properties"] as? [String: Any])?["$time"] == nil })
+        }
+    }
+
+    /// One message the bridge must refuse, and why.
+    struct Refused: Sendable, CustomStringConvertible {
+        var name: String
+        var message: String
+        var origin: String = HybridBridgeTests.origin
+        var reason: BridgeRejection.Reason
+        var description: String { name }
+    }
+
+    static let refused: [Refused] = [
+        Refused(
+            name: "foreign origin", message: message(pageEvent()), origin: "http://localhost:9090",
+            reason: .foreignOrigin),
+        Refused(name: "opaque origin", message: message(pageEvent()), origin: "null", reason: .foreignOrigin),
+        Refused(
+            name: "https, not http", message: message(pageEvent()), origin: "https://127.0.0.1:8080",
+            reason: .foreignOrigin),
+        Refused(name: "not JSON", message: "not json", reason: .malformedMessage),
+        Refused(name: "JSON array", message: "[1,2]", reason: .malformedMessage),
+        Refused(name: "no callType", message: #"{"data":{}}"#, reason: .malformedMessage),
+        Refused(name: "no data", message: #"{"callType":"app_h5_track"}"#, reason: .malformedMessage),
+        Refused(
+            name: "data not an object", message: #"{"callType":"app_h5_track","data":"x"}"#, reason: .malformedMessage),
+        Refused(
+            name: "visual tooling call", message: message([:], callType: "visualized_track"),
+            reason: .unsupportedCallType),
+        Refused(
+            name: "oversized",
+            message: message(pageEvent(properties: ["pad": .string(String(repeating: "x", count: 5000))])),
+            reason: .messageTooLarge),
+        Refused(
+            name: "other project", message: message(pageEvent(server: "https://sa.example.com/sa?project=other")),
+            reason: .foreignProject),
+        Refused(
+            name: "other host", message: message(pageEvent(server: "https://evil.example.com/sa?project=shop")),
+            reason: .foreignProject),
+        Refused(
+            name: "default project", message: message(pageEvent(server: "https://sa.example.com/sa")),
+            reason: .foreignProject),
+        Refused(
+            name: "no server_url", message: message(pageEvent(extra: ["server_url": .null])), reason: .foreignProject),
+        Refused(
+            name: "forged distinct_id", message: message(pageEvent(distinctID: "someone-else")), reason: .forgedIdentity
+        ),
+        Refused(
+            name: "claimed login", message: message(pageEvent(extra: ["login_id": .string("user-evil")])),
+            reason: .forgedIdentity),
+        Refused(name: "profile_set", message: message(pageEvent(type: "profile_set")), reason: .unsupportedType),
+        Refused(name: "item_set", message: message(pageEvent(type: "item_set")), reason: .unsupportedType),
+        Refused(name: "bad event name", message: message(pageEvent(event: "Bad Name!")), reason: .invalidEvent),
+        Refused(name: "reserved $ event", message: message(pageEvent(event: "$Mine")), reason: .invalidEvent),
+        Refused(
+            name: "object property", message: message(pageEvent(properties: ["nested": .object([:])])),
+            reason: .invalidEvent),
+        Refused(
+            name: "mixed list", message: message(pageEvent(properties: ["l": .array([.string("a"), .number(1)])])),
+            reason: .invalidEvent),
+        Refused(name: "no time", message: message(pageEvent(extra: ["time": .string("now")])), reason: .invalidEvent),
+        Refused(
+            name: "signup with blank id", message: message(pageEvent(type: "track_signup", distinctID: " ")),
+            reason: .invalidEvent),
+    ]
+
+    @Test("refused messages are counted by reason and never stored", arguments: refused)
+    func refusal(_ case_: Refused) async throws {
+        try await Self.withBridge { bridge, store in
+            let result = await bridge.receive(case_.message, origin: case_.origin)
+            #expect(Self.reason(result) == case_.reason, "\(case_.name): \(result)")
+            if case .failure(let rejection) = result { #expect(!rejection.message.isEmpty) }
+            #expect(bridge.rejections == [case_.reason: 1])
+            #expect(bridge.snapshot.accepted == 0)
+            let pending = try store.status().pendingEvents
+            let loginID = try store.identity().loginID
+            #expect(pending == 0)
+            #expect(loginID == nil)
+        }
+    }
+
+    @Test("the legacy channel: the user-agent marker, and events as sensorsanalytics:// navigations")
+    func legacyChannel() async throws {
+        try await Self.withBridge { bridge, store in
+            #expect(bridge.configuration.userAgentMarker == " /sa-sdk-ios/sensors-verify/sa.example.com?shop")
+            let event = JSON.object(Self.pageEvent(event: "H5Legacy")).text
+            let encoded = try #require(event.addingPercentEncoding(withAllowedCharacters: .alphanumerics))
+            let url = "sensorsanalytics://trackEvent?event=" + encoded
+            let accepted = try #require(await bridge.receiveNavigation(url, origin: Self.origin))
+            let receipt = try accepted.get()
+            #expect(!receipt.eventID.isEmpty)
+            let foreign = await bridge.receiveNavigation(url, origin: "http://localhost:9090")
+            #expect(Self.reason(foreign) == .foreignOrigin)
+            let garbage = await bridge.receiveNavigation(
+                "sensorsanalytics://trackEvent?event=%7Bnot", origin: Self.origin)
+            #expect(Self.reason(garbage) == .malformedMessage)
+            #expect(await bridge.receiveNavigation("https://example.com/", origin: Self.origin) == nil)
+            let stored = try Self.storedBodies(store).map(\.body)
+            #expect(stored.map { $0["event"] as? String } == ["H5Legacy"])
+            #expect((stored.first?["properties"] as? [String: Any])?["_hybrid_h5"] as? Bool == true)
+        }
+    }
+
+    static func reason(_ result: Result<TrackReceipt, BridgeRejection>?) -> BridgeRejection.Reason? {
+        guard case .failure(let rejection)? = result else { return nil }
+        return rejection.reason
+    }
+
+    @Test("server URLs compare by host and project (default 'default'); origins are normalised")
+    func serverProjects() {
+        #expect(
+            ServerProject(url: "https://SA.example.com/sa?project=shop")
+                == ServerProject(host: "sa.example.com", project: "shop"))
+        #expect(ServerProject(url: "http://sa.example.com:8106/sa")?.project == "default")
+        #expect(ServerProject(url: "http://sa.example.com/sa?project=")?.project == "default")
+        #expect(ServerProject(url: "/relative/path") == nil)
+        let configuration = BridgeConfiguration(serverURL: Self.server, allowedOrigins: ["HTTP://Example.com:80/"])
+        #expect(configuration.allowedOrigins == ["http://example.com"])
+    }
+
+    @Test("JSON keeps booleans and numbers apart")
+    func jsonKinds() {
+        #expect(
+            JSON.parse(Array(#"{"a":true,"b":1,"c":0,"d":"x","e":null}"#.utf8))
+                == .object([
+                    "a": .bool(true), "b": .number(1), "c": .number(0), "d": .string("x"), "e": .null,
+                ]))
+        #expect(JSON.parse(Array("{".utf8)) == nil)
+        #expect(JSON.object(["k": .string("a\"\n\u{1}")]).text == #"{"k":"a\"\n\u0001"}"#)
+    }
+}
+
+/// The web-view host against the real headless Chromium, without the page servers.
+@Suite("Web view host")
+struct WebViewHostTests {
+    @Test("a missing browser binary is a typed error")
+    func missingBrowser() {
+        let configuration = BridgeConfiguration(serverURL: HybridBridgeTests.server, allowedOrigins: [])
+        #expect(throws: BrowserError.self) {
+            _ = try WebViewHost(configuration: configuration, executable: "/nonexistent/chromium")
+        }
+    }
+
+    @Test("the injected script reaches the page; a frame with an opaque origin is refused as foreign")
+    func opaqueOrigin() async throws {
+        try await withTemporaryGroup { group in
+            let configuration = BridgeConfiguration(
+                serverURL: HybridBridgeTests.server, allowedOrigins: ["http://127.0.0.1:1"])
+            let host = try WebViewHost(configuration: configuration)
+            defer { host.close() }
+            var logger = Logger(label: "tributary.bridge")
+            logger.logLevel = .critical
+            let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .hybrid))
+            let bridge = HybridBridge(tracker: tracker, configuration: configuration, logger: logger)
+            // Posts the server URL the injected script announces, once the bridge is there.
+            let script =
+                "(function post() { var h = window.webkit && window.webkit.messageHandlers;"
+                + " if (h && h.sensorsdataNativeTracker) {"
+                + " h.sensorsdataNativeTracker.postMessage(window.SensorsData_iOS_JS_Bridge.sensorsdata_app_server_url);"
+                + " } else { setTimeout(post, 10); } })();"
+            try await withThrowingTaskGroup(of: Void.self) { tasks in
+                tasks.addTask { await host.run(bridge: bridge) }
+                try await host.open("data:text/html,<script>\(script)</script>")
+                let start = ContinuousClock.now
+                while bridge.snapshot.received.isEmpty && ContinuousClock.now - start < .seconds(60) {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                host.close()
+                try await tasks.waitForAll()
+            }
+            #expect(bridge.snapshot.received == ["null": 1], "data: documents have an opaque origin")
+            #expect(bridge.rejections == [.foreignOrigin: 1])
+            #expect(try tracker.store.status().pendingEvents == 0)
+        }
+    }
+}
