@@ -56,6 +56,15 @@ public final class SharedStore: Sendable {
         try checkSchema()
     }
 
+    /// The reader lock table's occupied slots, as `mdb_reader_list` prints them ("pid thread txnid").
+    ///
+    /// A slot whose process died while reading stays until ``clearStaleReaders()`` (every process runs it
+    /// when it opens the store); until then it pins old pages and the file grows.
+    public func readerSlots() -> [String] { environment.readerSlots() }
+
+    /// Clears the reader slots of processes that died (`mdb_reader_check`); returns how many it cleared.
+    public func clearStaleReaders() throws -> Int { try environment.clearStaleReaders() }
+
     /// Fault injection for this store's LMDB calls (tests only).
     package var faults: LMDBFaults { environment.faults }
 
