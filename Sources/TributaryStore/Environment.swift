@@ -142,6 +142,7 @@ final class Environment: @unchecked Sendable {
                     var txn: OpaquePointer?
                     try check(mdb.txnBegin(env, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin")
                     defer { mdb_txn_abort(txn) }
+                    TestPause.hit("store.read")
                     return try body(Transaction(txn: txn!, mdb: mdb))
                 }
             } catch let failure as LMDBFailure {

@@ -179,6 +179,7 @@ public final class SharedStore: Sendable {
                 }
                 appended.append(Appended(seq: lastSeq, producerSeq: registration.lastSeq))
             }
+            TestPause.hit("store.append")  // tests: freeze here, writer lock held, records put, not committed
             try withKey(MetaKey.lastSeq) { key in
                 try withUnsafeBytes(of: lastSeq.bigEndian) { try txn.put(tables.meta, &key, $0) }
             }

@@ -23,9 +23,13 @@ struct ProducerOptions: ParsableArguments {
     @Option(help: ArgumentHelp("Append every acknowledged event to this file.", valueName: "path"))
     var ledger: String?
 
+    @Option(name: .customLong("store-quota"), help: ArgumentHelp("Largest size, in bytes, this producer lets the store grow to (default 1 GiB).", valueName: "bytes"))
+    var storeQuota: Int?
+
     func validate() throws {
         guard events >= 0 else { throw ValidationError("--events must not be negative.") }
         guard rate >= 0, rate.isFinite else { throw ValidationError("--rate must be a non-negative number of events per second.") }
+        if let storeQuota, storeQuota < 1 << 16 { throw ValidationError("--store-quota must be at least 65536 bytes, got \(storeQuota).") }
     }
 
     /// The pause between two events of one caller that `--rate` asks for, in nanoseconds.
@@ -34,7 +38,12 @@ struct ProducerOptions: ParsableArguments {
     /// Opens the tracker, reporting a failure the way every simulator does (exit 74).
     func openTracker(kind: ProducerKind) throws -> Tracker {
         do {
-            return try Tracker(configuration: .init(groupDirectory: group, producerKind: kind, producerID: producerID))
+            var configuration = Tracker.Configuration(groupDirectory: group, producerKind: kind, producerID: producerID)
+            if let storeQuota {
+                configuration.store.quota = storeQuota
+                configuration.store.initialMapSize = min(configuration.store.initialMapSize, storeQuota)
+            }
+            return try Tracker(configuration: configuration)
         } catch {
             FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
             throw ExitCode(74)
@@ -100,6 +109,8 @@ func produceLoad(_ options: ProducerOptions, kind: ProducerKind, event: String, 
         }
     } catch {
         FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
+        // 65 invalid event, 75 the store is at its quota (retry once the agent drained), 74 other I/O.
+        if let store = error as? StoreError, store.code == .storeFull { throw ExitCode(75) }
         throw ExitCode(error is TrackingError ? 65 : 74)
     }
 }
