@@ -64,7 +64,7 @@ public enum Reliability {
             try? FileManager.default.createDirectory(
                 atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
             if !FileManager.default.fileExists(atPath: path) {
-                FileManager.default.createFile(atPath: path, contents: Data((columns.joined(separator: "\t") + "\n").utf8))
+                _ = FileManager.default.createFile(atPath: path, contents: Data((columns.joined(separator: "\t") + "\n").utf8))
             }
             if let handle = FileHandle(forWritingAtPath: path) {
                 handle.seekToEndOfFile()
