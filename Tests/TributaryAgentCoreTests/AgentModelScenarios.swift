@@ -74,20 +74,21 @@ struct AgentModelScenarios {
             outboxPath = group + "-state/outbox.sqlite"
             self.url = url
             outbox = try Outbox(path: outboxPath)
-            session = Self.session(outbox, client, url)
+            session = UploadSession(outbox: outbox, client: client, configuration: Self.upload(url), logger: AgentModelScenarios.logger)
         }
 
-        static func session(_ outbox: Outbox, _ client: HTTPClient, _ url: String) -> UploadSession {
+        static func upload(_ url: String) -> UploadConfiguration {
             var configuration = UploadConfiguration(serverURL: url + "/sa")
             configuration.batchSize = 8
             configuration.backoff = Backoff(base: .milliseconds(1), cap: .milliseconds(2), maxRetryAfter: .milliseconds(2))
             configuration.requestTimeout = .milliseconds(300)
-            return UploadSession(outbox: outbox, client: client, configuration: configuration, logger: AgentModelScenarios.logger)
+            return configuration
         }
 
+        /// A new process: the outbox reopened (recovering its in-flight batch), a fresh upload session.
         func restart() throws {
             outbox = try Outbox(path: outboxPath)
-            session = Self.session(outbox, client, url)
+            session = UploadSession(outbox: outbox, client: client, configuration: Self.upload(url), logger: AgentModelScenarios.logger)
         }
 
         /// One synchronous, durable track (never the async group-commit overload).

@@ -92,6 +92,9 @@ public struct Oracle: Sendable {
         /// Up to five lost event ids, for the failure message.
         public var lostExamples: [String] = []
 
+        /// An empty verdict (every count zero), for scenarios that count by themselves.
+        public init() {}
+
         /// Every order violation, per producer and by global seq.
         public var orderViolations: Int { producerOrderViolations + seqOrderViolations }
 
