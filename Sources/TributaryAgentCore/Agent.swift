@@ -123,6 +123,7 @@ public final class Agent: Service, Sendable {
         do {
             result = .success(try await loopBody(session: session, loop: &loop, once: once))
         } catch {
+            if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
             result = .failure(error)
         }
         // Release everything in the group directory first: nothing below may delay it.

@@ -28,7 +28,7 @@ struct DiskFaultScenarios {
         async throws -> (status: Int32, stdout: String, stderr: String)
     {
         let agent = productsDirectory.appendingPathComponent("tributary-agent").path
-        let args = ["-f", "-qq", "-o", log, "-e", "trace=" + syscalls, "-e", "inject=" + inject, agent]
+        let args = ["-f", "-qq", "-y", "-o", log, "-e", "trace=" + syscalls, "-e", "inject=" + inject, agent]
             + Scenario.agentArguments(group, url, ["--deadline", "8"])
         return try await ChildProcess(path: strace, args).finish()
     }
@@ -60,7 +60,7 @@ struct DiskFaultScenarios {
                     if let failed = calls.firstIndex(where: \.injected) {
                         #expect(run.status != 0, "round \(round): the agent went on after fsync EIO (call \(nth)): \(run.stderr)")
                         let again = calls[(failed + 1)...].filter { $0.fd == calls[failed].fd }
-                        #expect(again.isEmpty, "round \(round): fd \(calls[failed].fd) fsynced again after EIO: \(again.map(\.line))")
+                        #expect(again.isEmpty, "round \(round): \(calls[failed].fd) fsynced again after EIO: \(again.map(\.line))")
                     }
                     try await Scenario.drain(group, collector)
                 }
@@ -137,20 +137,35 @@ struct DiskFaultScenarios {
         }
     }
 
-    /// One traced fsync or fdatasync: its file descriptor, whether strace injected its failure, the line.
+    /// One traced fsync or fdatasync: its file (or descriptor), whether strace injected its failure, the line.
     struct SyncCall {
         var fd: String
         var injected: Bool
         var line: String
     }
 
-    /// The fsync/fdatasync calls of an `strace -f -qq` log, in order.
+    /// The fsync/fdatasync calls of an `strace -f -qq -y` log, in order. A call that another thread
+    /// interrupted is split over an `<unfinished ...>` line and a `<... resumed>` line; both are joined.
     static func syncCalls(_ trace: String) -> [SyncCall] {
-        trace.split(separator: "\n").compactMap { raw in
+        var calls: [SyncCall] = []
+        var unfinished: [Substring: Int] = [:]  // pid → index in calls
+        for raw in trace.split(separator: "\n") {
             let line = String(raw)
-            guard let open = line.range(of: "sync("), let close = line.range(of: ")", range: open.upperBound..<line.endIndex)
-            else { return nil }
-            return SyncCall(fd: String(line[open.upperBound..<close.lowerBound]), injected: line.contains("(INJECTED)"), line: line)
+            let pid = raw.prefix { $0.isNumber }
+            if line.contains("sync resumed>"), let index = unfinished.removeValue(forKey: pid) {
+                calls[index].injected = line.contains("(INJECTED)")
+                calls[index].line += " … " + line
+                continue
+            }
+            guard let open = line.range(of: "sync(") else { continue }
+            // With `-y` the argument reads `5</path/to/file>`: compare files, not descriptors (each
+            // SQLite connection opens the WAL with a descriptor of its own).
+            let rest = line[open.upperBound...]
+            let argument = rest.prefix { $0 != ")" && $0 != " " }
+            let file = argument.split(separator: "<", maxSplits: 1).last.map { String($0.prefix { $0 != ">" }) }
+            calls.append(SyncCall(fd: file ?? String(argument), injected: line.contains("(INJECTED)"), line: line))
+            if line.hasSuffix("<unfinished ...>") { unfinished[pid] = calls.count - 1 }
         }
+        return calls
     }
 }
