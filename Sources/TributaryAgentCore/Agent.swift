@@ -121,7 +121,9 @@ public final class Agent: Service, Sendable {
         let watchdog = startWatchdog()
         let result: Result<Report, any Error>
         do {
-            result = .success(try await loopBody(session: session, loop: &loop, once: once))
+            let report = try await loopBody(session: session, loop: &loop, once: once)
+            try outbox.checkpoint()
+            result = .success(report)
         } catch {
             if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
             result = .failure(error)

@@ -356,6 +356,13 @@ public final class Outbox: Sendable {
         }
     }
 
+    /// Copies the WAL into the database file and empties it (`PRAGMA wal_checkpoint(TRUNCATE)`), so
+    /// that closing the outbox has nothing left to write or sync: an I/O error surfaces here, where
+    /// the agent can fail-stop on it, instead of inside a close that cannot report it.
+    public func checkpoint() throws {
+        try writer.writeWithoutTransaction { db in _ = try GRDB.Row.fetchAll(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+    }
+
     /// Runs SQLite's `PRAGMA integrity_check`; returns "ok" when the file is sound.
     public func integrityCheck() throws -> String {
         try writer.read { db in try String.fetchAll(db, sql: "PRAGMA integrity_check").joined(separator: "; ") }
