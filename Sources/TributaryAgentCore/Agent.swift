@@ -261,6 +261,9 @@ public final class Agent: Service, Sendable {
             }
 
             if loop.clock.now - loop.lastStatusWrite >= .seconds(1) {
+                // The outbox never checkpoints by itself (SQLite would ignore a failed fsync there):
+                // checkpoint here, where an I/O error reaches the fail-stop rule (FatalIO).
+                try outbox.checkpoint(truncate: false)
                 writeStatus(session: session, state: loop.state, loop: loop)
                 loop.lastStatusWrite = loop.clock.now
             }

@@ -13,7 +13,7 @@ import TributaryTestSupport
 /// store, SQLite outbox, drainer, upload session, the reference collector on loopback) and against a
 /// reference model that is just the ordered list of acknowledged events; after every operation the
 /// two must agree. Failing seeds go into ``regressionSeeds`` and are replayed first.
-@Suite("Reliability: agent state machine against a reference model", .serialized)
+@Suite("Reliability: agent state machine against a reference model", .serialized, .timeLimit(.minutes(4 * Reliability.soak)))
 struct AgentModelScenarios {
     /// Seeds that once failed (or that cover an interesting path); replayed on every run.
     static let regressionSeeds: [UInt64] = [1, 2, 3, 42]

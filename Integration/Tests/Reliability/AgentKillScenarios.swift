@@ -7,7 +7,7 @@ import TributaryTestSupport
 /// Scenarios 1 and 2: the real `tributary-agent` killed with SIGKILL at random moments under load, and
 /// at every named crash point (twice in a row at the same point), against the real collector on
 /// loopback. Judged by the ``Oracle``.
-@Suite("Reliability: agent kills", .serialized)
+@Suite("Reliability: agent kills", .serialized, .timeLimit(.minutes(4 * Reliability.soak)))
 struct AgentKillScenarios {
     @Test("SIGKILL at each named crash point, twice in a row, then restart: nothing lost or duplicated after dedup",
           arguments: ["drain.before-outbox-commit", "drain.after-outbox-commit", "upload.after-send",

@@ -7,7 +7,7 @@ import TributaryTestSupport
 /// Scenario 6: the real agent process against the real collector misbehaving in every way the issue
 /// lists. Each case: producers with ledgers, one or more agent runs under the fault, the fault cleared,
 /// a final drain, the oracle.
-@Suite("Reliability: collector faults", .serialized)
+@Suite("Reliability: collector faults", .serialized, .timeLimit(.minutes(4 * Reliability.soak)))
 struct CollectorFaultScenarios {
     /// One row of the fault table.
     struct Case: Sendable, CustomTestStringConvertible {

@@ -7,7 +7,7 @@ import TributaryTestSupport
 /// Scenario 10: bits flipped in stored records (Jepsen's file-corruption nemesis, aimed at records).
 /// Each record's CRC-32 detects the flip; the agent keeps the record as a dead letter with the reason,
 /// never uploads it, and delivers every other event in order.
-@Suite("Reliability: corruption", .serialized)
+@Suite("Reliability: corruption", .serialized, .timeLimit(.minutes(4 * Reliability.soak)))
 struct CorruptionScenarios {
     @Test("bit flips in stored records: detected by the CRC, dead-lettered with a reason, never uploaded, the rest delivered")
     func flippedRecords() async throws {

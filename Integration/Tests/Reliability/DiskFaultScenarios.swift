@@ -9,7 +9,7 @@ import TributaryTestSupport
 /// fsyncs (EIO: the agent stops, exit non-zero, without calling fsync on that file again) and
 /// writes (ENOSPC: the agent stops or backs off, nothing is corrupted). After each fault, a clean
 /// agent run drains everything and the oracle judges the whole history.
-@Suite("Reliability: disk full and I/O errors", .serialized)
+@Suite("Reliability: disk full and I/O errors", .serialized, .timeLimit(.minutes(4 * Reliability.soak)))
 struct DiskFaultScenarios {
     static let strace = "/usr/bin/strace"
 

@@ -8,7 +8,7 @@ import TributaryTestSupport
 /// transaction (writer lock held, records put, not committed) and killed; processes frozen inside a
 /// read transaction (a reader slot taken) and killed, 1,000 times. Frozen through the store's test
 /// seam `TRIBUTARY_TEST_PAUSE_AT` (``TestPause``), so the kill lands exactly there.
-@Suite("Reliability: store processes killed in transactions", .serialized)
+@Suite("Reliability: store processes killed in transactions", .serialized, .timeLimit(.minutes(4 * Reliability.soak)))
 struct StoreProcessKillScenarios {
     @Test("producers killed holding the writer lock mid-transaction: the others and the agent continue, no partial event")
     func producerKilledInWriteTransaction() async throws {
