@@ -106,11 +106,9 @@ struct AgentModelScenarios {
                 var model = Model()
                 var rng = SplitMix64(seed: seed)
                 var disagreements: [String] = []
-                var lostAcks = 0
                 for step in 0..<steps {
                     let op = Operation.random(&rng)
                     try await Self.apply(op, to: system, model: &model, collector: collector, rng: &rng)
-                    if op == .uploadLostAck { lostAcks += 1 }
                     if let problem = try await Self.disagreement(system, model, collector) {
                         disagreements.append("step \(step) after \(op): \(problem)")
                         break
@@ -126,7 +124,9 @@ struct AgentModelScenarios {
                 try? await system.client.shutdown()
                 var oracle = Oracle(ledgers: [])
                 oracle.batchSize = 8
-                oracle.inFlightWindows = lostAcks
+                // Every duplicate must come in a batch sent again under the same id (a lost ack, or a
+                // request that timed out after the collector committed it).
+                oracle.inFlightWindows = try await collector.stats().repeatedBatches
                 oracle.expectedUndelivered = model.poison
                 var verdict = oracle.judge(try await Oracle.Observed.from(collector))
                 verdict.acknowledged = model.acknowledged.count

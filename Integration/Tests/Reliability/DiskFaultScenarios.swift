@@ -47,7 +47,11 @@ struct DiskFaultScenarios {
             try await Collector.withRunning(CollectorConfiguration()) { collector in
                 var oracle = Oracle(ledgers: [])
                 oracle.batchSize = Scenario.batchSize
+                // The outbox exists before the first fault: a failed fsync while SQLite creates it is
+                // retried by SQLite itself with a new journal (docs/reliability.md, "still open").
+                try await Scenario.drain(group, collector)
                 var dataFileFaults = 0
+                var problems: [String] = []
                 for round in 0..<rounds {
                     oracle.ledgers += try await Scenario.produce(group, [("eio-\(round)", 200)])
                     let nth = 1 + Int(rng.next() % 8)
@@ -64,16 +68,16 @@ struct DiskFaultScenarios {
                     // synced again.
                     if let failed = calls.firstIndex(where: { $0.injected && Self.isDataFile($0.fd) }) {
                         dataFileFaults += 1
-                        #expect(run.status != 0, "round \(round): the agent went on after EIO on \(calls[failed].fd): \(run.stderr)")
+                        if run.status == 0 { problems.append("round \(round): exit 0 after EIO on \(calls[failed].fd)") }
                         let again = calls[(failed + 1)...].filter { $0.fd == calls[failed].fd }
-                        #expect(again.isEmpty, "round \(round): \(calls[failed].fd) fsynced again after EIO: \(again.map(\.line))")
+                        if !again.isEmpty { problems.append("round \(round): \(calls[failed].fd) fsynced again after EIO: \(again.map(\.line))") }
                     }
                     try await Scenario.drain(group, collector)
                 }
-                #expect(dataFileFaults > 0, "no round hit the outbox or the store with EIO; widen the seeded range")
+                if dataFileFaults == 0 { problems.append("no round hit the outbox or the store with EIO") }
                 try await Scenario.conclude(
                     name + " (\(dataFileFaults) on data files)", test: "DiskFaultScenarios/fsyncEIO", iterations: rounds, oracle: oracle,
-                    collector: collector, group: group, seed: seed)
+                    collector: collector, group: group, seed: seed, problems: problems)
             }
         }
     }

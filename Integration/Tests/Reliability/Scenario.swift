@@ -54,12 +54,14 @@ enum Scenario {
     }
 
     /// Judges the run, appends the scenario's row to the table and records a failure with its replay.
+    /// `problems` are the scenario's own failed checks (exit statuses, dead letters): they fail the row too.
     @discardableResult
     static func conclude(
         _ name: String, test: String, iterations: Int, oracle: Oracle, collector: RunningCollector, group: String,
-        seed: UInt64? = nil, sourceLocation: SourceLocation = #_sourceLocation
+        seed: UInt64? = nil, problems: [String] = [], sourceLocation: SourceLocation = #_sourceLocation
     ) async throws -> Oracle.Verdict {
-        let verdict = try await oracle.judge(collector, group: group, outbox: outbox(group))
+        var verdict = try await oracle.judge(collector, group: group, outbox: outbox(group))
+        verdict.healthProblems += problems
         conclude(name, test: test, iterations: iterations, verdict: verdict, seed: seed, sourceLocation: sourceLocation)
         return verdict
     }

@@ -151,7 +151,9 @@ struct TimeAndStopScenarios {
                     let notify = try NotifySocket(path: group + "-notify-\(round)")
                     let frozen = try ChildProcess(
                         "tributary-agent", Scenario.agentArguments(group, collector.url, once: false),
-                        environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000",
+                        // Without the runtime's backtracer, which catches SIGABRT and can outlive the process
+                        // holding its stdout (the unit's TimeoutAbortSec and KillMode=mixed end both).
+                        environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000", "SWIFT_BACKTRACE": "enable=no",
                                       "TRIBUTARY_TEST_STALL_AFTER_MS": "\(300 + 200 * round)"])
                     #expect(await notify.wait(for: "READY=1") != nil)
                     // As systemd does: no WATCHDOG=1 within WatchdogSec → WatchdogSignal (SIGABRT).
