@@ -4,6 +4,11 @@ import TributaryCollector
 import TributaryStore
 import TributaryTestSupport
 
+/// Every multi-process reliability scenario, one suite at a time: run side by side they would load a
+/// 2-core machine enough to make the timing checks of other suites (and their own) miss.
+@Suite("Reliability scenarios", .serialized)
+struct ReliabilityScenarios {}
+
 /// What every reliability scenario shares: the agent's arguments, producers with ledgers, and the
 /// closing step (judge with the ``Oracle``, append the table row, fail with the seed and its replay).
 enum Scenario {
