@@ -103,6 +103,7 @@ extension ReliabilityScenarios {
                         // The agent's budget is --stop-timeout; the unit leaves systemd 5 s more (TimeoutStopSec)
                         // for the process to end. Here 0.5 s: a debug binary exiting on a loaded 2-core machine.
                         #expect(took < 2.5, "round \(round): stop took \(took) s")
+                        #expect(DeadlineTests.groupLockIsFree(group), "round \(round): the group lock outlived the agent")
                     }
                     await producer.finish()
                     try await collector.setFaults(.none)
