@@ -7,20 +7,22 @@ DESTDIR      ?=
 RELEASE_DIR  := .build-release
 # Debian packages the build and tests need (C libraries wrapped as .systemLibrary targets).
 # systemd gives systemd-analyze (unit checks); faketime the clock-jump tests; chromium the hybrid-page browser.
-DEB_PACKAGES := liblmdb-dev zlib1g-dev libsqlite3-dev libsystemd-dev pkg-config systemd faketime chromium
+# strace injects ENOSPC/EIO into the agent's writes and fsyncs (docs/reliability.md).
+DEB_PACKAGES := liblmdb-dev zlib1g-dev libsqlite3-dev libsystemd-dev pkg-config systemd faketime chromium strace
 SYSCONFDIR   ?= /etc
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 DOCDIR       ?= $(PREFIX)/share/doc/tributary
 BINARIES     := tributary tributary-agent tributary-collector tributary-sim
 
-.PHONY: all deps build test run bench clean format help install release
+.PHONY: all deps build test soak run bench clean format help install release
 
 all: build
 
 help:
 	@echo "make deps   install missing system packages ($(DEB_PACKAGES))"
 	@echo "make build  debug build of every target"
-	@echo "make test   build and run every test (unit and multi-process)"
+	@echo "make test   build and run every test (unit and multi-process), then print the reliability table"
+	@echo "make soak   the reliability scenarios only, SOAK (default 20) times the iterations"
 	@echo "make run    demo: producers write into a fresh group directory, then show the store"
 	@echo "make bench  release build, then benchmarks next to their C baselines (producers, then the sync agent)"
 	@echo "make install  release build; binaries, systemd units and docs under DESTDIR/PREFIX"
@@ -39,8 +41,19 @@ deps:
 build: deps
 	$(SWIFT) build
 
+# The reliability scenarios append one row each to RELIABILITY_TABLE; the table is printed even when
+# tests fail, and the target's status stays the tests' status.
+RELIABILITY_TABLE := $(CURDIR)/.build/reliability/table.tsv
+SOAK ?= 20
 test: deps
-	$(SWIFT) test
+	@rm -f $(RELIABILITY_TABLE)
+	@TRIBUTARY_RELIABILITY_REPORT=$(RELIABILITY_TABLE) $(SWIFT) test; status=$$?; \
+	  ./scripts/reliability-table.sh $(RELIABILITY_TABLE); exit $$status
+
+soak: deps
+	@rm -f $(RELIABILITY_TABLE)
+	@TRIBUTARY_SOAK=$(SOAK) TRIBUTARY_RELIABILITY_REPORT=$(RELIABILITY_TABLE) $(SWIFT) test --filter 'Scenarios'; \
+	  status=$$?; ./scripts/reliability-table.sh $(RELIABILITY_TABLE); exit $$status
 
 run: build
 	./scripts/run-demo.sh

@@ -136,8 +136,12 @@ let package = Package(
             linkerSettings: [.linkedLibrary("lmdb"), .linkedLibrary("sqlite3"), .linkedLibrary("z")]
         ),
 
-        .target(name: "TributaryTestSupport", dependencies: ["TributaryStore"], path: "Tests/TributaryTestSupport",
-                swiftSettings: strict),
+        .target(
+            name: "TributaryTestSupport",
+            dependencies: ["TributaryStore", "TributaryCollector", .product(name: "GRDB", package: "GRDB.swift")],
+            path: "Tests/TributaryTestSupport",
+            swiftSettings: strict
+        ),
         .testTarget(name: "TributaryStoreTests", dependencies: ["TributaryStore", "TributaryTestSupport"],
                     swiftSettings: strict),
         .testTarget(name: "TributaryTests", dependencies: ["Tributary", "TributaryTestSupport"],

@@ -206,9 +206,11 @@ static void take_record(uint64_t seq, const MDB_val *value, struct arena *arena,
     const uint8_t *r = value->mv_data;
     size_t size = value->mv_size;
     if (size < HEADER_FIXED) die("seq %" PRIu64 ": record of %zu bytes is shorter than its header", seq, size);
-    if (r[0] != FORMAT_VERSION) die("seq %" PRIu64 ": record format %u is not supported", seq, r[0]);
+    if (r[0] != 1 && r[0] != 2) die("seq %" PRIu64 ": record format %u is not supported", seq, r[0]);
     uint32_t stored_crc = (uint32_t)get_be(r + 4, 4);
-    uint32_t actual_crc = (uint32_t)crc32(0, r + 8, (uInt)(size - 8));
+    /* Version 2 also covers bytes 0-3 (version, kind, header length); version 1 only bytes 8 … end. */
+    uLong head = r[0] == 1 ? 0 : crc32(0, r, 4);
+    uint32_t actual_crc = (uint32_t)crc32(head, r + 8, (uInt)(size - 8));
     if (stored_crc != actual_crc) die("seq %" PRIu64 ": CRC mismatch", seq);
     size_t header = (size_t)get_be(r + 2, 2);
     size_t id_length = (size_t)get_be(r + 52, 2);

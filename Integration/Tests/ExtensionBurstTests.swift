@@ -24,7 +24,7 @@ struct ExtensionBurstTests {
                     ])
                 #expect(await app.waitForLine(startingWith: "READY") != nil)  // the app's presets are published
                 let agent = try ChildProcess(
-                    "tributary-agent", AgentCrashTests.agentArguments(group, collector.url, once: false))
+                    "tributary-agent", Scenario.agentArguments(group, collector.url, once: false))
 
                 let perExtension = 4
                 var windows: [String: ClosedRange<Int64>] = [:]
@@ -56,8 +56,8 @@ struct ExtensionBurstTests {
                 }
                 #expect(await app.finish().status == 0)
 
-                let extensionIDs = try AgentCrashTests.ledgerIDs(Array(ledgers.values))
-                let appIDs = try AgentCrashTests.ledgerIDs([appLedger]).values.flatMap { $0 }
+                let extensionIDs = ledgers.mapValues { Oracle.Ledger(producer: "", path: $0).entries().map(\.eventID) }
+                let appIDs = Oracle.Ledger(producer: "app", path: appLedger).entries().map(\.eventID)
                 let acknowledged = extensionIDs.values.flatMap { $0 } + appIDs
                 #expect(extensionIDs.values.allSatisfy { $0.count == perExtension })
                 // The scripted app ends its session after --events (background, terminate): a few events more.
@@ -66,7 +66,11 @@ struct ExtensionBurstTests {
                 let events = try await HybridBrowserTests.delivered(collector, count: acknowledged.count, within: 60)
                 #expect(events.count == acknowledged.count, "after dedup every acknowledged event arrives once")
                 #expect(Set(events.map(\.eventID)) == Set(acknowledged))
-                try await AgentCrashTests.expectExactlyOnce(collector, ledgers: Array(ledgers.values) + [appLedger])
+                let oracle = Oracle(
+                    ledgers: ledgers.map { Oracle.Ledger(producer: $0.key, path: $0.value) }
+                        + [Oracle.Ledger(producer: "app", path: appLedger)])
+                let verdict = try await oracle.judge(collector, group: group, outbox: Scenario.outbox(group))
+                #expect(verdict.passed, "\(verdict)")
 
                 let identity = try SharedStore(groupDirectory: group).identity()
                 for (id, window) in windows {

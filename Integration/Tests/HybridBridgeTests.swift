@@ -30,7 +30,7 @@ struct HybridBrowserTests {
             let anonymousID = try Tracker(configuration: app).identity().anonymousID
             try await Collector.withRunning(CollectorConfiguration()) { collector in
                 let agent = try ChildProcess(
-                    "tributary-agent", AgentCrashTests.agentArguments(group, collector.url, once: false))
+                    "tributary-agent", Scenario.agentArguments(group, collector.url, once: false))
                 let ledger = group + "-hybrid-ledger"
                 let perFrame = 6
                 let sim = try await ChildProcess.run(
@@ -52,7 +52,7 @@ struct HybridBrowserTests {
                         "malformed_message": 2, "message_too_large": 1, "unsupported_call_type": 1, "invalid_event": 1,
                     ])
 
-                let acknowledged = try AgentCrashTests.ledgerIDs([ledger]).values.flatMap { $0 }
+                let acknowledged = Oracle.Ledger(producer: "hybrid", path: ledger).entries().map(\.eventID)
                 #expect(acknowledged.count == accepted)
                 let events = try await Self.delivered(collector, count: accepted, within: 30)
                 #expect(Set(events.map(\.eventID)) == Set(acknowledged), "exactly the accepted events arrive")

@@ -121,8 +121,11 @@ public final class Agent: Service, Sendable {
         let watchdog = startWatchdog()
         let result: Result<Report, any Error>
         do {
-            result = .success(try await loopBody(session: session, loop: &loop, once: once))
+            let report = try await loopBody(session: session, loop: &loop, once: once)
+            try outbox.checkpoint()
+            result = .success(report)
         } catch {
+            if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
             result = .failure(error)
         }
         // Release everything in the group directory first: nothing below may delay it.
@@ -258,6 +261,9 @@ public final class Agent: Service, Sendable {
             }
 
             if loop.clock.now - loop.lastStatusWrite >= .seconds(1) {
+                // The outbox never checkpoints by itself (SQLite would ignore a failed fsync there):
+                // checkpoint here, where an I/O error reaches the fail-stop rule (FatalIO).
+                try outbox.checkpoint(truncate: false)
                 writeStatus(session: session, state: loop.state, loop: loop)
                 loop.lastStatusWrite = loop.clock.now
             }

@@ -74,6 +74,10 @@ public final class Outbox: Sendable {
         // DatabasePool sets `synchronous = NORMAL` while it switches to WAL, after prepareDatabase ran:
         // set FULL again on the writer connection, the only one that commits.
         try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        // No automatic checkpoints: SQLite ignores an I/O error in one (an fsync of the database file
+        // that failed would be retried by the next). The agent checkpoints explicitly (checkpoint()),
+        // where the error is seen and stops it.
+        try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
         try Self.migrator.migrate(writer)
     }
 
@@ -354,6 +358,15 @@ public final class Outbox: Sendable {
             }
             return moved
         }
+    }
+
+    /// Copies the WAL into the database file (`PRAGMA wal_checkpoint`), and with `truncate` empties it
+    /// so that closing the outbox has nothing left to write or sync. An I/O error surfaces here, where
+    /// the agent can fail-stop on it, instead of inside an automatic checkpoint or a close that cannot
+    /// report it.
+    public func checkpoint(truncate: Bool = true) throws {
+        let sql = truncate ? "PRAGMA wal_checkpoint(TRUNCATE)" : "PRAGMA wal_checkpoint(PASSIVE)"
+        try writer.writeWithoutTransaction { db in _ = try GRDB.Row.fetchAll(db, sql: sql) }
     }
 
     /// Runs SQLite's `PRAGMA integrity_check`; returns "ok" when the file is sound.

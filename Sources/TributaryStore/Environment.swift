@@ -142,6 +142,7 @@ final class Environment: @unchecked Sendable {
                     var txn: OpaquePointer?
                     try check(mdb.txnBegin(env, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin")
                     defer { mdb_txn_abort(txn) }
+                    TestPause.hit("store.read")
                     return try body(Transaction(txn: txn!, mdb: mdb))
                 }
             } catch let failure as LMDBFailure {
@@ -233,6 +234,33 @@ final class Environment: @unchecked Sendable {
                 .unsupportedSchema, "\(path) is not an LMDB store this version of liblmdb can read.", lmdbCode: rc)
         default:
             throw StoreError(.lmdb, "\(call) failed on \(path).", lmdbCode: rc)
+        }
+    }
+}
+
+// MARK: Reader table
+
+extension Environment {
+    /// lmdb.h: "mdb_reader_check: Check for stale entries in the reader lock table." Returns how many
+    /// slots of dead processes were cleared.
+    func clearStaleReaders() throws(StoreError) -> Int {
+        var dead: Int32 = 0
+        try Environment.mapError(mdb_reader_check(env, &dead), "mdb_reader_check", path: path)
+        return Int(dead)
+    }
+
+    /// The lines of `mdb_reader_list` ("pid thread txnid"), without its header; one per occupied slot.
+    func readerSlots() -> [String] {
+        final class Lines { var text = "" }
+        let lines = Lines()
+        _ = mdb_reader_list(env, { message, context in
+            guard let message, let context else { return 0 }
+            Unmanaged<Lines>.fromOpaque(context).takeUnretainedValue().text += String(cString: message)
+            return 0
+        }, Unmanaged.passUnretained(lines).toOpaque())
+        return withExtendedLifetime(lines) {
+            lines.text.split(separator: "\n").map { String($0.drop(while: { $0 == " " })) }
+                .filter { !$0.isEmpty && !$0.hasPrefix("pid") && $0 != "(no active readers)" }
         }
     }
 }

@@ -26,12 +26,15 @@ public struct ProducerKind: RawRepresentable, Hashable, Sendable, CustomStringCo
 
 /// One event as stored in the shared store: a fixed header and the event JSON.
 ///
-/// The byte layout is specified in `docs/store-format.md` (record format version 1). All integers are
-/// big-endian. The CRC-32 (zlib polynomial) covers every byte after the CRC field, that is the rest
-/// of the header and the whole body, so a torn or flipped byte anywhere is detected.
+/// The byte layout is specified in `docs/store-format.md` (record format version 2). All integers are
+/// big-endian. The CRC-32 (zlib polynomial) covers every byte but the CRC field itself (version,
+/// producer kind, header length, the rest of the header and the whole body), so a torn or flipped
+/// byte anywhere is detected. Version 1 records, whose CRC left out the first four bytes, are still read.
 public struct EventRecord: Sendable, Equatable {
     /// The record format this code writes.
-    public static let formatVersion: UInt8 = 1
+    public static let formatVersion: UInt8 = 2
+    /// The first format, still read: its CRC covers bytes 8 … end only.
+    static let legacyFormatVersion: UInt8 = 1
     /// Size of the header before the producer id.
     static let fixedHeaderSize = 54
     /// Longest producer id, in UTF-8 bytes.
@@ -89,7 +92,7 @@ public struct EventRecord: Sendable, Equatable {
         w.u16(UInt16(idBytes.count))
         w.bytes(idBytes)
         w.bytes(body)
-        let crc = crc32Of(UnsafeRawBufferPointer(rebasing: out[8...]))
+        let crc = Self.crc(of: UnsafeRawBufferPointer(out), version: Self.formatVersion)
         withUnsafeBytes(of: crc.bigEndian) { out.baseAddress!.advanced(by: 4).copyMemory(from: $0.baseAddress!, byteCount: 4) }
     }
 
@@ -115,13 +118,13 @@ public struct EventRecord: Sendable, Equatable {
         }
         var r = ByteReader(bytes)
         let version = r.u8()
-        guard version == formatVersion else {
+        guard version == formatVersion || version == legacyFormatVersion else {
             throw Corruption(reason: "record format version \(version) is not supported (expected \(formatVersion))")
         }
         let kind = ProducerKind(rawValue: r.u8())
         let headerLength = Int(r.u16())
         let storedCRC = r.u32()
-        let actualCRC = crc32Of(UnsafeRawBufferPointer(rebasing: bytes[8...]))
+        let actualCRC = crc(of: bytes, version: version)
         guard storedCRC == actualCRC else {
             throw Corruption(
                 reason: "CRC mismatch: stored \(hex(storedCRC)), computed \(hex(actualCRC)) over \(bytes.count - 8) bytes")
@@ -143,6 +146,17 @@ public struct EventRecord: Sendable, Equatable {
         return EventRecord(
             producerKind: kind, producerID: producerID, pid: pid, producerSeq: producerSeq, wallTimeMillis: wall,
             bootTimeNanos: boot, bootID: bootID, body: body)
+    }
+}
+
+extension EventRecord {
+    /// The CRC a record of `version` stores: of bytes 0 … 3 and 8 … end (version 2), or of bytes
+    /// 8 … end only (version 1, which left the producer kind and header length unprotected).
+    static func crc(of record: UnsafeRawBufferPointer, version: UInt8) -> UInt32 {
+        let tail = UnsafeRawBufferPointer(rebasing: record[8...])
+        guard version != legacyFormatVersion else { return crc32Of(tail) }
+        let head = crc32Of(UnsafeRawBufferPointer(rebasing: record[0..<4]))
+        return UInt32(crc32(UInt(head), tail.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt32(tail.count)))
     }
 }
 

@@ -56,6 +56,15 @@ public final class SharedStore: Sendable {
         try checkSchema()
     }
 
+    /// The reader lock table's occupied slots, as `mdb_reader_list` prints them ("pid thread txnid").
+    ///
+    /// A slot whose process died while reading stays until ``clearStaleReaders()`` (every process runs it
+    /// when it opens the store); until then it pins old pages and the file grows.
+    public func readerSlots() -> [String] { environment.readerSlots() }
+
+    /// Clears the reader slots of processes that died (`mdb_reader_check`); returns how many it cleared.
+    public func clearStaleReaders() throws -> Int { try environment.clearStaleReaders() }
+
     /// Fault injection for this store's LMDB calls (tests only).
     package var faults: LMDBFaults { environment.faults }
 
@@ -170,6 +179,7 @@ public final class SharedStore: Sendable {
                 }
                 appended.append(Appended(seq: lastSeq, producerSeq: registration.lastSeq))
             }
+            TestPause.hit("store.append")  // tests: freeze here, writer lock held, records put, not committed
             try withKey(MetaKey.lastSeq) { key in
                 try withUnsafeBytes(of: lastSeq.bigEndian) { try txn.put(tables.meta, &key, $0) }
             }

@@ -26,9 +26,13 @@ struct ProducerOptions: ParsableArguments {
     @Option(name: .customLong("app-version"), help: "This process's $app_version (the main app publishes its presets).")
     var appVersion = "0.0.0"
 
+    @Option(name: .customLong("store-quota"), help: ArgumentHelp("Largest size, in bytes, this producer lets the store grow to (default 1 GiB).", valueName: "bytes"))
+    var storeQuota: Int?
+
     func validate() throws {
         guard events >= 0 else { throw ValidationError("--events must not be negative.") }
         guard rate >= 0, rate.isFinite else { throw ValidationError("--rate must be a non-negative number of events per second.") }
+        if let storeQuota, storeQuota < 1 << 16 { throw ValidationError("--store-quota must be at least 65536 bytes, got \(storeQuota).") }
     }
 
     /// The pause between two events of one caller that `--rate` asks for, in nanoseconds.
@@ -39,6 +43,10 @@ struct ProducerOptions: ParsableArguments {
         do {
             var configuration = Tracker.Configuration(groupDirectory: group, producerKind: kind, producerID: producerID)
             configuration.appVersion = appVersion
+            if let storeQuota {
+                configuration.store.quota = storeQuota
+                configuration.store.initialMapSize = min(configuration.store.initialMapSize, storeQuota)
+            }
             return try Tracker(configuration: configuration)
         } catch {
             FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
@@ -105,6 +113,8 @@ func produceLoad(_ options: ProducerOptions, kind: ProducerKind, event: String, 
         }
     } catch {
         FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
+        // 65 invalid event, 75 the store is at its quota (retry once the agent drained), 74 other I/O.
+        if let store = error as? StoreError, store.code == .storeFull { throw ExitCode(75) }
         throw ExitCode(error is TrackingError ? 65 : 74)
     }
 }

@@ -1,5 +1,5 @@
 import Testing
-import TributaryStore
+@testable import TributaryStore
 
 @Suite("Record format v1")
 struct EventRecordTests {
@@ -25,7 +25,8 @@ struct EventRecordTests {
         #expect(decoded == record)
     }
 
-    @Test("a flipped byte anywhere after the CRC field is detected", arguments: [8, 12, 20, 30, 40, 52, 54, 60, 66])
+    @Test("a flipped byte anywhere outside the CRC field is detected (kind and header length included)",
+          arguments: [1, 2, 3, 8, 12, 20, 30, 40, 52, 54, 60, 66])
     func crcDetectsFlip(offset: Int) {
         var bytes = Self.sample().encoded()
         bytes[offset] ^= 0x40
@@ -56,5 +57,15 @@ struct EventRecordTests {
         #expect(BootID(uuidString: text)?.description == text)
         #expect(BootID(uuidString: "nope") == nil)
         #expect(BootID.current != BootID.unknown)
+    }
+
+    @Test("a version 1 record (CRC over bytes 8 … end) is still read")
+    func legacyRecord() throws {
+        var bytes = Self.sample().encoded()
+        bytes[0] = 1
+        let crc = bytes.withUnsafeBytes { EventRecord.crc(of: $0, version: 1) }
+        withUnsafeBytes(of: crc.bigEndian) { bytes.replaceSubrange(4..<8, with: $0) }
+        let decoded = try bytes.withUnsafeBytes { try EventRecord.decode($0) }
+        #expect(decoded == Self.sample())
     }
 }

@@ -20,8 +20,13 @@ public final class ChildProcess: @unchecked Sendable {
     private let stderrPipe = Pipe()
 
     /// Starts `executable` (a product name such as `tributary-sim`) with `arguments`.
-    public init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
-        process.executableURL = productsDirectory.appendingPathComponent(executable)
+    public convenience init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+        try self.init(path: productsDirectory.appendingPathComponent(executable).path, arguments, environment: environment)
+    }
+
+    /// Starts the program at `path` (a system tool such as `/usr/bin/strace`) with `arguments`.
+    public init(path: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+        process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
         var env = ProcessInfo.processInfo.environment
         env.merge(environment) { _, new in new }

@@ -1,0 +1,41 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Named points where a process freezes inside a transaction, so a crash test can kill it there.
+///
+/// `TRIBUTARY_TEST_PAUSE_AT=name` (or `name:N`, the N-th time) makes the process write
+/// `PAUSED name` to stdout and sleep forever at that point; the test then sends SIGKILL. Points:
+/// `store.read` (inside a read transaction: a reader slot is taken) and `store.append` (inside a
+/// write transaction, records put, not committed: the writer lock is held). Unset in production:
+/// one cached lookup.
+public enum TestPause {
+    /// The names a test may use.
+    public static let names = ["store.read", "store.append"]
+
+    private static let target: (name: String, hit: Int)? = {
+        guard let raw = getenv("TRIBUTARY_TEST_PAUSE_AT").map({ String(cString: $0) }), !raw.isEmpty else { return nil }
+        let parts = raw.split(separator: ":")
+        return (String(parts[0]), parts.count > 1 ? Int(parts[1]) ?? 1 : 1)
+    }()
+
+    private static let counter = PauseCounter()
+
+    /// Freezes the process if `name` is the configured point and its hit has come.
+    @inline(__always)
+    static func hit(_ name: StaticString) {
+        guard let target else { return }
+        let current = "\(name)"
+        guard current == target.name, counter.increment() == target.hit else { return }
+        let line = Array("PAUSED \(current)\n".utf8)
+        _ = line.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+        while true { pause() }
+    }
+}
+
+import Synchronization
+
+private final class PauseCounter: Sendable {
+    private let value = Atomic<Int>(0)
+    func increment() -> Int { value.add(1, ordering: .relaxed).newValue }
+}

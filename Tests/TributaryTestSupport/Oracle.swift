@@ -1,0 +1,227 @@
+import Foundation
+import GRDB
+import TributaryCollector
+import TributaryStore
+
+/// The one oracle every reliability scenario is judged by (Jepsen's total-queue checker, adapted).
+///
+/// Inputs: what each producer was told was durable (its `--ledger`: `producer_seq seq event_id` lines)
+/// and what the collector accepted (its unique events in arrival order, and how many events it saw a
+/// second time on the wire). Output: a ``Verdict`` with every count of the reliability table.
+///
+/// A scenario passes when nothing acknowledged is lost, nothing unexpected arrives, nothing is listed
+/// twice after dedup, each producer's events arrive in `producer_seq` order and the batches in global
+/// `seq` order, wire duplicates stay within one in-flight batch per crash, and the health checks of the
+/// store and the outbox pass.
+public struct Oracle: Sendable {
+    /// One producer's ledger file.
+    public struct Ledger: Sendable {
+        /// The producer id the events carry (`_tributary.producer`).
+        public var producer: String
+        /// The ledger file (`tributary-sim load --ledger`).
+        public var path: String
+
+        public init(producer: String, path: String) {
+            self.producer = producer
+            self.path = path
+        }
+
+        /// The acknowledged events, in the order the producer was told.
+        public func entries() -> [(producerSeq: UInt64, seq: UInt64, eventID: String)] {
+            let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").compactMap { line in
+                let parts = line.split(separator: " ")
+                guard parts.count == 3, let p = UInt64(parts[0]), let s = UInt64(parts[1]) else { return nil }
+                return (p, s, String(parts[2]))
+            }
+        }
+    }
+
+    /// One event the collector accepted (first arrival; later copies were deduplicated).
+    public struct Delivery: Sendable {
+        public var eventID: String
+        public var producer: String?
+        public var producerSeq: UInt64?
+        public var seq: UInt64?
+
+        public init(eventID: String, producer: String?, producerSeq: UInt64?, seq: UInt64?) {
+            self.eventID = eventID
+            self.producer = producer
+            self.producerSeq = producerSeq
+            self.seq = seq
+        }
+    }
+
+    /// What the collector saw.
+    public struct Observed: Sendable {
+        /// Unique events, in arrival order.
+        public var deliveries: [Delivery]
+        /// Events that arrived again after they were stored (accepted twice on the wire).
+        public var wireDuplicates: Int
+
+        public init(deliveries: [Delivery], wireDuplicates: Int) {
+            self.deliveries = deliveries
+            self.wireDuplicates = wireDuplicates
+        }
+
+        /// Reads the collector's unique events and duplicate count.
+        public static func from(_ collector: RunningCollector) async throws -> Observed {
+            let events = try await collector.events()
+            let stats = try await collector.stats()
+            return Observed(
+                deliveries: events.map {
+                    Delivery(eventID: $0.eventID, producer: $0.producer, producerSeq: $0.producerSeq, seq: $0.seq)
+                },
+                wireDuplicates: stats.duplicates)
+        }
+    }
+
+    /// The scenario's judgement, with every figure of its table row.
+    public struct Verdict: Sendable, CustomStringConvertible {
+        public var acknowledged = 0
+        public var delivered = 0
+        public var lost = 0
+        public var unexpected = 0
+        public var wireDuplicates = 0
+        public var allowedWireDuplicates = 0
+        public var duplicatesAfterDedup = 0
+        public var producerOrderViolations = 0
+        public var seqOrderViolations = 0
+        /// Failed health checks, each a sentence.
+        public var healthProblems: [String] = []
+        /// Up to five lost event ids, for the failure message.
+        public var lostExamples: [String] = []
+
+        /// An empty verdict (every count zero), for scenarios that count by themselves.
+        public init() {}
+
+        /// Every order violation, per producer and by global seq.
+        public var orderViolations: Int { producerOrderViolations + seqOrderViolations }
+
+        /// Whether the scenario upheld every promise.
+        public var passed: Bool {
+            lost == 0 && unexpected == 0 && duplicatesAfterDedup == 0 && orderViolations == 0
+                && wireDuplicates <= allowedWireDuplicates && healthProblems.isEmpty
+        }
+
+        public var description: String {
+            var text = "acknowledged \(acknowledged), delivered \(delivered), lost \(lost), unexpected \(unexpected), "
+                + "wire duplicates \(wireDuplicates) (allowed \(allowedWireDuplicates)), duplicates after dedup "
+                + "\(duplicatesAfterDedup), producer order violations \(producerOrderViolations), seq order "
+                + "violations \(seqOrderViolations)"
+            if !lostExamples.isEmpty { text += "; lost e.g. \(lostExamples.joined(separator: ", "))" }
+            if !healthProblems.isEmpty { text += "; health: " + healthProblems.joined(separator: "; ") }
+            return text
+        }
+    }
+
+    public var ledgers: [Ledger]
+    /// Events the scenario expects to be dead-lettered rather than delivered (poison, too large).
+    public var expectedUndelivered: Set<String> = []
+    /// Producers whose events nobody recorded in a ledger (a `tributary track` one-off): never "unexpected".
+    public var unledgeredProducers: Set<String> = []
+    /// Crashes, lost acknowledgements and cancelled requests: each may repeat at most one in-flight batch.
+    public var inFlightWindows = 0
+    /// The agent's batch size (`--batch-size`): the most one in-flight batch can repeat.
+    public var batchSize = 500
+
+    public init(ledgers: [Ledger]) {
+        self.ledgers = ledgers
+    }
+
+    /// Judges what the collector observed against the ledgers (no health checks: see ``checkHealth``).
+    public func judge(_ observed: Observed) -> Verdict {
+        var verdict = Verdict()
+        var acknowledged: [String: (producer: String, producerSeq: UInt64)] = [:]
+        for ledger in ledgers {
+            for entry in ledger.entries() { acknowledged[entry.eventID] = (ledger.producer, entry.producerSeq) }
+        }
+        verdict.acknowledged = acknowledged.count
+        verdict.wireDuplicates = observed.wireDuplicates
+        verdict.allowedWireDuplicates = inFlightWindows * batchSize
+
+        var seen = Set<String>()
+        var lastProducerSeq: [String: UInt64] = [:]
+        var lastSeq: UInt64 = 0
+        for delivery in observed.deliveries {
+            guard seen.insert(delivery.eventID).inserted else {
+                verdict.duplicatesAfterDedup += 1
+                continue
+            }
+            verdict.delivered += 1
+            if acknowledged[delivery.eventID] == nil, !unledgeredProducers.contains(delivery.producer ?? ""),
+                !expectedUndelivered.contains(delivery.eventID)
+            {
+                verdict.unexpected += 1
+            }
+            if let producer = delivery.producer, let producerSeq = delivery.producerSeq {
+                if producerSeq <= lastProducerSeq[producer, default: 0] { verdict.producerOrderViolations += 1 }
+                lastProducerSeq[producer] = max(producerSeq, lastProducerSeq[producer, default: 0])
+            }
+            if let seq = delivery.seq {
+                if seq <= lastSeq { verdict.seqOrderViolations += 1 }
+                lastSeq = max(seq, lastSeq)
+            }
+        }
+        for (id, _) in acknowledged where !seen.contains(id) && !expectedUndelivered.contains(id) {
+            verdict.lost += 1
+            if verdict.lostExamples.count < 5 { verdict.lostExamples.append(id) }
+        }
+        return verdict
+    }
+
+    /// Judges a run against the collector and checks the store and outbox health.
+    public func judge(
+        _ collector: RunningCollector, group: String? = nil, outbox: String? = nil, maxStoreBytes: Int = 64 << 20
+    ) async throws -> Verdict {
+        var verdict = judge(try await Observed.from(collector))
+        verdict.healthProblems = Self.healthProblems(group: group, outbox: outbox, maxStoreBytes: maxStoreBytes)
+        return verdict
+    }
+
+    /// The store's and the outbox's health checks; empty when all pass.
+    ///
+    /// - outbox: SQLite `PRAGMA integrity_check` must answer `ok`;
+    /// - store: no reader slot may belong to a dead process (a stale slot pins pages and grows the
+    ///   file), and the data file must stay within `maxStoreBytes`.
+    public static func healthProblems(group: String?, outbox: String?, maxStoreBytes: Int = 64 << 20) -> [String] {
+        var problems: [String] = []
+        if let outbox {
+            problems += outboxProblems(outbox)
+        }
+        if let group {
+            do {
+                let store = try SharedStore(groupDirectory: group, options: { var o = SharedStore.Options(); o.create = false; return o }())
+                let stale = staleReaderSlots(store)
+                if !stale.isEmpty { problems.append("stale LMDB reader slots of dead processes: \(stale)") }
+                let size = try store.status().fileSize
+                if size > maxStoreBytes { problems.append("store file is \(size) bytes, over the bound \(maxStoreBytes)") }
+            } catch {
+                problems.append("the store cannot be opened: \(error)")
+            }
+        }
+        return problems
+    }
+
+    /// SQLite's own verdict on the outbox file; empty when it says `ok`.
+    public static func outboxProblems(_ path: String) -> [String] {
+        guard FileManager.default.fileExists(atPath: path) else { return [] }
+        do {
+            var configuration = Configuration()
+            configuration.readonly = true
+            let queue = try DatabaseQueue(path: path, configuration: configuration)
+            let answer = try queue.read { db in try String.fetchAll(db, sql: "PRAGMA integrity_check") }
+            return answer == ["ok"] ? [] : ["outbox integrity_check: \(answer.joined(separator: "; "))"]
+        } catch {
+            return ["the outbox cannot be checked: \(error)"]
+        }
+    }
+
+    /// Reader slots whose process is gone (`mdb_reader_list` lines "pid thread txnid").
+    public static func staleReaderSlots(_ store: SharedStore) -> [String] {
+        store.readerSlots().filter { line in
+            guard let pid = line.split(separator: " ").first.flatMap({ Int32($0) }) else { return false }
+            return kill(pid, 0) != 0 && errno == ESRCH
+        }
+    }
+}

@@ -1,0 +1,27 @@
+#!/bin/sh
+# Prints the reliability table the scenarios appended to (docs/reliability.md), aligned.
+# Usage: scripts/reliability-table.sh [table.tsv]   (default .build/reliability/table.tsv)
+table="${1:-.build/reliability/table.tsv}"
+if [ ! -s "$table" ]; then
+  echo "reliability: no scenario ran (no $table)"
+  exit 0
+fi
+echo
+echo "Reliability scenarios (docs/reliability.md)"
+awk -F'\t' '
+  { for (i = 1; i <= NF; i++) { cell[NR, i] = $i; if (length($i) > w[i] && i < NF) w[i] = length($i) } n = NF; rows = NR }
+  END {
+    for (r = 1; r <= rows; r++) {
+      line = ""
+      for (i = 1; i <= n; i++) {
+        if (i == 1) line = sprintf("%-" w[i] "s", cell[r, i])
+        else if (i < n) line = line "  " sprintf("%" w[i] "s", cell[r, i])
+        else line = line "  " cell[r, i]
+      }
+      print line
+      if (r == 1) { sep = ""; for (i = 1; i < n; i++) sep = sep sprintf("%" w[i] + 2 "s", ""); gsub(/ /, "-", sep); print sep "--------" }
+    }
+  }' "$table"
+fails=$(awk -F'\t' 'NR > 1 && $NF ~ /^FAIL/' "$table" | wc -l)
+skips=$(awk -F'\t' 'NR > 1 && $NF ~ /^skipped/' "$table" | wc -l)
+echo "$(($(wc -l < "$table") - 1)) rows, $fails failed, $skips skipped"
