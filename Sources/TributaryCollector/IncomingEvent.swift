@@ -1,4 +1,5 @@
 import Foundation
+import TributaryWire
 
 /// One validated event of an ingest batch, reduced to what the collector indexes plus its JSON text.
 struct IncomingEvent: Sendable {
@@ -112,14 +113,9 @@ enum JSONValue {
         return integer >= 0 ? integer : nil
     }
 
-    /// `object` as compact JSON text with sorted keys, or nil when it cannot be serialised.
+    /// `object` as compact JSON text with its keys sorted by their UTF-8 bytes, or nil when it holds a
+    /// value JSON cannot represent (see ``JSONText``).
     static func text(of object: [String: Any]) -> String? {
-        guard JSONSerialization.isValidJSONObject(object),
-            let data = try? JSONSerialization.data(
-                withJSONObject: object,
-                options: [.sortedKeys, .withoutEscapingSlashes]
-            )
-        else { return nil }
-        return String(decoding: data, as: UTF8.self)
+        JSONText.sortedCompact(object).map { String(decoding: $0, as: UTF8.self) }
     }
 }

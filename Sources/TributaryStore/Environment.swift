@@ -126,6 +126,18 @@ final class Environment: @unchecked Sendable {
         return info.me_mapsize
     }
 
+    /// Drops this process's page-table entries for the whole memory map (`madvise(MADV_DONTNEED)`).
+    ///
+    /// LMDB maps the file read-only and `MAP_SHARED` (no `MDB_WRITEMAP`), so the pages stay in the
+    /// kernel's page cache with their data; the next access to one maps it again (a minor fault). Only
+    /// this process's resident set shrinks: a reader that has walked the whole store otherwise keeps
+    /// every page it read counted in its RSS.
+    func releaseMappedPages() {
+        var info = MDB_envinfo()
+        guard mdb_env_info(env, &info) == 0, let address = info.me_mapaddr, info.me_mapsize > 0 else { return }
+        _ = madvise(address, info.me_mapsize, MADV_DONTNEED)
+    }
+
     /// Size of the data file on disk, in bytes.
     var fileSize: Int {
         var st = stat()

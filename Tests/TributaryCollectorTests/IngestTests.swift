@@ -37,6 +37,30 @@ struct IngestTests {
         }
     }
 
+    @Test("Events are stored as compact JSON with keys in UTF-8 byte order, every value written back exactly")
+    func storesEventTextExactly() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let sent = #"{"type":"track","event":"Zed","time":1760000000000,"event_id":"e-1","zeta":null,"#
+                + #""properties":{"price":9.5,"tiny":1e-7,"big":-9007199254740993,"round":3.0,"ok":true,"#
+                + #""no":false,"text":"a\"b\\c\nd\te\u0001 é 😀 /","list":[1,"x",[],{}],"$os":"Linux","#
+                + #""Upper":1,"_under":2},"_tributary":{"seq":1,"producer":"app-1","producer_seq":1}}"#
+            let reply = try await Client(collector).post([Array(sent.utf8)])
+            #expect(reply.status == 200, "\(reply.body)")
+            let stored = try #require(try await collector.events().first).json
+            #expect(
+                stored
+                    == #"{"_tributary":{"producer":"app-1","producer_seq":1,"seq":1},"event":"Zed","#
+                    + #""event_id":"e-1","properties":{"$os":"Linux","Upper":1,"_under":2,"big":-9007199254740993,"#
+                    + #""list":[1,"x",[],{}],"no":false,"ok":true,"price":9.5,"round":3,"#
+                    + #""text":"a\"b\\c\nd\te\u0001 é 😀 /","tiny":1e-07},"time":1760000000000,"#
+                    + #""type":"track","zeta":null}"#
+            )
+            let original = try #require(try JSONSerialization.jsonObject(with: Data(sent.utf8)) as? NSDictionary)
+            let reread = try #require(try JSONSerialization.jsonObject(with: Data(stored.utf8)) as? NSDictionary)
+            #expect(original == reread)
+        }
+    }
+
     @Test("Duplicates across and within batches are stored once and counted")
     func deduplicates() async throws {
         try await Collector.withRunning(CollectorConfiguration()) { collector in
@@ -230,6 +254,32 @@ struct IngestTests {
                 #expect(stats.batches == 2 && stats.unique == 4 && stats.seqViolations == 0)
                 #expect(try await collector.events().map(\.seq) == [1, 2, 3, 4])
             }
+        }
+    }
+
+    @Test("The counting endpoint counts foreign SDK batches by name, stores nothing, and refuses non-JSON")
+    func countsForeignBatches() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let client = Client(collector)
+            let segment = Array(#"{"batch":[{"event":"a"},{"event":"b"},{"event":"c"}],"sentAt":"x"}"#.utf8)
+            let gzipped = try Gzip.compress(segment)
+            let first = try await client.post(
+                gzipped, headers: [("Content-Type", "application/json"), ("Content-Encoding", "gzip")],
+                path: "/count/segment/v1/batch")
+            #expect(first.status == 200, "\(first.body)")
+            let posthog = Array(#"{"api_key":"k","batch":[{"event":"a"},{"event":"b"}]}"#.utf8)
+            let second = try await client.post(
+                posthog, headers: [("Content-Type", "application/json")], path: "/count/posthog/batch/")
+            #expect(second.status == 200, "\(second.body)")
+            let bad = try await client.post(
+                Array("not json".utf8), headers: [("Content-Type", "application/json")], path: "/count/posthog/batch/")
+            #expect(bad.status == 400, "\(bad.body)")
+
+            let counts = try await client.get("/count").object
+            #expect((counts["segment"] as? [String: Any])?["events"] as? Int == 3)
+            #expect((counts["segment"] as? [String: Any])?["requests"] as? Int == 1)
+            #expect((counts["posthog"] as? [String: Any])?["events"] as? Int == 2)
+            #expect(try await collector.stats().unique == 0)
         }
     }
 }
