@@ -221,11 +221,11 @@ public final class Outbox: Sendable {
         sqlite3_bind_int64(handle, 5, Int64(row.producerSeq))
         sqlite3_bind_int64(handle, 6, row.wallMillis)
         sqlite3_bind_int64(handle, 7, Int64(bitPattern: row.bootNanos))
-        row.bootID.bytes.withUnsafeBytes { sqlite3_bind_blob(handle, 8, $0.baseAddress, Int32($0.count), sqliteTransient) }
+        _ = row.bootID.bytes.withUnsafeBytes { sqlite3_bind_blob(handle, 8, $0.baseAddress, Int32($0.count), sqliteTransient) }
         if row.body.isEmpty {
             sqlite3_bind_zeroblob(handle, 9, 0)  // a nil pointer would store NULL; the column is NOT NULL
         } else {
-            row.body.withUnsafeBytes { sqlite3_bind_blob(handle, 9, $0.baseAddress, Int32($0.count), sqliteTransient) }
+            _ = row.body.withUnsafeBytes { sqlite3_bind_blob(handle, 9, $0.baseAddress, Int32($0.count), sqliteTransient) }
         }
         let rc = sqlite3_step(handle)
         sqlite3_reset(handle)
