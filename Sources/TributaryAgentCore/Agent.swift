@@ -353,14 +353,15 @@ public final class Agent: Service, Sendable {
         }
     }
 
-    /// Drains chunk by chunk while `condition` holds (at most 10 chunks, as one loop's drain), unless
-    /// the outbox reaches its quota or the agent is stopping.
+    /// Drains chunk by chunk while `condition` holds (at most 10 chunks, as one loop's drain), until a
+    /// chunk comes back partial (the store is empty), the outbox reaches its quota or the agent stops.
     private func drainWhile(_ condition: () -> Bool, _ loop: inout LoopState) throws -> Int {
         var drained = 0
         while condition(), drained < configuration.drainChunk * 10, !stopping.load(ordering: .acquiring) {
             let moved = try drainRespectingQuota(&loop, maxEvents: configuration.drainChunk)
-            if moved == 0 { break }
             drained += moved
+            // A partial chunk emptied the store: stop rather than commit a tiny transaction per new event.
+            if moved < configuration.drainChunk { break }
         }
         return drained
     }
