@@ -14,7 +14,7 @@ UNITDIR      ?= $(PREFIX)/lib/systemd/system
 DOCDIR       ?= $(PREFIX)/share/doc/tributary
 BINARIES     := tributary tributary-agent tributary-collector tributary-sim
 
-.PHONY: all deps build test soak run bench clean format help install release
+.PHONY: all deps bench-deps build test soak run bench clean format help install release
 
 all: build
 
@@ -24,12 +24,11 @@ help:
 	@echo "make test   build and run every test (unit and multi-process), then print the reliability table"
 	@echo "make soak   the reliability scenarios only, SOAK (default 20) times the iterations"
 	@echo "make run    demo: producers write into a fresh group directory, then show the store"
-	@echo "make bench  release build, then benchmarks next to their C baselines (producers, then the sync agent)"
+	@echo "make bench  release build, then every performance figure next to its baseline (docs/performance.md)"
 	@echo "make install  release build; binaries, systemd units and docs under DESTDIR/PREFIX"
 
-# Idempotent: a quick no-op when every package is installed.
-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
+# Installs the Debian packages of $(1) that are missing. Idempotent: a quick no-op when all are installed.
+install_missing = missing=""; for p in $(1); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -37,6 +36,24 @@ deps:
 	  SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+
+deps:
+	@$(call install_missing,$(DEB_PACKAGES))
+
+# Tools only the benchmarks need, never `make test`: python3-venv for the Python SDKs of the loss
+# comparison; linux-perf and valgrind to profile (docs/performance.md, "Profiling").
+BENCH_DEB_PACKAGES := python3-venv linux-perf valgrind
+BENCH_DIR          := .build-bench
+# The Python SDKs the loss comparison runs, pinned so that reruns compare the same code.
+BENCH_PYPI         := segment-analytics-python==2.4.0 posthog==7.91.1
+
+bench-deps: deps
+	@$(call install_missing,$(BENCH_DEB_PACKAGES))
+
+$(BENCH_DIR)/venv/.installed: Makefile
+	python3 -m venv $(BENCH_DIR)/venv
+	$(BENCH_DIR)/venv/bin/pip install --quiet $(BENCH_PYPI)
+	touch $@
 
 build: deps
 	$(SWIFT) build
@@ -58,13 +75,14 @@ soak: deps
 run: build
 	./scripts/run-demo.sh
 
-# Producer benchmark, then the sync agent's (docs/benchmarks.md). One product per `swift build`:
+# Every figure of docs/performance.md next to its baseline, then one summary table (also written to
+# .build-bench/results.txt); then the stop-latency distribution. One product per `swift build`:
 # given several --product options, swift build builds only the last.
 BENCH_PRODUCTS := tributary-bench lmdb-baseline tributary-agent tributary-collector tributary-sim
-bench: deps
+bench: bench-deps $(BENCH_DIR)/venv/.installed
 	for p in $(BENCH_PRODUCTS); do $(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product $$p || exit 1; done
-	$(RELEASE_DIR)/release/tributary-bench --bin $(RELEASE_DIR)/release
-	$(RELEASE_DIR)/release/tributary-bench agent --bin $(RELEASE_DIR)/release
+	$(RELEASE_DIR)/release/tributary-bench all --bin $(RELEASE_DIR)/release \
+	  --python $(BENCH_DIR)/venv/bin/python > $(BENCH_DIR)/results.txt && cat $(BENCH_DIR)/results.txt
 	./scripts/bench-stop.sh $(RELEASE_DIR)/release
 
 # One product per `swift build`: given several --product options it builds only the last.
@@ -88,4 +106,4 @@ format:
 	$(SWIFT) format --in-place --recursive Sources Tests Integration Benchmarks Package.swift
 
 clean:
-	rm -rf .build $(RELEASE_DIR) .run
+	rm -rf .build $(RELEASE_DIR) $(BENCH_DIR) .run

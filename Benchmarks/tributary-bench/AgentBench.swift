@@ -14,7 +14,7 @@ struct AgentBench: ParsableCommand {
             Tracker events, and is verified: the drains leave the store empty and the outbox with every \
             event once (the Swift and C outboxes of a repetition must be identical); the end-to-end runs \
             leave store and outbox empty and the collector with every event once; the backlog runs \
-            account for every event (store + outbox + delivered = backlog). See docs/benchmarks.md.
+            account for every event (store + outbox + delivered = backlog). See docs/performance.md.
             """
     )
 
@@ -25,7 +25,7 @@ struct AgentBench: ParsableCommand {
             valueName: "dir"))
     var bin: String?
 
-    @Option(parsing: .upToNextOption, help: "What to measure: drain, e2e, rss.")
+    @Option(parsing: .upToNextOption, help: "What to measure: drain, e2e, rss, pipeline.")
     var parts: [AgentPart] = AgentPart.allCases
 
     @Option(help: "Repetitions of the drain and end-to-end runs; the tables show medians.")
@@ -46,6 +46,26 @@ struct AgentBench: ParsableCommand {
         name: .customLong("rss-backlogs"), parsing: .upToNextOption,
         help: "Backlogs of the peak-RSS runs, one run each.")
     var rssBacklogs: [Int] = [100_000, 1_000_000]
+
+    @Option(
+        name: .customLong("pipeline-events"),
+        help: "Events of each pipeline run (producers -> agent -> collector, all running at once).")
+    var pipelineEvents: Int = 1_000_000
+
+    @Option(name: .customLong("pipeline-processes"), help: "Producer processes of the pipeline runs.")
+    var pipelineProcesses: Int = 2
+
+    @Option(name: .customLong("pipeline-callers"), help: "Concurrent async track() callers per pipeline producer.")
+    var pipelineCallers: Int = 64
+
+    @Option(
+        name: .customLong("pipeline-agent-options"), parsing: .upToNextOption,
+        help: ArgumentHelp("tributary-agent options of the pipeline runs (quote each, e.g. '--batch-size=2000').",
+                           valueName: "option"))
+    var pipelineAgentOptions: [String] = ["--batch-size=2000", "--max-batch-bytes=4194304"]
+
+    @Option(name: .customLong("pipeline-reps"), help: "Repetitions of the pipeline run.")
+    var pipelineReps: Int = 3
 
     @Flag(name: .customLong("skip-1m"), help: "Leave the 1,000,000-event backlog out of the peak-RSS runs.")
     var skip1M = false
@@ -78,6 +98,13 @@ struct AgentBench: ParsableCommand {
                     "\(name) takes 1 to \(Self.largestBacklog) events (the agent's store quota is 1 GiB).")
             }
         }
+        guard pipelineProcesses >= 1, pipelineCallers >= 1, pipelineReps >= 1,
+            (pipelineProcesses...2_000_000).contains(pipelineEvents)
+        else {
+            throw ValidationError(
+                "--pipeline-processes, --pipeline-callers and --pipeline-reps must be at least 1; "
+                    + "--pipeline-events at least one per process and at most 2,000,000.")
+        }
         guard rssDeadline >= 0 else { throw ValidationError("--rss-deadline must not be negative.") }
         let fileSystem = try FileSystemInfo(path: workDirectory)
         guard !fileSystem.isMemoryBacked else {
@@ -86,6 +113,11 @@ struct AgentBench: ParsableCommand {
     }
 
     func run() throws {
+        writeLine(try measure().text)
+    }
+
+    /// Every part asked for, verified; the tables of medians.
+    func measure() throws -> AgentReport {
         let binDirectory = try bin ?? ownDirectory()
         for name in ["tributary-bench", "lmdb-baseline", "tributary-agent", "tributary-collector"]
         where !FileManager.default.isExecutableFile(atPath: binDirectory + "/" + name) {
@@ -113,18 +145,27 @@ struct AgentBench: ParsableCommand {
                 }
                 report.rssDeadline = rssDeadline
             }
+            if parts.contains(.pipeline) {
+                let spec = PipelineSpec(
+                    events: pipelineEvents, processes: pipelineProcesses, callers: pipelineCallers,
+                    agentArguments: pipelineAgentOptions)
+                for rep in 1...pipelineReps {
+                    report.pipeline.append(try session.pipelineRun(rep, of: pipelineReps, spec: spec))
+                }
+                report.pipelineSpec = spec
+            }
             report.recordSize = session.recordSize
         } catch {
             writeError("tributary-bench agent: run failed, aborting: \(error)")
             throw ExitCode.failure
         }
-        writeLine(report.text)
+        return report
     }
 }
 
 /// The parts of the agent benchmark.
 enum AgentPart: String, CaseIterable, ExpressibleByArgument, Sendable {
-    case drain, e2e, rss
+    case drain, e2e, rss, pipeline
 }
 
 /// The directory of the running executable.
@@ -202,12 +243,18 @@ final class AgentSession {
         return group
     }
 
-    /// A fresh run directory holding a copy of the backlog of `events` events in `group/`.
-    private func prepareRun(events: Int) throws -> (directory: String, group: String) {
-        let source = try backlog(events)
+    /// A new, empty run directory.
+    func newRunDirectory() throws -> String {
         runs += 1
         let directory = scratch + "/run-\(runs)"
         guard mkdir(directory, 0o700) == 0 else { throw BenchFailure("mkdir \(directory) failed.") }
+        return directory
+    }
+
+    /// A fresh run directory holding a copy of the backlog of `events` events in `group/`.
+    private func prepareRun(events: Int) throws -> (directory: String, group: String) {
+        let source = try backlog(events)
+        let directory = try newRunDirectory()
         let group = directory + "/group"
         try Backlog.copy(from: source, to: group)
         return (directory, group)
@@ -355,7 +402,7 @@ final class AgentSession {
             memory: memory)
     }
 
-    private func progress(_ line: String) {
+    func progress(_ line: String) {
         if !quiet { writeError(line) }
     }
 }
@@ -372,6 +419,8 @@ struct AgentReport {
     var drain: [DrainSample] = []
     var e2e: [AgentRun] = []
     var rss: [AgentRun] = []
+    var pipeline: [PipelineRun] = []
+    var pipelineSpec: PipelineSpec?
 
     init(workDirectory: String, reps: Int) {
         self.workDirectory = workDirectory
@@ -468,6 +517,30 @@ struct AgentReport {
                     "peak anon: heap and stacks (RssAnon, sampled every 10 ms); peak file: resident pages of the binary, "
                         + "libraries and the LMDB map (RssFile), which the kernel reclaims under pressure.")
             }
+        }
+        if let spec = pipelineSpec, !pipeline.isEmpty {
+            lines.append("")
+            lines.append(
+                "Pipeline: \(spec.processes) producer processes x \(spec.callers) async track() callers (group commit) "
+                    + "-> tributary-agent \(spec.agentArguments.joined(separator: " ")) -> tributary-collector, "
+                    + "\(Report.grouped(Double(spec.events))) events; medians of \(pipeline.count) reps")
+            var table = [
+                [
+                    "pipeline", "ev/s acked", "wall s", "producers ev/s", "producer CPU s", "agent CPU s",
+                    "collector CPU s", "agent peak anon MiB",
+                ]
+            ]
+            table.append([
+                "producers -> collector",
+                Report.grouped(Statistics.median(pipeline.map(\.eventsPerSecond))),
+                Report.decimal(Statistics.median(pipeline.map(\.seconds)), 1),
+                Report.grouped(Statistics.median(pipeline.map(\.producerEventsPerSecond))),
+                Report.decimal(Statistics.median(pipeline.map(\.producerCPUSeconds)), 1),
+                Report.decimal(Statistics.median(pipeline.map(\.agentCPUSeconds)), 1),
+                Report.decimal(Statistics.median(pipeline.map(\.collectorCPUSeconds)), 1),
+                Report.decimal(Statistics.median(pipeline.map { Double($0.agentPeakAnonKB) / 1024 }), 1),
+            ])
+            lines += Self.format(table)
         }
         return lines.joined(separator: "\n")
     }

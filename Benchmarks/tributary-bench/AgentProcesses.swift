@@ -76,9 +76,10 @@ final class CollectorProcess {
     /// The ingest URL the agent posts to.
     var ingestURL: String { "http://127.0.0.1:\(port)/sa" }
 
-    init(executable: String) throws {
+    /// Starts `executable --port 0 --log-level warning` followed by `arguments` (faults, for instance).
+    init(executable: String, arguments: [String] = []) throws {
         process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["--port", "0", "--log-level", "warning"]
+        process.arguments = ["--port", "0", "--log-level", "warning"] + arguments
         process.standardOutput = output
         process.standardError = FileHandle.standardError
         try process.run()
@@ -137,6 +138,15 @@ final class CollectorProcess {
         let fields = text[text.index(after: close)...].split(separator: " ")
         guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
         return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// What `GET /count` says: events the counting endpoint received under `name`.
+    func countedEvents(_ name: String) throws -> Int {
+        let body = try HTTP.get(port: port, path: "/count")
+        guard let object = try JSONSerialization.jsonObject(with: body) as? [String: Any] else {
+            throw BenchFailure("GET /count answered \(String(decoding: body, as: UTF8.self)).")
+        }
+        return (object[name] as? [String: Any])?["events"] as? Int ?? 0
     }
 
     /// SIGTERM, then waits; a graceful shutdown exits 0.

@@ -35,17 +35,28 @@ final class ProducerProcess {
 
     /// Waits until the child printed `READY`.
     func waitUntilReady() throws {
+        _ = try waitForLine(prefix: "READY")
+    }
+
+    /// Waits for the first line starting with `prefix` (earlier lines are skipped) and returns it.
+    func waitForLine(prefix: String) throws -> String {
         while true {
             if let newline = buffered.firstIndex(of: UInt8(ascii: "\n")) {
                 let line = String(decoding: buffered[..<newline], as: UTF8.self)
                 buffered.removeSubrange(...newline)
-                if line.hasPrefix("READY") { return }
+                if line.hasPrefix(prefix) { return line }
                 continue
             }
             let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { throw BenchFailure("\(name) exited before it was ready (see its error above).") }
+            if chunk.isEmpty { throw BenchFailure("\(name) exited before it printed \(prefix) (see its error above).") }
             buffered.append(chunk)
         }
+    }
+
+    /// SIGKILL, then waits for the child to be gone.
+    func killNow() {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
     }
 
     /// Sends the start signal.

@@ -70,6 +70,11 @@ struct Run: ParsableCommand {
     }
 
     func run() throws {
+        writeLine(try measure().report.text)
+    }
+
+    /// Every repetition of every configuration; the table of medians and the samples behind it.
+    func measure() throws -> (report: Report, samples: [Configuration: [Sample]]) {
         let binDirectory = try bin ?? ownDirectory()
         for name in ["tributary-bench", "lmdb-baseline"] where !FileManager.default.isExecutableFile(atPath: binDirectory + "/" + name) {
             throw ValidationError("\(binDirectory)/\(name) is missing; build it first (make bench does).")
@@ -103,7 +108,8 @@ struct Run: ParsableCommand {
             writeError("tributary-bench: run failed, aborting: \(error)")
             throw ExitCode.failure
         }
-        writeLine(Report(run: self, configurations: configurations, samples: samples, workDirectory: workDirectory).text)
+        let report = Report(run: self, configurations: configurations, samples: samples, workDirectory: workDirectory)
+        return (report, samples)
     }
 
     private func progress(_ rep: Int, _ configuration: Configuration, _ spec: RunSpec, _ result: RunResult) {

@@ -5,7 +5,7 @@ import ArgumentParser
 ///
 /// The root command is the producer driver (``Run``); ``Worker`` is one Swift producer process and
 /// ``DrainWorker`` one Swift drain process, started by the drivers. The C producer and drain are the
-/// separate `lmdb-baseline` executable. See `docs/benchmarks.md`.
+/// separate `lmdb-baseline` executable. See `docs/performance.md`.
 @main
 struct TributaryBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -16,7 +16,7 @@ struct TributaryBench: AsyncParsableCommand {
             Swift producer processes, then with C producer processes doing the same LMDB work, each in a \
             fresh store on disk, and prints the medians over the repetitions. `tributary-bench agent`             measures the sync agent: drain rate next to C, end-to-end to the reference collector, peak RSS.
             """,
-        subcommands: [Run.self, AgentBench.self, Worker.self, DrainWorker.self],
+        subcommands: [Run.self, AgentBench.self, Compare.self, All.self, Worker.self, DrainWorker.self],
         defaultSubcommand: Run.self
     )
 }

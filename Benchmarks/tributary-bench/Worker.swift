@@ -25,6 +25,9 @@ struct Worker: AsyncParsableCommand {
     @Option(name: .customLong("map-size"), help: ArgumentHelp("LMDB map size in bytes.", valueName: "bytes"))
     var mapSize: Int = 1 << 30
 
+    @Flag(help: "After the last track() returned, print ENQUEUED <events> <seconds> and wait to be killed.")
+    var hold = false
+
     func validate() throws {
         guard events >= 0 else { throw ValidationError("--events must not be negative.") }
         guard callers >= 0 else { throw ValidationError("--callers must not be negative.") }
@@ -44,12 +47,18 @@ struct Worker: AsyncParsableCommand {
             throw ExitCode.failure
         }
         let start = Monotonic.nanos()
+        let cpuStart = ResourceUsage.cpuNanos()
         let latencies = callers == 0 ? try trackOneByOne(tracker) : try await trackConcurrently(tracker)
         let end = Monotonic.nanos()
+        if hold {
+            // Every track() above returned: each of these events is durable. The driver SIGKILLs us now.
+            writeLine("ENQUEUED \(latencies.count) \(Double(end - start) / 1e9)")
+            waitToBeKilled()
+        }
 
         let report = WorkerReport(
             lang: "swift", producer: producerID, pid: getpid(), events: latencies.count, txns: nil,
-            startNanos: start, endNanos: end, latencyNanos: latencies)
+            startNanos: start, endNanos: end, latencyNanos: latencies, cpuNanos: ResourceUsage.cpuNanos() - cpuStart)
         FileHandle.standardOutput.write(try JSONEncoder().encode(report) + Data("\n".utf8))
     }
 
@@ -90,6 +99,11 @@ struct Worker: AsyncParsableCommand {
             return all
         }
     }
+}
+
+/// Sleeps until a signal ends the process.
+func waitToBeKilled() -> Never {
+    while true { sleep(60) }
 }
 
 /// The event every benchmark producer tracks: a product purchase with a handful of typical properties.

@@ -214,7 +214,9 @@ public final class Agent: Service, Sendable {
             let isStopping = stopping.load(ordering: .acquiring)
 
             // Stopping claims no new work: events still in the store are safe there for the next run.
-            let drained = isStopping ? 0 : try drainRespectingQuota(&loop)
+            // With a full batch already waiting, upload at once: the drain then runs during the request.
+            let batchWaiting = try outbox.pending().count >= configuration.upload.batchSize
+            let drained = isStopping || batchWaiting ? 0 : try drainRespectingQuota(&loop)
             loop.report.drained += drained
             let pending = try outbox.pending().count
             metrics.backlog.record(pending)
@@ -249,11 +251,17 @@ public final class Agent: Service, Sendable {
                     let timeout = min(configuration.upload.requestTimeout, remaining)
                     heartbeat.requestStarted(timeout: timeout)
                     let began = loop.clock.now
-                    let step = try await stepCancelledAtExpiry(session, maxEvents: maxEvents, timeout: timeout)
+                    let uploaded = UploadDone()
+                    async let upload = uploadStep(session, maxEvents: maxEvents, timeout: timeout, done: uploaded)
+                    // While the collector works on the batch, keep draining, chunk by chunk, until it answers.
+                    let drainedDuring = isStopping ? 0 : try drainWhile({ !uploaded.isSet }, &loop)
+                    loop.report.drained += drainedDuring
+                    let step = try await upload
                     heartbeat.requestEnded()
                     loop.report.requests += 1
                     metrics.requests.increment()
                     progressed = try apply(step, took: loop.clock.now - began, session: session, loop: &loop, once: once)
+                        || drainedDuring > 0
                 }
             } else if pending == 0 {
                 loop.state = isStopping ? "stopping" : "idle"
@@ -278,6 +286,14 @@ public final class Agent: Service, Sendable {
             await wakeup.wait(timeout: max(timeout, .milliseconds(1)))
         }
         return loop.report
+    }
+
+    /// ``stepCancelledAtExpiry(_:maxEvents:timeout:)``, then sets `done`.
+    private func uploadStep(
+        _ session: UploadSession, maxEvents: Int, timeout: Duration, done: UploadDone
+    ) async throws -> UploadSession.Step {
+        defer { done.set() }
+        return try await stepCancelledAtExpiry(session, maxEvents: maxEvents, timeout: timeout)
     }
 
     /// Runs one upload step, cancelling its request if a deadline (present, or started by a SIGTERM
@@ -343,8 +359,21 @@ public final class Agent: Service, Sendable {
         }
     }
 
+    /// Drains chunk by chunk while `condition` holds (at most 10 chunks, as one loop's drain), until a
+    /// chunk comes back partial (the store is empty), the outbox reaches its quota or the agent stops.
+    private func drainWhile(_ condition: () -> Bool, _ loop: inout LoopState) throws -> Int {
+        var drained = 0
+        while condition(), drained < configuration.drainChunk * 10, !stopping.load(ordering: .acquiring) {
+            let moved = try drainRespectingQuota(&loop, maxEvents: configuration.drainChunk)
+            drained += moved
+            // A partial chunk emptied the store: stop rather than commit a tiny transaction per new event.
+            if moved < configuration.drainChunk { break }
+        }
+        return drained
+    }
+
     /// Drains what the store holds, unless the outbox is at its quota.
-    private func drainRespectingQuota(_ loop: inout LoopState) throws -> Int {
+    private func drainRespectingQuota(_ loop: inout LoopState, maxEvents: Int? = nil) throws -> Int {
         let bytes = try outbox.pending().bytes
         if bytes >= configuration.outboxQuotaBytes {
             if !loop.outboxFullLogged {
@@ -357,7 +386,7 @@ public final class Agent: Service, Sendable {
         }
         loop.outboxFullLogged = false
         let drainer = Drainer(store: store, outbox: outbox, chunkSize: configuration.drainChunk, logger: logger)
-        let drained = try drainer.drainAvailable(maxEvents: configuration.drainChunk * 10)
+        let drained = try drainer.drainAvailable(maxEvents: maxEvents ?? configuration.drainChunk * 10)
         metrics.drained.increment(by: drained)
         return drained
     }
@@ -404,6 +433,13 @@ final class Heartbeat: Sendable {
         let beat = lastBeat.load(ordering: .acquiring)
         return now - min(now, beat) <= UInt64(window.seconds * 1e9) || now < requestDeadline.load(ordering: .acquiring)
     }
+}
+
+/// Set once an upload step has finished, so the drain running beside it stops after its chunk.
+final class UploadDone: Sendable {
+    private let done = Atomic<Bool>(false)
+    var isSet: Bool { done.load(ordering: .acquiring) }
+    func set() { done.store(true, ordering: .releasing) }
 }
 
 /// The agent's current background task, shared by the loop, the stop handler and the request watcher.

@@ -50,6 +50,8 @@ public struct Drainer: Sendable {
         try outbox.insertDrained(incoming) { CrashPoint.hit("drain.before-outbox-commit") }
         CrashPoint.hit("drain.after-outbox-commit")
         try store.deleteEvents(through: lastSeq)
+        // The records read stay mapped (and counted in RSS) until released: keep RSS flat with the backlog.
+        store.releaseMappedPages()
         return entries.count
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import TributaryStore
+import TributaryWire
 
 /// The enrich stage of the drain: what the container app does for extension events in the iOS SDK.
 ///
@@ -36,7 +37,7 @@ public struct Enricher: Sendable {
     public func enrich(seq: UInt64, record: EventRecord) throws -> Outbox.Row {
         var body = record.body
         if record.producerKind == .extension {
-            body = try enrichExtension(body)
+            body = try enrichExtension(body, seq: seq)
         }
         let eventID = JSONFields.string("event_id", in: body)
         guard let eventID, !eventID.isEmpty else {
@@ -54,7 +55,7 @@ public struct Enricher: Sendable {
             bootID: record.bootID, body: tagged, batchID: nil)
     }
 
-    private func enrichExtension(_ body: [UInt8]) throws -> [UInt8] {
+    private func enrichExtension(_ body: [UInt8], seq: UInt64) throws -> [UInt8] {
         guard var event = try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return body }
         if let identity {
             event["distinct_id"] = identity.distinctID
@@ -70,7 +71,10 @@ public struct Enricher: Sendable {
                 event["lib"] = lib
             }
         }
-        return Array(try JSONSerialization.data(withJSONObject: event, options: [.sortedKeys, .withoutEscapingSlashes]))
+        guard let encoded = JSONText.sortedCompact(event) else {
+            throw EnrichError(seq: seq, reason: "the enriched event cannot be written back as JSON")
+        }
+        return encoded
     }
 
     private static func sendable(_ value: Any) -> (any Sendable)? {

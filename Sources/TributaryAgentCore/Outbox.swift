@@ -1,6 +1,10 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import TributaryStore
+
+/// SQLite's `SQLITE_TRANSIENT` destructor (a C macro Swift cannot import): "copy the value now".
+private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
 /// The agent's private SQLite outbox: events drained from the shared store, waiting for upload.
 ///
@@ -177,12 +181,7 @@ public final class Outbox: Sendable {
                         skipped += 1
                         continue
                     }
-                    try insert.execute(arguments: [
-                        Int64(row.seq), row.eventID, row.producer, Int(row.producerKind.rawValue),
-                        Int64(row.producerSeq), row.wallMillis, Int64(bitPattern: row.bootNanos),
-                        Data(row.bootID.bytes), Data(row.body),
-                    ])
-                    if db.changesCount == 1 {
+                    if try Self.insert(row, with: insert, in: db) {
                         inserted += 1
                         insertedBytes += row.body.count
                     } else {
@@ -209,6 +208,37 @@ public final class Outbox: Sendable {
             beforeCommit()
             return inserted
         }
+    }
+
+    /// Runs the cached `INSERT OR IGNORE INTO outbox` for one row; whether a row was inserted.
+    ///
+    /// Binds with `sqlite3_bind_*` directly instead of GRDB's `StatementArguments`: building an array
+    /// of `DatabaseValue`s and two `Data` copies per row was the largest cost of a drain after the
+    /// SQLite work itself. SQLITE_TRANSIENT: SQLite copies each value before the call returns.
+    private static func insert(_ row: Row, with statement: Statement, in db: Database) throws -> Bool {
+        let handle = statement.sqliteStatement
+        sqlite3_reset(handle)
+        sqlite3_bind_int64(handle, 1, Int64(row.seq))
+        sqlite3_bind_text(handle, 2, row.eventID, -1, sqliteTransient)
+        sqlite3_bind_text(handle, 3, row.producer, -1, sqliteTransient)
+        sqlite3_bind_int64(handle, 4, Int64(row.producerKind.rawValue))
+        sqlite3_bind_int64(handle, 5, Int64(row.producerSeq))
+        sqlite3_bind_int64(handle, 6, row.wallMillis)
+        sqlite3_bind_int64(handle, 7, Int64(bitPattern: row.bootNanos))
+        _ = row.bootID.bytes.withUnsafeBytes { sqlite3_bind_blob(handle, 8, $0.baseAddress, Int32($0.count), sqliteTransient) }
+        if row.body.isEmpty {
+            sqlite3_bind_zeroblob(handle, 9, 0)  // a nil pointer would store NULL; the column is NOT NULL
+        } else {
+            _ = row.body.withUnsafeBytes { sqlite3_bind_blob(handle, 9, $0.baseAddress, Int32($0.count), sqliteTransient) }
+        }
+        let rc = sqlite3_step(handle)
+        sqlite3_reset(handle)
+        guard rc == SQLITE_DONE else {
+            throw DatabaseError(
+                resultCode: ResultCode(rawValue: rc), message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
+                sql: statement.sql)
+        }
+        return sqlite3_changes(db.sqliteConnection) == 1
     }
 
     // MARK: Upload side

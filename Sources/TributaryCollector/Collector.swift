@@ -18,6 +18,7 @@ public final class Collector: Service, Sendable {
     private let store: EventStore
     private let injector: FaultInjector
     private let hangs = HangingRequests()
+    private let counting: CountingEndpoint
     private let onListening: @Sendable (_ url: String, _ port: Int) async -> Void
 
     /// Creates a collector and opens its database; the server starts listening in ``run()``.
@@ -46,6 +47,7 @@ public final class Collector: Service, Sendable {
         self.logger = logger
         self.store = try EventStore(path: configuration.databasePath)
         self.injector = FaultInjector(configuration.faults)
+        self.counting = CountingEndpoint(maxBodyBytes: configuration.maxBodyBytes, injector: injector)
         self.onListening = onListening
     }
 
@@ -122,8 +124,11 @@ public final class Collector: Service, Sendable {
             injector: injector,
             hangs: hangs
         )
+        let counting = self.counting
         router.post("/sa") { request, context in await ingest.respond(to: request, context: context) }
         router.post("/ingest") { request, context in await ingest.respond(to: request, context: context) }
+        router.post("/count/**") { request, context in await counting.respond(to: request, context: context) }
+        router.get("/count") { [counting] _, _ in JSONResponse.make(.ok, counting.snapshot) }
         router.get("/stats") { [store] _, _ in
             do throws(CollectorError) {
                 return JSONResponse.make(.ok, try await store.stats())

@@ -120,6 +120,8 @@ final class EventStore: Sendable {
         let batchRow = db.lastInsertedRowID
 
         var receipt = BatchReceipt()
+        // Per-producer order state, read once per batch and written back once (not per event).
+        var producers: [String: ProducerOrder] = [:]
         var seqHighWater = try Int64.fetchOne(db, sql: "SELECT value FROM high_water WHERE name = 'seq'")
         let insert = try db.cachedStatement(
             sql: """
@@ -142,9 +144,12 @@ final class EventStore: Sendable {
                 seqHighWater = max(seqHighWater ?? seq, seq)
             }
             if let producer = event.producer {
-                try recordUniqueEvent(of: producer, producerSeq: event.producerSeq, in: db)
+                var order = try producers[producer] ?? ProducerOrder(producer, in: db)
+                order.count(producerSeq: event.producerSeq)
+                producers[producer] = order
             }
         }
+        for order in producers.values { try order.save(in: db) }
         if let seqHighWater {
             try db.execute(
                 sql: "INSERT OR REPLACE INTO high_water (name, value) VALUES ('seq', ?)",
@@ -166,29 +171,43 @@ final class EventStore: Sendable {
         return receipt
     }
 
-    /// Counts a unique event for `producer` and checks that its `producer_seq` is above every earlier one.
-    private static func recordUniqueEvent(of producer: String, producerSeq: Int64?, in db: Database) throws {
-        let row = try Row.fetchOne(
-            db.cachedStatement(sql: "SELECT producer_seq_high_water FROM producers WHERE producer = ?"),
-            arguments: [producer]
-        )
-        let highWater: Int64? = row?["producer_seq_high_water"]
-        var violation = 0
-        var newHighWater = highWater
-        if let producerSeq {
-            if let highWater, producerSeq <= highWater { violation = 1 }
-            newHighWater = max(highWater ?? producerSeq, producerSeq)
+    /// One producer's unique events and `producer_seq` order within a batch, on top of its stored row.
+    private struct ProducerOrder {
+        let producer: String
+        var highWater: Int64?
+        var uniqueEvents = 0
+        var violations = 0
+
+        /// The stored state of `producer` (none yet: no high water).
+        init(_ producer: String, in db: Database) throws {
+            self.producer = producer
+            let row = try Row.fetchOne(
+                db.cachedStatement(sql: "SELECT producer_seq_high_water FROM producers WHERE producer = ?"),
+                arguments: [producer]
+            )
+            highWater = row?["producer_seq_high_water"]
         }
-        try db.cachedStatement(
-            sql: """
-                INSERT INTO producers (producer, unique_events, order_violations, producer_seq_high_water)
-                VALUES (?, 1, ?, ?)
-                ON CONFLICT (producer) DO UPDATE SET
-                    unique_events = unique_events + 1,
-                    order_violations = order_violations + excluded.order_violations,
-                    producer_seq_high_water = excluded.producer_seq_high_water
-                """
-        ).execute(arguments: [producer, violation, newHighWater])
+
+        /// Counts a unique event; a `producer_seq` not above every earlier one is an order violation.
+        mutating func count(producerSeq: Int64?) {
+            uniqueEvents += 1
+            guard let producerSeq else { return }
+            if let highWater, producerSeq <= highWater { violations += 1 }
+            highWater = max(highWater ?? producerSeq, producerSeq)
+        }
+
+        func save(in db: Database) throws {
+            try db.cachedStatement(
+                sql: """
+                    INSERT INTO producers (producer, unique_events, order_violations, producer_seq_high_water)
+                    VALUES (?, ?, ?, ?)
+                    ON CONFLICT (producer) DO UPDATE SET
+                        unique_events = unique_events + excluded.unique_events,
+                        order_violations = order_violations + excluded.order_violations,
+                        producer_seq_high_water = excluded.producer_seq_high_water
+                    """
+            ).execute(arguments: [producer, uniqueEvents, violations, highWater])
+        }
     }
 
     private static func bump(_ name: String, by amount: Int = 1, in db: Database) throws {

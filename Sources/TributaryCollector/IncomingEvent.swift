@@ -12,7 +12,7 @@ struct IncomingEvent: Sendable {
     var producer: String?
     /// `_tributary.producer_seq`: the producer's own sequence number.
     var producerSeq: Int64?
-    /// The event as JSON text with sorted keys, as stored and served by `/events`.
+    /// The event's JSON text exactly as it arrived, as stored and served by `/events`.
     var json: String
 }
 
@@ -30,16 +30,21 @@ struct InvalidEvent: Error {
 /// present, must be an object whose `seq` and `producer_seq` are non-negative integers and whose
 /// `producer` is a string. Messages name the index and the field, never a property value.
 enum EventValidator {
-    static func validate(_ objects: [[String: Any]]) throws(InvalidEvent) -> [IncomingEvent] {
+    static func validate(_ objects: [(object: [String: Any], text: ArraySlice<UInt8>)]) throws(InvalidEvent)
+        -> [IncomingEvent]
+    {
         var events: [IncomingEvent] = []
         events.reserveCapacity(objects.count)
-        for (index, object) in objects.enumerated() {
-            events.append(try validate(object, at: index))
+        for (index, event) in objects.enumerated() {
+            events.append(try validate(event.object, text: event.text, at: index))
         }
         return events
     }
 
-    static func validate(_ object: [String: Any], at index: Int) throws(InvalidEvent) -> IncomingEvent {
+    /// Checks one decoded event; `text` is its JSON as it arrived, which is what gets stored.
+    static func validate(_ object: [String: Any], text: ArraySlice<UInt8>, at index: Int) throws(InvalidEvent)
+        -> IncomingEvent
+    {
         func invalid(_ field: String, _ problem: String) -> InvalidEvent {
             InvalidEvent(index: index, field: field, message: "event \(index): \"\(field)\" \(problem)")
         }
@@ -73,10 +78,7 @@ enum EventValidator {
                 event.producer = producer
             }
         }
-        guard let json = JSONValue.text(of: object) else {
-            throw invalid("event_id", "belongs to an event that cannot be written back as JSON")
-        }
-        event.json = json
+        event.json = String(decoding: text, as: UTF8.self)
         return event
     }
 
@@ -110,16 +112,5 @@ enum JSONValue {
         guard double >= 0, double.rounded() == double, double < 0x1p63 else { return nil }
         let integer = number.int64Value
         return integer >= 0 ? integer : nil
-    }
-
-    /// `object` as compact JSON text with sorted keys, or nil when it cannot be serialised.
-    static func text(of object: [String: Any]) -> String? {
-        guard JSONSerialization.isValidJSONObject(object),
-            let data = try? JSONSerialization.data(
-                withJSONObject: object,
-                options: [.sortedKeys, .withoutEscapingSlashes]
-            )
-        else { return nil }
-        return String(decoding: data, as: UTF8.self)
     }
 }

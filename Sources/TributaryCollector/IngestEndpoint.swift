@@ -181,9 +181,9 @@ struct IngestEndpoint: Sendable {
         _ body: [UInt8],
         format: WireFormat,
         contentEncoding: String?
-    ) throws(IngestRejection) -> [[String: Any]] {
+    ) throws(IngestRejection) -> [(object: [String: Any], text: ArraySlice<UInt8>)] {
         do throws(WireError) {
-            return try format.decode(body, contentEncoding: contentEncoding, limit: maxBodyBytes)
+            return try format.decodeWithText(body, contentEncoding: contentEncoding, limit: maxBodyBytes)
         } catch {
             switch error.code {
             case .tooLarge:

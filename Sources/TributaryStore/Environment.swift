@@ -126,6 +126,37 @@ final class Environment: @unchecked Sendable {
         return info.me_mapsize
     }
 
+    /// Drops this process's page-table entries for the store's memory map (`madvise(MADV_DONTNEED)`).
+    ///
+    /// LMDB maps the file read-only and `MAP_SHARED` (no `MDB_WRITEMAP`), so the pages stay in the
+    /// kernel's page cache with their data; the next access to one maps it again (a minor fault). Only
+    /// this process's resident set shrinks: a reader that has walked the whole store otherwise keeps
+    /// every page it read counted in its RSS. LMDB does not publish where it mapped the file
+    /// (`mdb_env_info`'s `me_mapaddr` is only set with `MDB_FIXEDMAP`), so the ranges come from
+    /// `/proc/self/maps`.
+    func releaseMappedPages() {
+        var st = stat()
+        guard stat(path, &st) == 0, let maps = fopen("/proc/self/maps", "r") else { return }
+        defer { fclose(maps) }
+        var buffer: UnsafeMutablePointer<CChar>?
+        var capacity = 0
+        defer { free(buffer) }
+        // Lines: "start-end perms offset dev inode path"; the store's map is the one with its inode.
+        // (getline, not String(contentsOfFile:): /proc files report size 0 and may be read short.)
+        while getline(&buffer, &capacity, maps) > 0, let buffer {
+            let line = String(cString: buffer)
+            let fields = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
+            // Only a read-only shared mapping ("r--s"): MADV_DONTNEED would discard a private mapping's
+            // written pages, never a shared read-only one's.
+            guard fields.count == 6, fields[1] == "r--s", UInt(fields[4]) == UInt(st.st_ino) else { continue }
+            let bounds = fields[0].split(separator: "-")
+            guard bounds.count == 2, let start = UInt(bounds[0], radix: 16), let end = UInt(bounds[1], radix: 16),
+                end > start, let address = UnsafeMutableRawPointer(bitPattern: start)
+            else { continue }
+            _ = madvise(address, Int(end - start), MADV_DONTNEED)
+        }
+    }
+
     /// Size of the data file on disk, in bytes.
     var fileSize: Int {
         var st = stat()

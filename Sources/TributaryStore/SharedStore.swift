@@ -231,6 +231,13 @@ public final class SharedStore: Sendable {
         return try environment.write { txn in try txn.deleteThrough(dbi, last) }
     }
 
+    /// Releases this process's resident view of the store's memory map: the pages stay in the page
+    /// cache and are mapped again on the next read. The agent calls it after each drained chunk, so
+    /// that its RSS does not grow with the number of events it has read (promise 4).
+    public func releaseMappedPages() {
+        environment.releaseMappedPages()
+    }
+
     // MARK: Identity
 
     /// Reads the group's identity, creating the anonymous and device ids on first use.

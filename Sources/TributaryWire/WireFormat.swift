@@ -36,9 +36,10 @@ extension WireFormat {
             array.append(UInt8(ascii: "]"))
             let base64 = Data(try Gzip.compress(array)).base64EncodedString()
             let crc = javaStringHash(base64)
-            let body = "crc=\(crc)&gzip=1&data_list=" + formURLEncode(base64)
+            var body = Array("crc=\(crc)&gzip=1&data_list=".utf8)
+            formURLEncode(base64, into: &body)
             return EncodedBatch(
-                body: Array(body.utf8), headers: [("Content-Type", "application/x-www-form-urlencoded")],
+                body: body, headers: [("Content-Type", "application/x-www-form-urlencoded")],
                 uncompressedBytes: array.count)
         case .ndjson:
             var lines: [UInt8] = []
@@ -72,13 +73,21 @@ extension WireFormat {
     public func decode(_ body: [UInt8], contentEncoding: String?, limit: Int = 64 << 20) throws(WireError)
         -> [[String: Any]]
     {
+        try decodeWithText(body, contentEncoding: contentEncoding, limit: limit).map(\.object)
+    }
+
+    /// Decodes a request body into its events, each with its JSON text exactly as it arrived (the
+    /// element of the `data_list` array, or the NDJSON line).
+    public func decodeWithText(_ body: [UInt8], contentEncoding: String?, limit: Int = 64 << 20) throws(WireError)
+        -> [(object: [String: Any], text: ArraySlice<UInt8>)]
+    {
         var body = body
         if contentEncoding?.lowercased().contains("gzip") == true {
             body = try Gzip.decompress(body, limit: limit)
         }
         switch self {
         case .sensors:
-            let form = parseForm(String(decoding: body, as: UTF8.self))
+            let form = parseForm(body)
             guard let dataList = form["data_list"] else {
                 throw WireError(.malformedBody, "The form has no data_list field.")
             }
@@ -95,23 +104,82 @@ extension WireFormat {
             guard let array = try? JSONSerialization.jsonObject(with: Data(json)) as? [Any] else {
                 throw WireError(.malformedBody, "data_list does not hold a JSON array.")
             }
+            // The parser accepted the text, so the scan of its top-level elements lines up with it.
+            let texts = topLevelElements(ofArray: json)
+            guard texts.count == array.count else {
+                throw WireError(.malformedBody, "data_list does not hold a JSON array.")
+            }
             return try array.enumerated().map { (i, item) throws(WireError) in
                 guard let object = item as? [String: Any] else {
                     throw WireError(.malformedBody, "Element \(i) of data_list is not a JSON object.")
                 }
-                return object
+                return (object, texts[i])
             }
         case .ndjson:
-            var out: [[String: Any]] = []
+            var out: [(object: [String: Any], text: ArraySlice<UInt8>)] = []
             for (i, line) in body.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true).enumerated() {
                 guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else {
                     throw WireError(.malformedBody, "Line \(i + 1) is not a JSON object.")
                 }
-                out.append(object)
+                out.append((object, line))
             }
             return out
         }
     }
+}
+
+/// The text of each top-level element of a JSON array that a parser has accepted (whitespace around
+/// elements left out). Scans strings (with escapes) and nesting only; no validation.
+func topLevelElements(ofArray json: [UInt8]) -> [ArraySlice<UInt8>] {
+    var elements: [ArraySlice<UInt8>] = []
+    var depth = 0
+    var inString = false
+    var escaped = false
+    var start: Int?
+    var end = 0
+    for (i, byte) in json.enumerated() {
+        if inString {
+            if escaped {
+                escaped = false
+            } else if byte == UInt8(ascii: "\\") {
+                escaped = true
+            } else if byte == UInt8(ascii: "\"") {
+                inString = false
+                end = i + 1
+            }
+            continue
+        }
+        switch byte {
+        case UInt8(ascii: " "), UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t"):
+            continue
+        case UInt8(ascii: "\""):
+            inString = true
+            if depth == 1 && start == nil { start = i }
+        case UInt8(ascii: "["), UInt8(ascii: "{"):
+            depth += 1
+            if depth == 2 && start == nil { start = i }
+            end = i + 1
+            continue
+        case UInt8(ascii: "]"), UInt8(ascii: "}"):
+            if depth == 1, let first = start {
+                elements.append(json[first..<end])
+                start = nil
+            }
+            depth -= 1
+            end = i + 1
+            continue
+        case UInt8(ascii: ","):
+            if depth == 1, let first = start {
+                elements.append(json[first..<end])
+                start = nil
+            }
+            continue
+        default:
+            if depth == 1 && start == nil { start = i }
+        }
+        end = i + 1
+    }
+    return elements
 }
 
 /// Java's `String.hashCode()` (31·h + c over UTF-16 code units, wrapping), as the Sensors SDK's `crc`.
@@ -123,35 +191,69 @@ public func javaStringHash(_ text: String) -> Int32 {
 
 /// Percent-encodes a form value (`application/x-www-form-urlencoded`: unreserved characters stay).
 public func formURLEncode(_ text: String) -> String {
-    var out = ""
-    out.reserveCapacity(text.utf8.count + 16)
-    let hex = Array("0123456789ABCDEF")
+    var out: [UInt8] = []
+    formURLEncode(text, into: &out)
+    return String(decoding: out, as: UTF8.self)
+}
+
+/// Appends the percent-encoded form of `text` to `out`.
+func formURLEncode(_ text: String, into out: inout [UInt8]) {
+    let hex = Array("0123456789ABCDEF".utf8)
+    out.reserveCapacity(out.count + text.utf8.count + 64)
     for byte in text.utf8 {
         switch byte {
         case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
             UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
             UInt8(ascii: "~"):
-            out.unicodeScalars.append(UnicodeScalar(byte))
+            out.append(byte)
         default:
-            out.append("%")
+            out.append(UInt8(ascii: "%"))
             out.append(hex[Int(byte >> 4)])
             out.append(hex[Int(byte & 0xF)])
         }
     }
-    return out
 }
 
 /// Parses `a=1&b=2` form text (`+` is a space, `%XX` escapes).
 public func parseForm(_ text: String) -> [String: String] {
+    parseForm(Array(text.utf8))
+}
+
+/// Parses `a=1&b=2` form bytes (`+` is a space, `%XX` escapes; a malformed escape is kept as is).
+public func parseForm(_ bytes: [UInt8]) -> [String: String] {
     var out: [String: String] = [:]
-    for pair in text.split(separator: "&") {
-        let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-        let key = formURLDecode(String(parts[0]))
-        out[key] = parts.count > 1 ? formURLDecode(String(parts[1])) : ""
+    for pair in bytes.split(separator: UInt8(ascii: "&")) {
+        let parts = pair.split(separator: UInt8(ascii: "="), maxSplits: 1, omittingEmptySubsequences: false)
+        out[formURLDecode(parts[0])] = parts.count > 1 ? formURLDecode(parts[1]) : ""
     }
     return out
 }
 
-func formURLDecode(_ text: String) -> String {
-    (text.replacingOccurrences(of: "+", with: " ").removingPercentEncoding) ?? text
+func formURLDecode(_ bytes: ArraySlice<UInt8>) -> String {
+    func hex(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+    var out: [UInt8] = []
+    out.reserveCapacity(bytes.count)
+    var i = bytes.startIndex
+    while i < bytes.endIndex {
+        let byte = bytes[i]
+        if byte == UInt8(ascii: "+") {
+            out.append(UInt8(ascii: " "))
+        } else if byte == UInt8(ascii: "%"), i + 2 < bytes.endIndex, let high = hex(bytes[i + 1]),
+            let low = hex(bytes[i + 2])
+        {
+            out.append(high << 4 | low)
+            i += 2
+        } else {
+            out.append(byte)
+        }
+        i += 1
+    }
+    return String(decoding: out, as: UTF8.self)
 }

@@ -37,6 +37,21 @@ struct IngestTests {
         }
     }
 
+    @Test("Each event is stored and served as the exact JSON text it arrived as", arguments: WireFormat.allCases)
+    func storesEventTextExactly(format: WireFormat) async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let texts = [
+                #"{"type":"track","event":"Zed","time":1760000000000,"event_id":"e-1","zeta":null,"#
+                    + #""properties":{"price":9.5,"tiny":1e-7,"round":3.0,"ok":true,"list":[1,"x]",[],{"a":"}"}],"#
+                    + #""text":"a\"b\\c\nd\u0001 é 😀 \/"},"_tributary":{"seq":1,"producer":"app-1","producer_seq":1}}"#,
+                #"{"event_id":"e-2","type":"profile_set","properties":{"name":"[,]"}}"#,
+            ]
+            let reply = try await Client(collector).post(texts.map { Array($0.utf8) }, format: format)
+            #expect(reply.status == 200, "\(reply.body)")
+            #expect(try await collector.events().map(\.json) == texts)
+        }
+    }
+
     @Test("Duplicates across and within batches are stored once and counted")
     func deduplicates() async throws {
         try await Collector.withRunning(CollectorConfiguration()) { collector in
@@ -230,6 +245,32 @@ struct IngestTests {
                 #expect(stats.batches == 2 && stats.unique == 4 && stats.seqViolations == 0)
                 #expect(try await collector.events().map(\.seq) == [1, 2, 3, 4])
             }
+        }
+    }
+
+    @Test("The counting endpoint counts foreign SDK batches by name, stores nothing, and refuses non-JSON")
+    func countsForeignBatches() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let client = Client(collector)
+            let segment = Array(#"{"batch":[{"event":"a"},{"event":"b"},{"event":"c"}],"sentAt":"x"}"#.utf8)
+            let gzipped = try Gzip.compress(segment)
+            let first = try await client.post(
+                gzipped, headers: [("Content-Type", "application/json"), ("Content-Encoding", "gzip")],
+                path: "/count/segment/v1/batch")
+            #expect(first.status == 200, "\(first.body)")
+            let posthog = Array(#"{"api_key":"k","batch":[{"event":"a"},{"event":"b"}]}"#.utf8)
+            let second = try await client.post(
+                posthog, headers: [("Content-Type", "application/json")], path: "/count/posthog/batch/")
+            #expect(second.status == 200, "\(second.body)")
+            let bad = try await client.post(
+                Array("not json".utf8), headers: [("Content-Type", "application/json")], path: "/count/posthog/batch/")
+            #expect(bad.status == 400, "\(bad.body)")
+
+            let counts = try await client.get("/count").object
+            #expect((counts["segment"] as? [String: Any])?["events"] as? Int == 3)
+            #expect((counts["segment"] as? [String: Any])?["requests"] as? Int == 1)
+            #expect((counts["posthog"] as? [String: Any])?["events"] as? Int == 2)
+            #expect(try await collector.stats().unique == 0)
         }
     }
 }

@@ -63,6 +63,51 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("releasing the mapped pages empties this process's resident view of the map; reads still see every event")
+    func releaseMappedPages() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            try Self.append(store, 2000, size: 2000)
+            let before = try store.events(limit: 5000)
+            #expect(before.count == 2000)
+            let file = group + "/" + SharedStore.fileName
+            let resident = try Self.residentKB(ofMapping: file)
+            #expect(resident > 1000, "\(resident) kB resident")
+            store.releaseMappedPages()
+            #expect(try Self.residentKB(ofMapping: file) == 0)
+            let after = try store.events(limit: 5000)
+            #expect(after.map(\.seq) == before.map(\.seq))
+            #expect(after.map { try? $0.record.get().body } == before.map { try? $0.record.get().body })
+        }
+    }
+
+    /// The `Rss:` of this process's mappings of the file at `path` (`/proc/self/smaps`, matched by inode), in kB.
+    static func residentKB(ofMapping path: String) throws -> Int {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return -1 }  // fails the expectations: the file must exist
+        // Read with getline: /proc files report size 0, and smaps is long.
+        guard let file = fopen("/proc/self/smaps", "r") else { return -1 }
+        defer { fclose(file) }
+        var lines: [String] = []
+        var buffer: UnsafeMutablePointer<CChar>?
+        var capacity = 0
+        while getline(&buffer, &capacity, file) > 0, let buffer {
+            lines.append(String(cString: buffer).trimmingCharacters(in: .newlines))
+        }
+        free(buffer)
+        var inMapping = false
+        var total = 0
+        for line in lines {
+            let fields = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
+            if fields.count >= 5, fields[0].contains("-"), fields[0].allSatisfy({ $0.isHexDigit || $0 == "-" }) {
+                inMapping = UInt(fields[4]) == UInt(st.st_ino)
+            } else if inMapping, line.hasPrefix("Rss:"), fields.count >= 2 {
+                total += Int(fields[1]) ?? 0
+            }
+        }
+        return total
+    }
+
     @Test("the map grows on MDB_MAP_FULL up to the quota, then appends fail with storeFull and nothing is touched")
     func mapGrowthThenStoreFull() throws {
         try withTemporaryGroup { group in

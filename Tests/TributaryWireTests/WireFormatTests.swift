@@ -72,4 +72,15 @@ struct WireFormatTests {
         let error = #expect(throws: WireError.self) { try format.decode(Array(body.utf8), contentEncoding: nil) }
         #expect(error?.code == code)
     }
+
+    @Test("decodeWithText gives each element's text as sent, whitespace between elements left out")
+    func elementTexts() throws {
+        let elements = [#"{"a":"],\"}"}"#, #"{ "b" : [1, {"c":"\\"}], "d":{} }"#, #"{}"#]
+        let array = " [\n " + elements.joined(separator: " ,\n\t") + " ]\n"
+        let base64 = Data(array.utf8).base64EncodedString()
+        let body = Array(("crc=\(javaStringHash(base64))&data_list=" + formURLEncode(base64)).utf8)
+        let decoded = try WireFormat.sensors.decodeWithText(body, contentEncoding: nil)
+        #expect(decoded.map { String(decoding: $0.text, as: UTF8.self) } == elements)
+        #expect(decoded[1].object["d"] is [String: Any])
+    }
 }
