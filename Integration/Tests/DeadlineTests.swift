@@ -28,7 +28,7 @@ struct DeadlineTests {
         return true
     }
 
-    @Test("--once --deadline 3 against a hanging collector exits 0 in under 3 s, backlog intact, no lock held; the next run delivers the rest")
+    @Test("--once --deadline 3 against a hanging collector exits 0 within its deadline, backlog intact, no lock held; the next run delivers the rest")
     func onceDeadline() async throws {
         try await withTemporaryGroup { group in
             let ledger = group + "-ledger"
@@ -39,7 +39,9 @@ struct DeadlineTests {
                     "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "3", "--request-timeout", "30"]))
                 let elapsed = Date().timeIntervalSince(began)
                 #expect(run.status == 0, "\(run.stderr)")
-                #expect(elapsed < 3, "took \(elapsed) s")
+                // The deadline runs from the agent's own start; the extra 0.5 s is the process's launch and exit
+                // as seen from outside on a loaded 2-core machine (the request timeout is 30 s, the hang forever).
+                #expect(elapsed < 3.5, "took \(elapsed) s")
                 #expect(Self.groupLockIsFree(group))
                 let track = try await ChildProcess.run("tributary", ["track", "--group", group, "AfterDeadline"])
                 #expect(track.status == 0, "a producer must be able to write at once: \(track.stderr)")
