@@ -19,6 +19,10 @@ extension ReliabilityScenarios {
             var extra: [String] = []
             /// The agent's expected exit status under the fault.
             var status: Int32 = 0
+            /// A transport fault the collector cannot make itself: the agent then talks to the collector
+            /// through a ``FaultProxy`` in this mode (seeded with `proxySeed + round`); the drain goes direct.
+            var proxy: FaultProxy.Mode? = nil
+            var proxySeed: UInt64 = 0
             var testDescription: String { name }
         }
 
@@ -45,6 +49,11 @@ extension ReliabilityScenarios {
             Case(name: "slow answer past the request timeout", faults: FaultConfiguration(latencyMillis: 700),
                  extra: ["--request-timeout", "0.5", "--deadline", "4"]),
             Case(name: "2xx lost after commit", faults: FaultConfiguration(seed: 5, lostAckRate: 0.4)),
+            Case(name: "reset in the middle of the request body", faults: .none, proxy: .resetMidBody(rate: 0.5), proxySeed: 21),
+            // ~80 B/s: the response head alone takes over a second, past the 0.5 s request timeout.
+            Case(name: "slow response body past the request timeout", faults: .none,
+                 extra: ["--request-timeout", "0.5", "--deadline", "10"],
+                 proxy: .slowBody(bytesPerTick: 4, tickMillis: 50, rate: 0.5), proxySeed: 22),
         ]
 
         @Test("the agent against a faulty collector: nothing lost, nothing duplicated after dedup, order kept", arguments: cases)
@@ -59,6 +68,7 @@ extension ReliabilityScenarios {
                     oracle.unledgeredProducers = ["poison"]
                     var poisonIDs: Set<String> = []
                     var elapsed = 0.0
+                    var proxied = (exchanges: 0, faulted: 0)
                     for round in 0..<rounds {
                         oracle.ledgers += try await Scenario.produce(group, [("load-\(round)", 120)])
                         if faults.poisonPattern != nil {
@@ -68,7 +78,22 @@ extension ReliabilityScenarios {
                         }
                         try await collector.setFaults(faults)
                         let began = Date()
-                        let run = try await ChildProcess.run("tributary-agent", Scenario.agentArguments(group, collector.url, fault.extra))
+                        let run: (status: Int32, stdout: String, stderr: String)
+                        if let mode = fault.proxy {
+                            let seed = fault.proxySeed &+ UInt64(round)
+                            let (result, exchanges, faulted) = try await FaultProxy.withRunning(
+                                upstreamPort: collector.port, mode: mode, seed: seed
+                            ) { proxy in
+                                let result = try await ChildProcess.run(
+                                    "tributary-agent", Scenario.agentArguments(group, proxy.url, fault.extra))
+                                return (result, proxy.exchanges, proxy.faulted)
+                            }
+                            run = result
+                            proxied.exchanges += exchanges
+                            proxied.faulted += faulted
+                        } else {
+                            run = try await ChildProcess.run("tributary-agent", Scenario.agentArguments(group, collector.url, fault.extra))
+                        }
                         elapsed += Date().timeIntervalSince(began)
                         #expect(run.status == fault.status, "\(fault.name): exit \(run.status): \(run.stderr)")
                         if fault.status != 0 {
@@ -89,9 +114,31 @@ extension ReliabilityScenarios {
                     }
                     let letters = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", Scenario.outbox(group), "--json"])
                     for id in poisonIDs { #expect(letters.stdout.contains(id), "poison \(id) not dead-lettered: \(letters.stdout)") }
+                    var problems: [String] = []
+                    switch fault.proxy {
+                    case nil:
+                        break
+                    case .resetMidBody?:
+                        // Reset requests were truncated: nothing of them may be committed, so no batch repeats.
+                        if proxied.faulted == 0 { problems.append("the proxy reset no request (\(proxied.exchanges) exchanges)") }
+                        if stats.repeatedBatches != 0 {
+                            problems.append("\(stats.repeatedBatches) batches repeated: a truncated request was committed")
+                        }
+                    case .slowBody?:
+                        // Each slowed answer came after the commit: its batch comes back once, deduplicated.
+                        if proxied.faulted == 0 { problems.append("the proxy slowed no response (\(proxied.exchanges) exchanges)") }
+                        if stats.repeatedBatches < proxied.faulted {
+                            problems.append("\(proxied.faulted) answers slowed but only \(stats.repeatedBatches) batches repeated")
+                        }
+                    }
+                    if fault.proxy != nil {
+                        #expect(proxied.faulted > 0, "\(fault.name): the proxy never acted in \(proxied.exchanges) exchanges")
+                        print("6 collector: \(fault.name): proxy faulted \(proxied.faulted) of \(proxied.exchanges) exchanges, "
+                              + "\(stats.repeatedBatches) batches repeated, \(stats.duplicates) wire duplicates")
+                    }
                     try await Scenario.conclude(
                         "6 collector: \(fault.name)", test: "CollectorFaultScenarios/collectorFault", iterations: rounds,
-                        oracle: oracle, collector: collector, group: group)
+                        oracle: oracle, collector: collector, group: group, problems: problems)
                 }
             }
         }
