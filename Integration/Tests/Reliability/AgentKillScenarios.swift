@@ -27,7 +27,9 @@ extension ReliabilityScenarios {
                     var poisoned = 0
                     var problems: [String] = []
                     for round in 0..<rounds {
-                        oracle.ledgers += try await Scenario.produce(group, [("load-\(round)", 150 + Int(rng.next() % 100))])
+                        // Upload points crash after up to 3 batches, twice per round: at least 6 batches of 50.
+                        let events = (point.hasPrefix("upload") ? 300 : 150) + Int(rng.next() % 100)
+                        oracle.ledgers += try await Scenario.produce(group, [("load-\(round)", events)])
                         if point.hasPrefix("deadletter") {
                             let track = try await ChildProcess.run("tributary", ["track", "--group", group, "--producer-id", "cli", "Poison"])
                             #expect(track.status == 0, "\(track.stderr)")
