@@ -46,6 +46,8 @@ public final class HybridBridge: Sendable {
     private let allowedServers: Set<ServerProject>
     private let logger: Logger
     private let counts = Mutex(Counts())
+    /// Made once: every accepted message increments it (rejections, rare, make theirs per reason).
+    private let acceptedCounter = Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", "accepted")])
     private let onAccepted: @Sendable (TrackReceipt) -> Void
 
     /// A bridge writing through `tracker` (open it with producer kind `.hybrid`).
@@ -108,7 +110,7 @@ public final class HybridBridge: Sendable {
         case .success(let receipt):
             onAccepted(receipt)
             counts.withLock { $0.accepted += 1 }
-            Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", "accepted")]).increment()
+            acceptedCounter.increment()
             logger.debug(
                 "bridge event accepted",
                 metadata: [
