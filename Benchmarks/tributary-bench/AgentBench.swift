@@ -55,8 +55,13 @@ struct AgentBench: ParsableCommand {
     @Option(name: .customLong("pipeline-processes"), help: "Producer processes of the pipeline runs.")
     var pipelineProcesses: Int = 2
 
-    @Option(name: .customLong("pipeline-callers"), help: "Concurrent async track() callers per pipeline producer.")
-    var pipelineCallers: Int = 64
+    @Option(name: .customLong("pipeline-callers"), help: "Concurrent callers per pipeline producer.")
+    var pipelineCallers: Int = 8
+
+    @Option(
+        name: .customLong("pipeline-window"),
+        help: "Events each pipeline caller keeps in flight with enqueue(); 0: each awaits every track().")
+    var pipelineWindow: Int = 128
 
     @Option(
         name: .customLong("pipeline-agent-options"), parsing: .upToNextOption,
@@ -98,7 +103,7 @@ struct AgentBench: ParsableCommand {
                     "\(name) takes 1 to \(Self.largestBacklog) events (the agent's store quota is 1 GiB).")
             }
         }
-        guard pipelineProcesses >= 1, pipelineCallers >= 1, pipelineReps >= 1,
+        guard pipelineProcesses >= 1, pipelineCallers >= 1, pipelineReps >= 1, pipelineWindow >= 0,
             (pipelineProcesses...2_000_000).contains(pipelineEvents)
         else {
             throw ValidationError(
@@ -148,7 +153,7 @@ struct AgentBench: ParsableCommand {
             if parts.contains(.pipeline) {
                 let spec = PipelineSpec(
                     events: pipelineEvents, processes: pipelineProcesses, callers: pipelineCallers,
-                    agentArguments: pipelineAgentOptions)
+                    window: pipelineWindow, agentArguments: pipelineAgentOptions)
                 for rep in 1...pipelineReps {
                     report.pipeline.append(try session.pipelineRun(rep, of: pipelineReps, spec: spec))
                 }
@@ -521,7 +526,8 @@ struct AgentReport {
         if let spec = pipelineSpec, !pipeline.isEmpty {
             lines.append("")
             lines.append(
-                "Pipeline: \(spec.processes) producer processes x \(spec.callers) async track() callers (group commit) "
+                "Pipeline: \(spec.processes) producer processes x \(spec.callers) callers x \(spec.window) enqueued "
+                    + "events in flight (group commit) "
                     + "-> tributary-agent \(spec.agentArguments.joined(separator: " ")) -> tributary-collector, "
                     + "\(Report.grouped(Double(spec.events))) events; medians of \(pipeline.count) reps")
             var table = [

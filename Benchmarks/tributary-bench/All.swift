@@ -59,19 +59,20 @@ struct Summary {
 
     var text: String {
         var rows = [["figure", "Tributary", "baseline (same run)", "ratio", "target", "met"]]
-        func producerRow(_ label: String, _ configuration: Configuration, baseline: String, target: Double) {
+        func producerRow(_ label: String, _ configuration: Configuration, baseline: String, target: Double?) {
             guard let samples = producers[configuration], !samples.isEmpty else { return }
             let swift = Statistics.median(samples.map(\.swift.eventsPerSecond))
             let c = Statistics.median(samples.map(\.c.eventsPerSecond))
             let ratio = Statistics.median(samples.map { $0.swift.eventsPerSecond / $0.c.eventsPerSecond })
             rows.append([
                 label, "\(Report.grouped(swift)) ev/s", "\(baseline) \(Report.grouped(c)) ev/s",
-                Report.decimal(ratio, 2), ">= \(Report.decimal(target, 1))x", ratio >= target ? "yes" : "no",
+                Report.decimal(ratio, 2), target.map { ">= \(Report.decimal($0, 1))x" } ?? "-",
+                target.map { ratio >= $0 ? "yes" : "no" } ?? "-",
             ])
         }
         producerRow("1 producer, durable track() one at a time", Configuration(mode: .single, processes: 1),
                     baseline: "C 1 ev/txn:", target: 0.8)
-        producerRow("1 producer, 8 async callers, group commit", Configuration(mode: .group, processes: 1),
+        producerRow("1 producer, 8 callers, group commit", Configuration(mode: .group, processes: 1),
                     baseline: "C \(cBatch) ev/txn:", target: 0.5)
         if let samples = producers[Configuration(mode: .group, processes: 1)], !samples.isEmpty {
             let swift = Statistics.median(samples.map(\.swift.eventsPerSecond))
@@ -84,6 +85,9 @@ struct Summary {
         }
         producerRow("4 producer processes, group commit", Configuration(mode: .group, processes: 4),
                     baseline: "C x4, \(cBatch) ev/txn:", target: 0.5)
+        // No target: the same 8 callers, but each awaits every event, so a transaction holds at most 8.
+        producerRow("  (8 callers each awaiting every track())", Configuration(mode: .awaited, processes: 1),
+                    baseline: "C \(cBatch) ev/txn:", target: nil)
         if !agent.drain.isEmpty {
             let swift = Statistics.median(agent.drain.map(\.swift.eventsPerSecond))
             let c = Statistics.median(agent.drain.map(\.cFull.eventsPerSecond))

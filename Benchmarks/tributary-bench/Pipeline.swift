@@ -6,6 +6,8 @@ struct PipelineSpec {
     var events: Int
     var processes: Int
     var callers: Int
+    /// Events each caller keeps in flight with `enqueue` (0: each awaits every `track`).
+    var window: Int
     /// Extra `tributary-agent` options (batch size, ...).
     var agentArguments: [String]
 }
@@ -43,7 +45,7 @@ extension AgentSession {
                 arguments: [
                     "worker", "--group", group, "--producer-id", "pipe-\(index)",
                     "--events", "\(perProcess + (index <= spec.events % spec.processes ? 1 : 0))",
-                    "--callers", "\(spec.callers)", "--map-size", "\(mapSize)",
+                    "--callers", "\(spec.callers)", "--window", "\(spec.window)", "--map-size", "\(mapSize)",
                 ])
         }
         for producer in producers { try producer.waitUntilReady() }

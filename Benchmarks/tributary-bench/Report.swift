@@ -12,10 +12,11 @@ struct Report {
                 + "\(ProcessInfo.processInfo.activeProcessorCount) CPUs, stores in \(workDirectory) (\(fileSystem))",
             "medians of \(run.reps) reps; single: \(Self.grouped(Double(run.singleEvents))) events/process, "
                 + "group: \(Self.grouped(Double(run.groupEvents))) events/process, "
-                + "Swift with \(run.callers) concurrent async track callers/process; "
+                + "Swift with \(run.callers) concurrent callers/process (group: \(run.window) enqueued events "
+                + "in flight each; awaited: each awaits every track); "
                 + "records \(Int(Statistics.median(recordSizes).rounded())) B",
-            "ev/s: all processes' events / (last process done - common start). Swift µs: per track call "
-                + "(call to durable return). C µs: per transaction (begin to commit return).",
+            "ev/s: all processes' events, all durable / (last process done - common start). Swift µs: per "
+                + "event, from track or enqueue to its durable receipt. C µs: per transaction (begin to commit return).",
             "",
         ]
         let header = [

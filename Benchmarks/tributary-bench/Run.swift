@@ -25,17 +25,25 @@ struct Run: ParsableCommand {
     @Option(parsing: .upToNextOption, help: "Producer process counts.")
     var processes: [Int] = [1, 2, 4]
 
-    @Option(parsing: .upToNextOption, help: "Commit modes: single (one transaction per track), group (group commit).")
+    @Option(
+        parsing: .upToNextOption,
+        help: """
+            Commit modes: single (one transaction per track), group (group commit, each caller keeping \
+            --window events in flight), awaited (group commit, each caller awaiting every track).
+            """)
     var modes: [Mode] = Mode.allCases
 
     @Option(name: .customLong("single-events"), help: "Events per process with single track.")
     var singleEvents: Int = 2_000
 
     @Option(name: .customLong("group-events"), help: "Events per process with group commit.")
-    var groupEvents: Int = 10_000
+    var groupEvents: Int = 20_000
 
     @Option(help: "Concurrent async track() callers per Swift process with group commit.")
     var callers: Int = 8
+
+    @Option(help: "Events each caller keeps in flight (enqueue) in the group mode.")
+    var window: Int = 128
 
     @Option(name: .customLong("c-batch"), help: "C events per transaction with group commit (default: the Swift run's mean batch).")
     var cBatch: Int?
@@ -57,6 +65,7 @@ struct Run: ParsableCommand {
         guard !modes.isEmpty else { throw ValidationError("--modes needs at least one of single, group.") }
         guard singleEvents >= 1, groupEvents >= 1 else { throw ValidationError("Event counts must be at least 1.") }
         guard callers >= 1 else { throw ValidationError("--callers must be at least 1.") }
+        guard window >= 1 else { throw ValidationError("--window must be at least 1.") }
         guard (cBatch ?? 1) >= 1 else { throw ValidationError("--c-batch must be at least 1.") }
         // A record is under 1 KiB; twice that covers B-tree pages and copy-on-write churn.
         let largestRun = (processes.max() ?? 1) * max(singleEvents, groupEvents) * 2048
@@ -91,7 +100,7 @@ struct Run: ParsableCommand {
                     let events = configuration.mode == .single ? singleEvents : groupEvents
                     var spec = RunSpec(
                         language: .swift, mode: configuration.mode, processes: configuration.processes,
-                        eventsPerProcess: events, callers: callers, batch: 1, recordSize: 0)
+                        eventsPerProcess: events, callers: callers, window: window, batch: 1, recordSize: 0)
                     let swift = try runner.run(spec)
                     progress(rep, configuration, spec, swift)
 

@@ -9,8 +9,12 @@ enum Language: String, Sendable {
 enum Mode: String, CaseIterable, Sendable {
     /// Synchronous `track`: one durable write transaction per event.
     case single
-    /// Group commit: concurrent async `track` callers share transactions (C: fixed-size batches).
+    /// Group commit: concurrent callers, each keeping a window of events in flight with `enqueue`
+    /// and awaiting its oldest receipt when the window is full (C: fixed-size batches).
     case group
+    /// Group commit: concurrent async `track` callers, each awaiting every event before its next
+    /// (at most one event per caller in a transaction; C: fixed-size batches).
+    case awaited
 }
 
 /// One run: `processes` producer processes of one language, each writing `eventsPerProcess` events.
@@ -21,6 +25,8 @@ struct RunSpec: Sendable {
     var eventsPerProcess: Int
     /// Swift group commit: concurrent `track` callers per process.
     var callers: Int
+    /// Swift `group` mode: events each caller keeps in flight.
+    var window: Int
     /// C: events per transaction.
     var batch: Int
     /// C: bytes per record (measured from the Swift run it is paired with).
@@ -122,7 +128,9 @@ final class Runner {
                       "--map-size", "\(mapSize)"]
         switch spec.language {
         case .swift:
-            return ["worker"] + common + ["--callers", "\(spec.mode == .single ? 0 : spec.callers)"]
+            return ["worker"] + common + [
+                "--callers", "\(spec.mode == .single ? 0 : spec.callers)", "--window", "\(spec.mode == .group ? spec.window : 0)",
+            ]
         case .c:
             return common + ["--batch", "\(spec.mode == .single ? 1 : spec.batch)", "--record-size", "\(spec.recordSize)"]
         }

@@ -22,6 +22,12 @@ struct Worker: AsyncParsableCommand {
     @Option(help: "Concurrent async track() callers sharing group commits; 0 = synchronous track(), one transaction each.")
     var callers: Int = 0
 
+    @Option(help: """
+        With --callers: events each caller keeps in flight with enqueue(), awaiting the oldest receipt \
+        when the window is full; 0 = each caller awaits every track() before the next.
+        """)
+    var window: Int = 0
+
     @Option(name: .customLong("map-size"), help: ArgumentHelp("LMDB map size in bytes.", valueName: "bytes"))
     var mapSize: Int = 1 << 30
 
@@ -31,6 +37,8 @@ struct Worker: AsyncParsableCommand {
     func validate() throws {
         guard events >= 0 else { throw ValidationError("--events must not be negative.") }
         guard callers >= 0 else { throw ValidationError("--callers must not be negative.") }
+        guard window >= 0 else { throw ValidationError("--window must not be negative.") }
+        guard window == 0 || callers > 0 else { throw ValidationError("--window needs --callers.") }
         guard mapSize > 0 else { throw ValidationError("--map-size must be positive.") }
     }
 
@@ -48,7 +56,9 @@ struct Worker: AsyncParsableCommand {
         }
         let start = Monotonic.nanos()
         let cpuStart = ResourceUsage.cpuNanos()
-        let latencies = callers == 0 ? try trackOneByOne(tracker) : try await trackConcurrently(tracker)
+        let latencies =
+            callers == 0
+            ? try trackOneByOne(tracker) : window == 0 ? try await trackConcurrently(tracker) : try await enqueueConcurrently(tracker)
         let end = Monotonic.nanos()
         if hold {
             // Every track() above returned: each of these events is durable. The driver SIGKILLs us now.
@@ -90,6 +100,48 @@ struct Worker: AsyncParsableCommand {
                         try await tracker.track(BenchEvent.name, properties: properties)
                         latencies.append(Monotonic.nanos() - t0)
                     }
+                    return latencies
+                }
+            }
+            var all: [UInt64] = []
+            all.reserveCapacity(events)
+            for try await latencies in group { all += latencies }
+            return all
+        }
+    }
+}
+
+extension Worker {
+    /// `callers` concurrent tasks, each keeping `window` events in flight with `enqueue`: a caller
+    /// awaits its oldest receipt only when its window is full, so one transaction carries the events
+    /// of many callers' windows. Latency: from `enqueue` to the receipt (the event durable).
+    fileprivate func enqueueConcurrently(_ tracker: Tracker) async throws -> [UInt64] {
+        let (callers, events, window) = (self.callers, self.events, self.window)
+        return try await withThrowingTaskGroup(of: [UInt64].self) { group in
+            for caller in 0..<callers {
+                group.addTask {
+                    var latencies: [UInt64] = []
+                    latencies.reserveCapacity(events / callers + 1)
+                    var inFlight: [(pending: PendingTrack, queuedAt: UInt64)] = []
+                    inFlight.reserveCapacity(window)
+                    var oldest = 0
+                    func settleOldest() async throws {
+                        let (pending, queuedAt) = inFlight[oldest]
+                        _ = try await pending.receipt()
+                        latencies.append(Monotonic.nanos() - queuedAt)
+                        oldest += 1
+                    }
+                    for index in stride(from: caller, to: events, by: callers) {
+                        if inFlight.count - oldest == window { try await settleOldest() }
+                        if oldest == window {
+                            inFlight.removeFirst(oldest)
+                            oldest = 0
+                        }
+                        let queuedAt = Monotonic.nanos()
+                        let pending = try await tracker.enqueue(BenchEvent.name, properties: BenchEvent.properties(index: index))
+                        inFlight.append((pending, queuedAt))
+                    }
+                    while oldest < inFlight.count { try await settleOldest() }
                     return latencies
                 }
             }

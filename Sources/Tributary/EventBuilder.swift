@@ -86,7 +86,7 @@ enum EventEncoder {
         head.raw(",")
 
         let eventID = eventID ?? randomUUIDString()
-        let trackID = Int64.random(in: 0...Int64(Int32.max))
+        let trackID = Int64(randomInteger(upTo: UInt64(Int32.max)))
         var tail = JSONWriter(capacity: 512)
         tail.raw("\"_track_id\":")
         tail.int(trackID)

@@ -68,6 +68,38 @@ public enum EventRules {
     }
 
     private static func validateName(_ name: String, what: String) throws {
+        // Fast path, on every property of every event: a valid name is ASCII, so its bytes are its
+        // characters. Anything else takes the general path, which finds and words the problem.
+        var name = name
+        let valid: Bool? = name.withUTF8 { utf8 in
+            guard (1...maxNameLength).contains(utf8.count) else { return nil }
+            for (i, b) in utf8.enumerated() {
+                let ok = b == 0x5F || b == 0x24 || (0x41...0x5A).contains(b) || (0x61...0x7A).contains(b)
+                    || (i > 0 && (0x30...0x39).contains(b))
+                if !ok { return nil }
+            }
+            return !isReserved(utf8)
+        }
+        if valid == true { return }
+        try explainInvalidName(name, what: what)
+    }
+
+    /// Whether an ASCII name is reserved (compared case-insensitively, byte by byte).
+    private static func isReserved(_ utf8: UnsafeBufferPointer<UInt8>) -> Bool {
+        func matches(_ reserved: [UInt8], wholeName: Bool) -> Bool {
+            guard wholeName ? utf8.count == reserved.count : utf8.count >= reserved.count else { return false }
+            for (b, r) in zip(utf8, reserved) where ((0x41...0x5A).contains(b) ? b | 0x20 : b) != r { return false }
+            return true
+        }
+        return reservedNameBytes.contains { matches($0, wholeName: true) }
+            || reservedPrefixBytes.contains { matches($0, wholeName: false) }
+    }
+
+    private static let reservedNameBytes = reservedNames.map { Array($0.utf8) }
+    private static let reservedPrefixBytes = reservedPrefixes.map { Array($0.utf8) }
+
+    /// Throws the error describing what is wrong with `name`.
+    private static func explainInvalidName(_ name: String, what: String) throws {
         let scalars = name.unicodeScalars
         guard !scalars.isEmpty else {
             throw TrackingError(.invalidName, field: name, "The \(what) is empty.")
@@ -87,10 +119,7 @@ public enum EventRules {
                     "The \(what) \(name) has character \(i + 1) not allowed: names match ^[a-zA-Z_$][a-zA-Z0-9_$]{0,99}$.")
             }
         }
-        let lower = name.lowercased()
-        if reservedNames.contains(lower) || reservedPrefixes.contains(where: { lower.hasPrefix($0) }) {
-            throw TrackingError(.reservedName, field: name, "The \(what) \(name) is reserved by Sensors Analytics.")
-        }
+        throw TrackingError(.reservedName, field: name, "The \(what) \(name) is reserved by Sensors Analytics.")
     }
 
     private static func checkLength(_ s: String, field: String, what: String) throws {

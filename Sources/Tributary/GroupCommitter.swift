@@ -2,89 +2,118 @@ import Dispatch
 import Synchronization
 import TributaryStore
 
-/// Group commit: concurrent async `track` callers of one process share one durable write transaction.
+/// Group commit: concurrent callers of one process share one durable write transaction.
 ///
-/// Callers enqueue a prepared event and suspend. One drain loop on a private serial queue (so the
-/// blocking fsync never occupies a Swift concurrency thread) takes everything queued, appends it in
-/// one transaction, and only after that transaction has committed resumes each caller with its own
-/// receipt. A caller is never resumed before the transaction holding its event is durable.
+/// Callers queue a prepared event and get a ``PendingTrack``. One drain loop on a private serial queue
+/// (so the blocking fsync never occupies a Swift concurrency thread) takes everything queued, appends
+/// it in one transaction, and only after that transaction has committed completes each pending event
+/// with its own receipt. No pending event is ever completed before the transaction holding it is
+/// durable.
 ///
-/// Gathering: the callers just resumed usually come straight back with their next event, but they
-/// need a few tens of microseconds to prepare it, while the callers that queued during the commit are
-/// ready at once. Starting the next transaction immediately would commit only those, and the callers
-/// would settle into two cohorts of half the callers each, one transaction each (with 8 callers, 4
-/// events per fsync). So after a transaction of more than one event, the loop waits until as many
-/// events as it just acknowledged have queued again, or `gatherLimit` (a quarter of that commit's
-/// duration, at most 1 ms) has passed, whichever comes first. A lone caller never waits.
+/// The queue is bounded (`maxQueued` events): ``enqueue(_:)`` suspends while it is full, so callers
+/// that queue faster than the disk commits are slowed to the disk's pace rather than growing memory.
+///
+/// Gathering: callers that wait for each event (`track`) usually come straight back with their next
+/// one, but they need a few tens of microseconds to prepare it, while the callers that queued during
+/// the commit are ready at once. Starting the next transaction immediately would commit only those,
+/// and the callers would settle into two cohorts of half the callers each, one transaction each (with
+/// 8 callers, 4 events per fsync). So after a transaction of more than one event, the loop waits until
+/// as many events as it just completed have queued again, or `gatherLimit` (a quarter of that
+/// commit's duration, at most 1 ms) has passed, whichever comes first. A lone caller never waits, and
+/// a full transaction's worth already queued starts at once.
 final class GroupCommitter: Sendable {
-    private struct Waiter {
-        var event: PreparedEvent
-        var continuation: CheckedContinuation<TrackReceipt, any Error>
-    }
-
     private struct State {
-        var queued: [Waiter] = []
+        var queued: [PendingTrack] = []
         var draining = false
         /// While the drain loop gathers: wake it when `queued` reaches this count.
         var gatherUntil: Int?
+        /// Callers of `enqueue` waiting for room in the queue.
+        var waitingForRoom: [CheckedContinuation<Void, Never>] = []
     }
 
     private let store: SharedStore
     private let producer: SharedStore.Producer
     private let maxBatch: Int
+    private let maxQueued: Int
     private let state = Mutex(State())
     private let queue = DispatchQueue(label: "tributary.group-commit")
     /// Signalled (once) when `queued` reaches `gatherUntil`.
     private let gathered = DispatchSemaphore(value: 0)
 
-    init(store: SharedStore, producer: SharedStore.Producer, maxBatch: Int) {
+    init(store: SharedStore, producer: SharedStore.Producer, maxBatch: Int, maxQueued: Int) {
         self.store = store
         self.producer = producer
         self.maxBatch = maxBatch
+        self.maxQueued = max(maxQueued, maxBatch)
     }
 
+    /// Queues `event` for the next transaction and resumes once the transaction holding it is durable.
     func commit(_ event: PreparedEvent) async throws -> TrackReceipt {
-        try await withCheckedThrowingContinuation { continuation in
-            let (startDrain, wake) = state.withLock { state in
-                state.queued.append(Waiter(event: event, continuation: continuation))
-                if let target = state.gatherUntil, state.queued.count >= target {
-                    state.gatherUntil = nil
-                    return (false, true)
+        try await enqueue(event).receipt()
+    }
+
+    /// Queues `event` for a coming transaction; suspends only while the queue is full.
+    func enqueue(_ event: PreparedEvent) async -> PendingTrack {
+        let pending = PendingTrack(event)
+        while !tryEnqueue(pending) {
+            await withCheckedContinuation { (room: CheckedContinuation<Void, Never>) in
+                let full = state.withLock { state in
+                    guard state.queued.count >= maxQueued else { return false }
+                    state.waitingForRoom.append(room)
+                    return true
                 }
-                if state.draining { return (false, false) }
-                state.draining = true
-                return (true, false)
+                if !full { room.resume() }
             }
-            if wake { gathered.signal() }
-            if startDrain { queue.async { self.drain() } }
         }
+        return pending
+    }
+
+    /// Appends `pending` unless the queue is full; starts the drain loop or ends its gathering.
+    private func tryEnqueue(_ pending: PendingTrack) -> Bool {
+        let (admitted, startDrain, wake) = state.withLock { state in
+            guard state.queued.count < maxQueued else { return (false, false, false) }
+            state.queued.append(pending)
+            if let target = state.gatherUntil, state.queued.count >= target {
+                state.gatherUntil = nil
+                return (true, false, true)
+            }
+            if state.draining { return (true, false, false) }
+            state.draining = true
+            return (true, true, false)
+        }
+        if wake { gathered.signal() }
+        if startDrain { queue.async { self.drain() } }
+        return admitted
     }
 
     private func drain() {
         var previous = (events: 0, nanos: UInt64(0))
         while true {
             if previous.events > 1 { gather(previous.events, limitNanos: min(previous.nanos / 4, 1_000_000)) }
-            let batch: [Waiter] = state.withLock { state in
+            let (batch, room): ([PendingTrack], [CheckedContinuation<Void, Never>]) = state.withLock { state in
                 guard !state.queued.isEmpty else {
                     state.draining = false
-                    return []
+                    return ([], [])
                 }
                 let take = min(state.queued.count, maxBatch)
                 let batch = Array(state.queued.prefix(take))
                 state.queued.removeFirst(take)
-                return batch
+                defer { state.waitingForRoom.removeAll() }
+                return (batch, state.waitingForRoom)
             }
+            // Every caller waiting for room tries again (each re-checks; the queue just shrank).
+            for waiter in room { waiter.resume() }
             if batch.isEmpty { return }
             let started = DispatchTime.now().uptimeNanoseconds
             do {
                 let appended = try store.append(producer: producer, count: batch.count) { index, identity in
                     batch[index].event.draft(with: identity)
                 }
-                for (waiter, where_) in zip(batch, appended) {
-                    waiter.continuation.resume(returning: TrackReceipt(event: waiter.event, appended: where_))
+                for (pending, where_) in zip(batch, appended) {
+                    pending.complete(.success(TrackReceipt(event: pending.event, appended: where_)))
                 }
             } catch {
-                for waiter in batch { waiter.continuation.resume(throwing: error) }
+                for pending in batch { pending.complete(.failure(error)) }
             }
             previous = (batch.count, DispatchTime.now().uptimeNanoseconds - started)
         }
@@ -107,5 +136,53 @@ final class GroupCommitter: Sendable {
             }
             if signalled { gathered.wait() }
         }
+    }
+}
+
+/// An event queued for a group commit (``Tracker/enqueue(_:properties:)``): not durable until
+/// ``receipt()`` returns.
+///
+/// If the process ends before the transaction holding the event commits, the event is lost, exactly
+/// as an event whose `track` call had not returned yet would be. ``receipt()`` may be awaited any
+/// number of times, from any task.
+public final class PendingTrack: Sendable {
+    private enum Outcome {
+        case waiting([CheckedContinuation<TrackReceipt, any Error>])
+        case done(Result<TrackReceipt, any Error>)
+    }
+
+    let event: PreparedEvent
+    private let outcome = Mutex(Outcome.waiting([]))
+
+    /// The event's unique id (`event_id`), known before it is durable.
+    public var eventID: String { event.eventID }
+
+    init(_ event: PreparedEvent) { self.event = event }
+
+    /// Resumes once the event is durable in the shared store, with its receipt; throws the store's
+    /// error if the transaction holding it failed (the event is then not stored).
+    public func receipt() async throws -> TrackReceipt {
+        if case .done(let result) = outcome.withLock({ $0 }) { return try result.get() }
+        return try await withCheckedThrowingContinuation { continuation in
+            let result: Result<TrackReceipt, any Error>? = outcome.withLock { outcome in
+                switch outcome {
+                case .done(let result): return result
+                case .waiting(var waiters):
+                    waiters.append(continuation)
+                    outcome = .waiting(waiters)
+                    return nil
+                }
+            }
+            if let result { continuation.resume(with: result) }
+        }
+    }
+
+    func complete(_ result: Result<TrackReceipt, any Error>) {
+        let waiters: [CheckedContinuation<TrackReceipt, any Error>] = outcome.withLock { outcome in
+            guard case .waiting(let waiters) = outcome else { return [] }
+            outcome = .done(result)
+            return waiters
+        }
+        for waiter in waiters { waiter.resume(with: result) }
     }
 }

@@ -94,7 +94,7 @@ extension Tracker {
         head.raw(",")
 
         let eventID = randomUUIDString()
-        let trackID = Int64.random(in: 0...Int64(Int32.max))
+        let trackID = Int64(randomInteger(upTo: UInt64(Int32.max)))
         var tail = JSONWriter(capacity: 512)
         tail.raw("\"_track_id\":")
         tail.int(trackID)

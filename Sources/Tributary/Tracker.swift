@@ -46,6 +46,9 @@ public final class Tracker: Sendable {
         public var maxEventBytes: Int = 256 << 10
         /// Most events one group commit writes in a transaction. Default 1,000.
         public var maxGroupCommit: Int = 1000
+        /// Most events waiting for a group commit; `enqueue` suspends while that many wait. Default
+        /// 10,000 (a few MiB), never less than `maxGroupCommit`.
+        public var maxQueuedEvents: Int = 10_000
         /// How the store is opened (quota, durability).
         public var store = SharedStore.Options()
         /// The monotonic clock for timers, in ns. Default `CLOCK_BOOTTIME`; tests pass a manual clock.
@@ -97,7 +100,9 @@ public final class Tracker: Sendable {
         let identity = try store.identity()
         presets = PresetProperties.current(appVersion: configuration.appVersion, deviceID: identity.deviceID)
         state = Mutex(State(base: BaseProperties(presets: presets, superProperties: [:])))
-        committer = GroupCommitter(store: store, producer: producer, maxBatch: configuration.maxGroupCommit)
+        committer = GroupCommitter(
+            store: store, producer: producer, maxBatch: configuration.maxGroupCommit,
+            maxQueued: configuration.maxQueuedEvents)
         if configuration.producerKind == .app { try publishAppPresets() }
     }
 
@@ -137,6 +142,28 @@ public final class Tracker: Sendable {
     public func track(_ event: String, properties: [String: PropertyValue] = [:]) async throws -> TrackReceipt {
         let prepared = try prepare(event, properties: properties)
         return try await committer.commit(prepared)
+    }
+
+    /// Queues an event for the next group commit and returns without waiting for it to be durable;
+    /// `receipt()` on the result resumes once it is. Suspends only while `maxQueuedEvents` events wait.
+    ///
+    /// For callers that track faster than one commit per event allows: keep a window of pending
+    /// events and await the oldest, and every transaction carries many events at the cost of one
+    /// fsync. An event is safe only once its receipt arrived; if the process dies before that, it is
+    /// lost, like an event whose `track` call had not returned. Events of one caller are stored in the
+    /// order they were queued. Validation errors are thrown here, at once.
+    ///
+    /// ```swift
+    /// var window: [PendingTrack] = []
+    /// for item in items {
+    ///     window.append(try await tracker.enqueue("ItemViewed", properties: ["id": .string(item.id)]))
+    ///     if window.count == 128 { _ = try await window.removeFirst().receipt() }
+    /// }
+    /// for pending in window { _ = try await pending.receipt() }
+    /// ```
+    public func enqueue(_ event: String, properties: [String: PropertyValue] = [:]) async throws -> PendingTrack {
+        let prepared = try prepare(event, properties: properties)
+        return await committer.enqueue(prepared)
     }
 
     func prepare(

@@ -492,32 +492,6 @@ func decodeU32(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
     bytes.count == 4 ? UInt32(bigEndian: bytes.loadUnaligned(as: UInt32.self)) : 0
 }
 
-/// A random (version 4) UUID in canonical lowercase text form.
-///
-/// On the `track()` hot path: one 16-byte draw and a direct hex encoding, no intermediate strings.
-public func randomUUIDString() -> String {
-    var g = SystemRandomNumberGenerator()
-    var bytes = (g.next() as UInt64, g.next() as UInt64)
-    return withUnsafeMutableBytes(of: &bytes) { raw in
-        raw[6] = (raw[6] & 0x0f) | 0x40
-        raw[8] = (raw[8] & 0x3f) | 0x80
-        return String(unsafeUninitializedCapacity: 36) { out in
-            let hex: StaticString = "0123456789abcdef"
-            var i = 0
-            for (index, byte) in raw.enumerated() {
-                if index == 4 || index == 6 || index == 8 || index == 10 {
-                    out[i] = UInt8(ascii: "-")
-                    i += 1
-                }
-                out[i] = hex.utf8Start[Int(byte >> 4)]
-                out[i + 1] = hex.utf8Start[Int(byte & 0x0f)]
-                i += 2
-            }
-            return 36
-        }
-    }
-}
-
 // MARK: Test hooks (package access only)
 
 extension SharedStore {

@@ -150,6 +150,121 @@ struct TrackerTests {
         }
     }
 
+    @Test("enqueue: callers keeping windows of pending events; each caller's events stored in its order")
+    func enqueueWindows() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Self.tracker(group)
+            let (callers, perCaller, window) = (4, 250, 32)
+            let receipts = try await withThrowingTaskGroup(of: [TrackReceipt].self) { tasks in
+                for caller in 0..<callers {
+                    tasks.addTask {
+                        var inFlight: [PendingTrack] = []
+                        var receipts: [TrackReceipt] = []
+                        for i in 0..<perCaller {
+                            let properties: [String: PropertyValue] = ["caller": .int(Int64(caller)), "i": .int(Int64(i))]
+                            inFlight.append(try await tracker.enqueue("Windowed", properties: properties))
+                            if inFlight.count == window { receipts.append(try await inFlight.removeFirst().receipt()) }
+                        }
+                        for pending in inFlight { receipts.append(try await pending.receipt()) }
+                        return receipts
+                    }
+                }
+                return try await tasks.reduce(into: []) { $0.append($1) }
+            }
+            #expect(receipts.map(\.count) == Array(repeating: perCaller, count: callers))
+            // Every receipt is durable now: the store holds each event under its seq.
+            let stored = try tracker.store.events(limit: 2000)
+            #expect(stored.count == callers * perCaller)
+            var positions: [Int64: [Int64]] = [:]
+            for entry in stored {
+                let body = try JSONSerialization.jsonObject(with: Data(try entry.record.get().body)) as? [String: Any]
+                let properties = try #require(body?["properties"] as? [String: Any])
+                let caller = try #require((properties["caller"] as? NSNumber)?.int64Value)
+                positions[caller, default: []].append(try #require((properties["i"] as? NSNumber)?.int64Value))
+            }
+            for caller in 0..<Int64(callers) { #expect(positions[caller] == Array(0..<Int64(perCaller))) }
+            for receipts in receipts { #expect(receipts.map(\.seq) == receipts.map(\.seq).sorted()) }
+        }
+    }
+
+    @Test("enqueue suspends while the queue is full and loses nothing")
+    func enqueueBackpressure() async throws {
+        try await withTemporaryGroup { group in
+            var config = Tracker.Configuration(groupDirectory: group)
+            config.maxGroupCommit = 4
+            config.maxQueuedEvents = 4
+            let tracker = try Tracker(configuration: config)
+            // Nobody awaits a receipt until everything is queued: only the bound holds the caller back.
+            // At most 4 events wait in the queue and 4 more in the transaction being committed.
+            var pending: [PendingTrack] = []
+            var behind: [Int] = []
+            for i in 0..<300 {
+                pending.append(try await tracker.enqueue("Burst", properties: ["i": .int(Int64(i))]))
+                behind.append(pending.count - (try tracker.store.status().pendingEvents))
+            }
+            #expect(behind.max() ?? 0 <= 8, "events queued but not yet stored: \(behind.max() ?? 0)")
+            var seqs: [UInt64] = []
+            for item in pending { seqs.append(try await item.receipt().seq) }
+            #expect(seqs == Array(1...300))
+            #expect(try tracker.store.status().pendingEvents == 300)
+        }
+    }
+
+    @Test("a pending event's receipt is the same however often and whenever it is awaited")
+    func receiptAwaitedTwice() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Self.tracker(group)
+            let pending = try await tracker.enqueue("Twice")
+            async let first = pending.receipt()
+            async let second = pending.receipt()
+            let (a, b) = try await (first, second)
+            #expect(a == b)
+            #expect(try await pending.receipt() == a)
+            #expect(a.eventID == pending.eventID)
+        }
+    }
+
+    @Test("enqueue refuses invalid input at once, and nothing is queued")
+    func enqueueValidates() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Self.tracker(group)
+            let error = await #expect(throws: TrackingError.self) { try await tracker.enqueue("bad name") }
+            #expect(error?.code == .invalidName)
+            _ = try await tracker.enqueue("Ok").receipt()
+            #expect(try tracker.store.status().pendingEvents == 1)
+        }
+    }
+
+    @Test("a group commit that fails fails every pending event in it, and only those")
+    func enqueueStoreFull() async throws {
+        try await withTemporaryGroup { group in
+            var config = Tracker.Configuration(groupDirectory: group)
+            config.store.initialMapSize = 256 << 10
+            config.store.quota = 256 << 10
+            let tracker = try Tracker(configuration: config)
+            let filler = String(repeating: "x", count: 4000)
+            var pending: [PendingTrack] = []
+            for i in 0..<200 {
+                pending.append(try await tracker.enqueue("Fill", properties: ["i": .int(Int64(i)), "filler": .string(filler)]))
+            }
+            var stored = 0
+            var full = 0
+            for item in pending {
+                do {
+                    _ = try await item.receipt()
+                    stored += 1
+                } catch let error as StoreError {
+                    #expect(error.code == .storeFull)
+                    full += 1
+                }
+            }
+            #expect(full > 0)
+            #expect(stored > 0)
+            // Exactly the acknowledged events are in the store.
+            #expect(try tracker.store.status().pendingEvents == stored)
+        }
+    }
+
     @Test("timers use the monotonic clock and stop counting in background")
     func timers() async throws {
         try await withTemporaryGroup { group in
