@@ -41,8 +41,9 @@ public func randomInteger(upTo bound: UInt64) -> UInt64 {
 /// `SystemRandomNumberGenerator` makes one `getrandom(2)` call per 8 bytes; two draws per event (the
 /// event id and `_track_id`) cost a few microseconds of system time on every `track()`. The pool
 /// fills 4 KiB with glibc's `arc4random_buf` (the kernel CSPRNG through `getrandom`) once per 256
-/// draws and hands each byte out once. A forked child refills before its first draw (the pool
-/// remembers the pid that filled it), so parent and child never hand out the same bytes.
+/// draws and hands each byte out once. A forked child refills before its first draw (a
+/// `pthread_atfork` child handler bumps ``forks``, which the pool compares with the count it filled
+/// under), so parent and child never hand out the same bytes.
 public final class RandomPool: Sendable {
     /// Draws random words from the shared pool.
     public struct Generator: RandomNumberGenerator {
@@ -53,20 +54,26 @@ public final class RandomPool: Sendable {
     private struct State {
         var bytes = [UInt8](repeating: 0, count: 4096)
         var used = 4096
-        var filledBy: pid_t = 0
+        var filledAfterFork = 0
     }
 
     static let shared = RandomPool()
     private let state = Mutex(State())
+    /// How many times this process image was forked into (bumped in the child, async-signal-safe).
+    static let forks = Atomic<Int>(0)
+
+    private init() {
+        pthread_atfork(nil, nil) { RandomPool.forks.add(1, ordering: .relaxed) }
+    }
 
     /// The next 16 random bytes.
     func next16() -> (UInt64, UInt64) {
         state.withLock { state in
-            let pid = getpid()
-            if state.used + 16 > state.bytes.count || state.filledBy != pid {
+            let forks = Self.forks.load(ordering: .relaxed)
+            if state.used + 16 > state.bytes.count || state.filledAfterFork != forks {
                 state.bytes.withUnsafeMutableBytes { Self.fill($0) }
                 state.used = 0
-                state.filledBy = pid
+                state.filledAfterFork = forks
             }
             defer { state.used += 16 }
             return state.bytes.withUnsafeBytes { raw in
