@@ -43,29 +43,41 @@ struct PreparedEvent: Sendable {
     }
 }
 
-/// The properties every event of a producer starts with (presets, then super properties), encoded once.
+/// The properties every event of a producer starts with (presets, then super properties), each
+/// member encoded once.
 struct BaseProperties: Sendable {
     var merged: [String: PropertyValue]
-    var encoded: [UInt8]
+    /// Each base property's `"key":value` JSON, sorted by key (``JSONWriter/sortedMembers(_:)``).
+    var members: [(key: String, json: [UInt8])]
 
     init(presets: [String: PropertyValue], superProperties: [String: PropertyValue]) {
         merged = presets.merging(superProperties) { _, new in new }
-        var w = JSONWriter()
-        var first = true
-        w.members(merged, first: &first)
-        encoded = w.bytes
+        members = JSONWriter.sortedMembers(merged).map { key, value in
+            var w = JSONWriter(capacity: key.utf8.count + 32)
+            w.key(key)
+            w.value(value)
+            return (key, w.bytes)
+        }
     }
 
-    /// Encodes `{base…, properties…}`; a property overrides a base property of the same key.
-    func encode(_ properties: [String: PropertyValue], into w: inout JSONWriter) {
+    /// Encodes `{base…, properties…}` sorted by key; a property overrides a base property of the same
+    /// key. `properties` must be sorted by key (``JSONWriter/sortedMembers(_:)``): both lists are
+    /// merged in one pass, without hashing.
+    func encode(sorted properties: [(key: String, value: PropertyValue)], into w: inout JSONWriter) {
         w.raw("{")
-        if properties.keys.contains(where: { merged[$0] != nil }) {
-            var first = true
-            w.members(merged.merging(properties) { _, new in new }, first: &first)
-        } else {
-            w.raw(encoded)
-            var first = merged.isEmpty
-            w.members(properties, first: &first)
+        var (b, p) = (0, 0)
+        while b < members.count || p < properties.count {
+            if b + p > 0 { w.raw(",") }
+            let baseFirst = p == properties.count || (b < members.count && members[b].key < properties[p].key)
+            if baseFirst {
+                w.raw(members[b].json)
+                b += 1
+            } else {
+                if b < members.count && members[b].key == properties[p].key { b += 1 }  // the event's own value wins
+                w.key(properties[p].key)
+                w.value(properties[p].value)
+                p += 1
+            }
         }
         w.raw("}")
     }
@@ -73,7 +85,8 @@ struct BaseProperties: Sendable {
 
 enum EventEncoder {
     static func prepare(
-        event: String, type: StaticString = "track", properties: [String: PropertyValue], base: BaseProperties,
+        event: String, type: StaticString = "track", properties: [(key: String, value: PropertyValue)],
+        base: BaseProperties,
         libMethod: StaticString, wallTimeMillis: Int64, bootTimeNanos: UInt64, eventID: String? = nil
     ) -> PreparedEvent {
         var head = JSONWriter(capacity: 64 + event.utf8.count)
@@ -104,7 +117,7 @@ enum EventEncoder {
             tail.string(version)
         }
         tail.raw("},\"properties\":")
-        base.encode(properties, into: &tail)
+        base.encode(sorted: properties, into: &tail)
         tail.raw("}")
         return PreparedEvent(
             prefix: head.bytes, suffix: tail.bytes, eventID: eventID, trackID: trackID, wallTimeMillis: wallTimeMillis,

@@ -87,10 +87,9 @@ public struct JSONWriter {
         }
     }
 
-    /// Appends `"k":v` pairs (sorted by key's UTF-8 bytes, for stable output), each preceded by a comma
-    /// unless first.
+    /// Appends `"k":v` pairs (sorted by key, for stable output), each preceded by a comma unless first.
     public mutating func members(_ properties: [String: PropertyValue], first: inout Bool) {
-        for (k, v) in properties.sorted(by: { Self.precedes($0.key, $1.key) }) {
+        for (k, v) in Self.sortedMembers(properties) {
             if !first { bytes.append(UInt8(ascii: ",")) }
             first = false
             key(k)
@@ -98,16 +97,10 @@ public struct JSONWriter {
         }
     }
 
-    /// Byte-wise order of two keys' UTF-8 (for ASCII keys, the same as `<`, at a fraction of its cost).
-    static func precedes(_ a: String, _ b: String) -> Bool {
-        var (a, b) = (a, b)
-        return a.withUTF8 { x in
-            b.withUTF8 { y in
-                let common = min(x.count, y.count)
-                let order = common == 0 ? 0 : memcmp(x.baseAddress!, y.baseAddress!, common)
-                return order != 0 ? order < 0 : x.count < y.count
-            }
-        }
+    /// `properties` as an array sorted by key (`String` order: byte order for the ASCII names
+    /// properties have).
+    static func sortedMembers(_ properties: [String: PropertyValue]) -> [(key: String, value: PropertyValue)] {
+        properties.sorted { $0.key < $1.key }
     }
 
     /// `yyyy-MM-dd HH:mm:ss.SSS` in local time, the Sensors DATETIME format.

@@ -171,11 +171,11 @@ public final class Tracker: Sendable {
         moment: EventMoment? = nil
     ) throws -> PreparedEvent {
         try EventRules.validateEventName(event)
-        let properties = hooks.withDynamicProperties(properties)
-        try EventRules.validateProperties(properties)
+        let sorted = JSONWriter.sortedMembers(hooks.withDynamicProperties(properties))
+        for (key, value) in sorted { try EventRules.validateProperty(key, value) }
         let base = state.withLock { $0.base }
         var prepared = EventEncoder.prepare(
-            event: event, properties: properties, base: base, libMethod: libMethod,
+            event: event, properties: sorted, base: base, libMethod: libMethod,
             wallTimeMillis: moment?.wallTimeMillis ?? configuration.wallMillis(),
             bootTimeNanos: moment?.bootTimeNanos ?? configuration.monotonicNanos(), eventID: moment?.eventID)
         if let bootID = moment?.bootID { prepared.bootID = bootID }

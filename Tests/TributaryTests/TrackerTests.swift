@@ -85,6 +85,28 @@ struct TrackerTests {
         }
     }
 
+    @Test("properties are written once each, sorted by key, base and own merged")
+    func propertiesSortedAndMerged() throws {
+        try withTemporaryGroup { group in
+            let tracker = try Self.tracker(group)
+            try tracker.registerSuperProperties(["mid": "super", "plan": "pro"])
+            let receipt = try tracker.track("Sorted", properties: ["zz_last": 1, "a_first": true, "mid": "own"])
+            let entry = try #require(try tracker.store.events(from: receipt.seq, limit: 1).first)
+            let text = String(decoding: try entry.record.get().body, as: UTF8.self)
+            let properties = try #require(text.range(of: "\"properties\":{")).upperBound
+            let object = String(text[properties...])
+            func position(_ key: String) throws -> String.Index {
+                let ranges = object.ranges(of: "\"\(key)\":")
+                try #require(ranges.count == 1, "\(key) appears \(ranges.count) times in \(object)")
+                return ranges[0].lowerBound
+            }
+            let keys = ["$app_version", "$os", "a_first", "mid", "plan", "zz_last"]
+            let positions = try keys.map(position)
+            #expect(positions == positions.sorted(), "properties out of order: \(object)")
+            #expect(object.contains("\"mid\":\"own\""))
+        }
+    }
+
     @Test("login and logout change distinct_id of later events, for every tracker of the group")
     func identityAcrossTrackers() throws {
         try withTemporaryGroup { group in
