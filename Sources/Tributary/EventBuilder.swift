@@ -49,9 +49,12 @@ struct BaseProperties: Sendable {
     var merged: [String: PropertyValue]
     /// Each base property's `"key":value` JSON, sorted by key (``JSONWriter/sortedMembers(_:)``).
     var members: [(key: String, json: [UInt8])]
+    /// `$app_version`, also written into every event's `lib`.
+    var appVersion: String?
 
     init(presets: [String: PropertyValue], superProperties: [String: PropertyValue]) {
         merged = presets.merging(superProperties) { _, new in new }
+        if case .string(let version)? = merged["$app_version"] { appVersion = version }
         members = JSONWriter.sortedMembers(merged).map { key, value in
             var w = JSONWriter(capacity: key.utf8.count + 32)
             w.key(key)
@@ -112,7 +115,7 @@ enum EventEncoder {
         tail.raw(",\"$lib_method\":\"")
         tail.raw(libMethod)
         tail.raw("\"")
-        if case .string(let version)? = base.merged["$app_version"] {
+        if let version = base.appVersion {
             tail.raw(",\"$app_version\":")
             tail.string(version)
         }

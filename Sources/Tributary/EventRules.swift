@@ -122,11 +122,12 @@ public enum EventRules {
         throw TrackingError(.reservedName, field: name, "The \(what) \(name) is reserved by Sensors Analytics.")
     }
 
-    private static func checkLength(_ s: String, field: String, what: String) throws {
+    /// `what` names the value in the error message; it is built only when the check fails.
+    private static func checkLength(_ s: String, field: String, what: @autoclosure () -> String) throws {
         let bytes = s.utf8.count
         guard bytes <= maxStringBytes else {
             throw TrackingError(
-                .valueTooLong, field: field, "The \(what) has \(bytes) UTF-8 bytes; the limit is \(maxStringBytes).")
+                .valueTooLong, field: field, "The \(what()) has \(bytes) UTF-8 bytes; the limit is \(maxStringBytes).")
         }
     }
 }
