@@ -34,14 +34,20 @@ struct DeadlineTests {
             let ledger = group + "-ledger"
             try await Self.produce(group, 400, ledger: ledger)
             try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(latencyMillis: 300, hangRate: 0.5))) { collector in
-                let began = Date()
-                let run = try await ChildProcess.run(
-                    "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "3", "--request-timeout", "30"]))
-                let elapsed = Date().timeIntervalSince(began)
+                // The deadline runs from the agent's own start, before it opens the store and outbox and sends
+                // READY=1: READY → exit must stay under 3 s plus the exit itself. Timing from READY keeps the
+                // launch of a debug binary on a loaded 2-core machine out of the figure (the request timeout
+                // is 30 s, the hang forever).
+                let notify = try NotifySocket(path: group + "-notify")
+                let opened = Date()
+                let agent = try ChildProcess(
+                    "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "3", "--request-timeout", "30"]),
+                    environment: ["NOTIFY_SOCKET": notify.path])
+                let run = await agent.finish()
+                let exited = Date().timeIntervalSince(opened)
                 #expect(run.status == 0, "\(run.stderr)")
-                // The deadline runs from the agent's own start; the extra 0.5 s is the process's launch and exit
-                // as seen from outside on a loaded 2-core machine (the request timeout is 30 s, the hang forever).
-                #expect(elapsed < 3.5, "took \(elapsed) s")
+                let ready = try #require(notify.received.first { $0.text.contains("READY=1") }, "no READY=1 from the agent")
+                #expect(exited - ready.at < 3.25, "READY=1 to exit took \(exited - ready.at) s")
                 #expect(Self.groupLockIsFree(group))
                 let track = try await ChildProcess.run("tributary", ["track", "--group", group, "AfterDeadline"])
                 #expect(track.status == 0, "a producer must be able to write at once: \(track.stderr)")
