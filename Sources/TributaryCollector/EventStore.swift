@@ -1,5 +1,9 @@
 import Foundation
 import GRDB
+import GRDBSQLite
+
+/// SQLite's `SQLITE_TRANSIENT` destructor (a C macro Swift cannot import): "copy the value now".
+private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
 /// The collector's SQLite database: unique events in arrival order, accepted batches, per-producer
 /// order state and counters.
@@ -129,24 +133,22 @@ final class EventStore: Sendable {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING
                 """
         )
-        for event in batch.events {
-            try insert.execute(arguments: [
-                event.eventID, event.type, event.name, event.seq, event.producer, event.producerSeq, batchRow,
-                batch.idempotencyKey, event.json,
-            ])
-            guard db.changesCount == 1 else {
-                receipt.duplicates += 1
-                continue
-            }
-            receipt.accepted += 1
-            if let seq = event.seq {
-                if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
-                seqHighWater = max(seqHighWater ?? seq, seq)
-            }
-            if let producer = event.producer {
-                var order = try producers[producer] ?? ProducerOrder(producer, in: db)
-                order.count(producerSeq: event.producerSeq)
-                producers[producer] = order
+        try batch.json.withUnsafeBufferPointer { json in
+            for event in batch.events {
+                guard try Self.insert(event, of: batch, batchRow: batchRow, json: json, with: insert, in: db) else {
+                    receipt.duplicates += 1
+                    continue
+                }
+                receipt.accepted += 1
+                if let seq = event.seq {
+                    if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
+                    seqHighWater = max(seqHighWater ?? seq, seq)
+                }
+                if let producer = event.producer {
+                    var order = try producers[producer] ?? ProducerOrder(producer, in: db)
+                    order.count(producerSeq: event.producerSeq)
+                    producers[producer] = order
+                }
             }
         }
         for order in producers.values { try order.save(in: db) }
@@ -169,6 +171,58 @@ final class EventStore: Sendable {
         if repeated { try bump(Counter.repeatedBatches, in: db) }
         if lostAck { try bump(FaultKind.lostAck.counterName, in: db) }
         return receipt
+    }
+
+    /// Runs the cached `INSERT … ON CONFLICT (event_id) DO NOTHING` for one event; whether it was new.
+    ///
+    /// Binds with `sqlite3_bind_*` directly instead of GRDB's `StatementArguments` (an array of
+    /// `DatabaseValue`s per event, and a `String` of each event's text). Strings are bound as GRDB
+    /// binds them (NUL-terminated, SQLITE_TRANSIENT); the event's text straight from the batch's bytes,
+    /// with SQLITE_STATIC: they outlive the statement's step, and it is reset before they go.
+    private static func insert(
+        _ event: IncomingEvent,
+        of batch: IncomingBatch,
+        batchRow: Int64,
+        json: UnsafeBufferPointer<UInt8>,
+        with statement: Statement,
+        in db: Database
+    ) throws -> Bool {
+        let handle = statement.sqliteStatement
+        func bind(_ index: Int32, _ text: String?) {
+            if let text {
+                sqlite3_bind_text(handle, index, text, -1, sqliteTransient)
+            } else {
+                sqlite3_bind_null(handle, index)
+            }
+        }
+        func bind(_ index: Int32, _ number: Int64?) {
+            if let number {
+                sqlite3_bind_int64(handle, index, number)
+            } else {
+                sqlite3_bind_null(handle, index)
+            }
+        }
+        sqlite3_reset(handle)
+        bind(1, event.eventID)
+        bind(2, event.type)
+        bind(3, event.name)
+        bind(4, event.seq)
+        bind(5, event.producer)
+        bind(6, event.producerSeq)
+        bind(7, batchRow)
+        bind(8, batch.idempotencyKey)
+        let text = UnsafeRawPointer(json.baseAddress! + event.text.lowerBound).assumingMemoryBound(to: CChar.self)
+        sqlite3_bind_text(handle, 9, text, Int32(event.text.count), nil)
+        let rc = sqlite3_step(handle)
+        sqlite3_reset(handle)
+        if rc != SQLITE_DONE { throw stepError(rc, of: statement, in: db) }
+        return sqlite3_changes(db.sqliteConnection) == 1
+    }
+
+    /// The error of a failed `sqlite3_step`, as GRDB reports it.
+    private static func stepError(_ rc: Int32, of statement: Statement, in db: Database) -> DatabaseError {
+        let message = String(cString: sqlite3_errmsg(db.sqliteConnection))
+        return DatabaseError(resultCode: ResultCode(rawValue: rc), message: message, sql: statement.sql)
     }
 
     /// One producer's unique events and `producer_seq` order within a batch, on top of its stored row.
@@ -319,6 +373,8 @@ struct IncomingBatch: Sendable {
     var idempotencyKey: String?
     /// The wire format it came in (`sensors`, `ndjson`).
     var format: String
+    /// The bytes the events' text ranges point into.
+    var json: [UInt8]
     var events: [IncomingEvent]
 }
 
