@@ -51,7 +51,13 @@ enum BodyDecoder {
                 throw WireError(.crcMismatch, "crc=\(crcText) does not match data_list (expected \(expected)).")
             }
         }
-        guard isASCII, let decoded = Data(base64Encoded: Data(dataList)) else {
+        let decoded = dataList.withUnsafeBytes { text in
+            // Data over the decoded form value itself (no copy), only for the call.
+            text.baseAddress.map { start in
+                Data(base64Encoded: Data(bytesNoCopy: .init(mutating: start), count: text.count, deallocator: .none))
+            } ?? Data(base64Encoded: Data())
+        }
+        guard isASCII, let decoded else {
             throw WireError(.malformedBody, "data_list is not valid base64.")
         }
         var json = [UInt8](decoded)
