@@ -2,8 +2,14 @@ import Foundation
 import GRDB
 import GRDBSQLite
 
-/// SQLite's `SQLITE_TRANSIENT` destructor (a C macro Swift cannot import): "copy the value now".
-private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+/// `text`'s NUL-terminated UTF-8, or a nil pointer (which `sqlite3_bind_text` binds as NULL), for `body`.
+private func withCString<Result>(
+    _ text: String?,
+    _ body: (UnsafePointer<CChar>?) throws -> Result
+) rethrows -> Result {
+    guard let text else { return try body(nil) }
+    return try text.withCString(body)
+}
 
 /// The collector's SQLite database: unique events in arrival order, accepted batches, per-producer
 /// order state and counters.
@@ -133,21 +139,30 @@ final class EventStore: Sendable {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING
                 """
         )
-        try batch.json.withUnsafeBufferPointer { json in
-            for event in batch.events {
-                guard try Self.insert(event, of: batch, batchRow: batchRow, json: json, with: insert, in: db) else {
-                    receipt.duplicates += 1
-                    continue
-                }
-                receipt.accepted += 1
-                if let seq = event.seq {
-                    if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
-                    seqHighWater = max(seqHighWater ?? seq, seq)
-                }
-                if let producer = event.producer {
-                    var order = try producers[producer] ?? ProducerOrder(producer, in: db)
-                    order.count(producerSeq: event.producerSeq)
-                    producers[producer] = order
+        // The batch's columns are bound once; SQLITE_STATIC: the key's C string lives until the loop
+        // ends, and the bindings are cleared before it goes.
+        let handle = insert.sqliteStatement
+        sqlite3_reset(handle)
+        sqlite3_bind_int64(handle, 7, batchRow)
+        try withCString(batch.idempotencyKey) { key in
+            sqlite3_bind_text(handle, 8, key, -1, nil)
+            defer { sqlite3_clear_bindings(handle) }
+            try batch.json.withUnsafeBufferPointer { json in
+                for event in batch.events {
+                    guard try Self.insert(event, json: json, with: insert, in: db) else {
+                        receipt.duplicates += 1
+                        continue
+                    }
+                    receipt.accepted += 1
+                    if let seq = event.seq {
+                        if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
+                        seqHighWater = max(seqHighWater ?? seq, seq)
+                    }
+                    if let producer = event.producer {
+                        var order = try producers[producer] ?? ProducerOrder(producer, in: db)
+                        order.count(producerSeq: event.producerSeq)
+                        producers[producer] = order
+                    }
                 }
             }
         }
@@ -173,28 +188,21 @@ final class EventStore: Sendable {
         return receipt
     }
 
-    /// Runs the cached `INSERT … ON CONFLICT (event_id) DO NOTHING` for one event; whether it was new.
+    /// Runs the cached `INSERT … ON CONFLICT (event_id) DO NOTHING` for one event (the batch's columns
+    /// 7 and 8 already bound); whether it was new.
     ///
     /// Binds with `sqlite3_bind_*` directly instead of GRDB's `StatementArguments` (an array of
     /// `DatabaseValue`s per event, and a `String` of each event's text). Strings are bound as GRDB
-    /// binds them (NUL-terminated, SQLITE_TRANSIENT); the event's text straight from the batch's bytes,
-    /// with SQLITE_STATIC: they outlive the statement's step, and it is reset before they go.
+    /// binds them (NUL-terminated C strings; nil is NULL), the event's text straight from the batch's
+    /// bytes; all with SQLITE_STATIC (no copy by SQLite): they outlive the step, and the statement is
+    /// reset before they go.
     private static func insert(
         _ event: IncomingEvent,
-        of batch: IncomingBatch,
-        batchRow: Int64,
         json: UnsafeBufferPointer<UInt8>,
         with statement: Statement,
         in db: Database
     ) throws -> Bool {
         let handle = statement.sqliteStatement
-        func bind(_ index: Int32, _ text: String?) {
-            if let text {
-                sqlite3_bind_text(handle, index, text, -1, sqliteTransient)
-            } else {
-                sqlite3_bind_null(handle, index)
-            }
-        }
         func bind(_ index: Int32, _ number: Int64?) {
             if let number {
                 sqlite3_bind_int64(handle, index, number)
@@ -203,18 +211,24 @@ final class EventStore: Sendable {
             }
         }
         sqlite3_reset(handle)
-        bind(1, event.eventID)
-        bind(2, event.type)
-        bind(3, event.name)
         bind(4, event.seq)
-        bind(5, event.producer)
         bind(6, event.producerSeq)
-        bind(7, batchRow)
-        bind(8, batch.idempotencyKey)
         let text = UnsafeRawPointer(json.baseAddress! + event.text.lowerBound).assumingMemoryBound(to: CChar.self)
         sqlite3_bind_text(handle, 9, text, Int32(event.text.count), nil)
-        let rc = sqlite3_step(handle)
-        sqlite3_reset(handle)
+        let rc = event.eventID.withCString { eventID in
+            withCString(event.type) { type in
+                withCString(event.name) { name in
+                    withCString(event.producer) { producer in
+                        sqlite3_bind_text(handle, 1, eventID, -1, nil)
+                        sqlite3_bind_text(handle, 2, type, -1, nil)
+                        sqlite3_bind_text(handle, 3, name, -1, nil)
+                        sqlite3_bind_text(handle, 5, producer, -1, nil)
+                        defer { sqlite3_reset(handle) }
+                        return sqlite3_step(handle)
+                    }
+                }
+            }
+        }
         if rc != SQLITE_DONE { throw stepError(rc, of: statement, in: db) }
         return sqlite3_changes(db.sqliteConnection) == 1
     }
