@@ -1,5 +1,15 @@
 import Foundation
 import GRDB
+import GRDBSQLite
+
+/// `text`'s NUL-terminated UTF-8, or a nil pointer (which `sqlite3_bind_text` binds as NULL), for `body`.
+private func withCString<Result>(
+    _ text: String?,
+    _ body: (UnsafePointer<CChar>?) throws -> Result
+) rethrows -> Result {
+    guard let text else { return try body(nil) }
+    return try text.withCString(body)
+}
 
 /// The collector's SQLite database: unique events in arrival order, accepted batches, per-producer
 /// order state and counters.
@@ -129,24 +139,31 @@ final class EventStore: Sendable {
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING
                 """
         )
-        for event in batch.events {
-            try insert.execute(arguments: [
-                event.eventID, event.type, event.name, event.seq, event.producer, event.producerSeq, batchRow,
-                batch.idempotencyKey, event.json,
-            ])
-            guard db.changesCount == 1 else {
-                receipt.duplicates += 1
-                continue
-            }
-            receipt.accepted += 1
-            if let seq = event.seq {
-                if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
-                seqHighWater = max(seqHighWater ?? seq, seq)
-            }
-            if let producer = event.producer {
-                var order = try producers[producer] ?? ProducerOrder(producer, in: db)
-                order.count(producerSeq: event.producerSeq)
-                producers[producer] = order
+        // The batch's columns are bound once; SQLITE_STATIC: the key's C string lives until the loop
+        // ends, and the bindings are cleared before it goes.
+        let handle = insert.sqliteStatement
+        sqlite3_reset(handle)
+        sqlite3_bind_int64(handle, 7, batchRow)
+        try withCString(batch.idempotencyKey) { key in
+            sqlite3_bind_text(handle, 8, key, -1, nil)
+            defer { sqlite3_clear_bindings(handle) }
+            try batch.json.withUnsafeBufferPointer { json in
+                for event in batch.events {
+                    guard try Self.insert(event, json: json, with: insert, in: db) else {
+                        receipt.duplicates += 1
+                        continue
+                    }
+                    receipt.accepted += 1
+                    if let seq = event.seq {
+                        if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
+                        seqHighWater = max(seqHighWater ?? seq, seq)
+                    }
+                    if let producer = event.producer {
+                        var order = try producers[producer] ?? ProducerOrder(producer, in: db)
+                        order.count(producerSeq: event.producerSeq)
+                        producers[producer] = order
+                    }
+                }
             }
         }
         for order in producers.values { try order.save(in: db) }
@@ -169,6 +186,57 @@ final class EventStore: Sendable {
         if repeated { try bump(Counter.repeatedBatches, in: db) }
         if lostAck { try bump(FaultKind.lostAck.counterName, in: db) }
         return receipt
+    }
+
+    /// Runs the cached `INSERT … ON CONFLICT (event_id) DO NOTHING` for one event (the batch's columns
+    /// 7 and 8 already bound); whether it was new.
+    ///
+    /// Binds with `sqlite3_bind_*` directly instead of GRDB's `StatementArguments` (an array of
+    /// `DatabaseValue`s per event, and a `String` of each event's text). Strings are bound as GRDB
+    /// binds them (NUL-terminated C strings; nil is NULL), the event's text straight from the batch's
+    /// bytes; all with SQLITE_STATIC (no copy by SQLite): they outlive the step, and the statement is
+    /// reset before they go.
+    private static func insert(
+        _ event: IncomingEvent,
+        json: UnsafeBufferPointer<UInt8>,
+        with statement: Statement,
+        in db: Database
+    ) throws -> Bool {
+        let handle = statement.sqliteStatement
+        func bind(_ index: Int32, _ number: Int64?) {
+            if let number {
+                sqlite3_bind_int64(handle, index, number)
+            } else {
+                sqlite3_bind_null(handle, index)
+            }
+        }
+        sqlite3_reset(handle)
+        bind(4, event.seq)
+        bind(6, event.producerSeq)
+        let text = UnsafeRawPointer(json.baseAddress! + event.text.lowerBound).assumingMemoryBound(to: CChar.self)
+        sqlite3_bind_text(handle, 9, text, Int32(event.text.count), nil)
+        let rc = event.eventID.withCString { eventID in
+            withCString(event.type) { type in
+                withCString(event.name) { name in
+                    withCString(event.producer) { producer in
+                        sqlite3_bind_text(handle, 1, eventID, -1, nil)
+                        sqlite3_bind_text(handle, 2, type, -1, nil)
+                        sqlite3_bind_text(handle, 3, name, -1, nil)
+                        sqlite3_bind_text(handle, 5, producer, -1, nil)
+                        defer { sqlite3_reset(handle) }
+                        return sqlite3_step(handle)
+                    }
+                }
+            }
+        }
+        if rc != SQLITE_DONE { throw stepError(rc, of: statement, in: db) }
+        return sqlite3_changes(db.sqliteConnection) == 1
+    }
+
+    /// The error of a failed `sqlite3_step`, as GRDB reports it.
+    private static func stepError(_ rc: Int32, of statement: Statement, in db: Database) -> DatabaseError {
+        let message = String(cString: sqlite3_errmsg(db.sqliteConnection))
+        return DatabaseError(resultCode: ResultCode(rawValue: rc), message: message, sql: statement.sql)
     }
 
     /// One producer's unique events and `producer_seq` order within a batch, on top of its stored row.
@@ -319,6 +387,8 @@ struct IncomingBatch: Sendable {
     var idempotencyKey: String?
     /// The wire format it came in (`sensors`, `ndjson`).
     var format: String
+    /// The bytes the events' text ranges point into.
+    var json: [UInt8]
     var events: [IncomingEvent]
 }
 

@@ -1,6 +1,7 @@
 import Foundation
 
-/// One validated event of an ingest batch, reduced to what the collector indexes plus its JSON text.
+/// One validated event of an ingest batch, reduced to what the collector indexes plus where its JSON
+/// text is.
 struct IncomingEvent: Sendable {
     var eventID: String
     var type: String
@@ -12,8 +13,9 @@ struct IncomingEvent: Sendable {
     var producer: String?
     /// `_tributary.producer_seq`: the producer's own sequence number.
     var producerSeq: Int64?
-    /// The event's JSON text exactly as it arrived, as stored and served by `/events`.
-    var json: String
+    /// Where the event's JSON text, exactly as it arrived, is in the batch's bytes: as stored and
+    /// served by `/events`.
+    var text: Range<Int>
 }
 
 /// A batch rejected because one of its events is not a well-formed event.
@@ -23,75 +25,98 @@ struct InvalidEvent: Error {
     var message: String
 }
 
-/// Checks the shape of decoded events and extracts their indexed fields.
+/// Checks the shape of scanned events and extracts their indexed fields.
 ///
 /// Every event must be an object with a non-empty string `event_id` and a string `type`; a `track`
 /// event also needs a string `event`, a numeric `time` and an object `properties`. `_tributary`, when
 /// present, must be an object whose `seq` and `producer_seq` are non-negative integers and whose
 /// `producer` is a string. Messages name the index and the field, never a property value.
 enum EventValidator {
-    static func validate(_ objects: [(object: [String: Any], text: ArraySlice<UInt8>)]) throws(InvalidEvent)
-        -> [IncomingEvent]
-    {
-        var events: [IncomingEvent] = []
-        events.reserveCapacity(objects.count)
-        for (index, event) in objects.enumerated() {
-            events.append(try validate(event.object, text: event.text, at: index))
+    static func validate(_ body: DecodedBody) throws(InvalidEvent) -> [IncomingEvent] {
+        let validated = body.json.withUnsafeBufferPointer { bytes in
+            Result { () throws(InvalidEvent) in
+                var events: [IncomingEvent] = []
+                events.reserveCapacity(body.events.count)
+                for (index, event) in body.events.enumerated() {
+                    events.append(try validate(event, in: bytes, at: index))
+                }
+                return events
+            }
         }
-        return events
+        return try validated.get()
     }
 
-    /// Checks one decoded event; `text` is its JSON as it arrived, which is what gets stored.
-    static func validate(_ object: [String: Any], text: ArraySlice<UInt8>, at index: Int) throws(InvalidEvent)
-        -> IncomingEvent
-    {
+    /// Checks one scanned event object; `bytes` are the batch's JSON bytes its tokens point into.
+    static func validate(
+        _ event: ScannedEvent,
+        in bytes: UnsafeBufferPointer<UInt8>,
+        at index: Int
+    ) throws(InvalidEvent) -> IncomingEvent {
         func invalid(_ field: String, _ problem: String) -> InvalidEvent {
             InvalidEvent(index: index, field: field, message: "event \(index): \"\(field)\" \(problem)")
         }
-        guard let eventID = object["event_id"] as? String, !eventID.isEmpty else {
+        guard let eventID = string(event.eventID, in: bytes), !eventID.isEmpty else {
             throw invalid("event_id", "is missing or not a non-empty string")
         }
-        guard let type = object["type"] as? String else {
+        guard let type = string(event.type, in: bytes) else {
             throw invalid("type", "is missing or not a string")
         }
-        let name = object["event"] as? String
+        let name = string(event.name, in: bytes)
         if type == "track" {
             guard name != nil else {
                 throw invalid("event", "is missing or not a string (required for type \"track\")")
             }
-            guard JSONValue.isNumber(object["time"]) else {
+            guard event.time.kind == .number else {
                 throw invalid("time", "is missing or not a number (required for type \"track\")")
             }
-            guard object["properties"] is [String: Any] else {
+            guard event.properties.kind == .object else {
                 throw invalid("properties", "is missing or not an object (required for type \"track\")")
             }
         }
-        var event = IncomingEvent(eventID: eventID, type: type, name: name, json: "")
-        if let meta = object["_tributary"] {
-            guard let meta = meta as? [String: Any] else { throw invalid("_tributary", "is not an object") }
-            event.seq = try sequenceNumber(meta["seq"], field: "_tributary.seq", invalid)
-            event.producerSeq = try sequenceNumber(meta["producer_seq"], field: "_tributary.producer_seq", invalid)
-            if let producer = meta["producer"] {
-                guard let producer = producer as? String else {
+        var incoming = IncomingEvent(eventID: eventID, type: type, name: name, text: event.text)
+        if event.tributary.kind != .absent {
+            guard event.tributary.kind == .object else { throw invalid("_tributary", "is not an object") }
+            incoming.seq = try sequenceNumber(event.seq, in: bytes, field: "_tributary.seq", invalid)
+            incoming.producerSeq = try sequenceNumber(
+                event.producerSeq, in: bytes, field: "_tributary.producer_seq", invalid)
+            if event.producer.kind != .absent {
+                guard let producer = string(event.producer, in: bytes) else {
                     throw invalid("_tributary.producer", "is not a string")
                 }
-                event.producer = producer
+                incoming.producer = producer
             }
         }
-        event.json = String(decoding: text, as: UTF8.self)
-        return event
+        return incoming
+    }
+
+    /// The value of a string token (nil for any other kind): its bytes when plain, else decoded.
+    private static func string(_ token: JSONToken, in bytes: UnsafeBufferPointer<UInt8>) -> String? {
+        guard token.kind == .string else { return nil }
+        guard token.isPlain else { return JSONScanner.decodeString(token.range, in: bytes) }
+        return String(decoding: UnsafeBufferPointer(rebasing: bytes[token.range]), as: UTF8.self)
     }
 
     private static func sequenceNumber(
-        _ value: Any?,
+        _ token: JSONToken,
+        in bytes: UnsafeBufferPointer<UInt8>,
         field: String,
         _ invalid: (String, String) -> InvalidEvent
     ) throws(InvalidEvent) -> Int64? {
-        guard let value else { return nil }
-        guard let number = JSONValue.nonNegativeInteger(value) else {
-            throw invalid(field, "is not an integer within 0...\(Int64.max)")
+        switch token.kind {
+        case .absent:
+            return nil
+        case .number where token.isPlain:
+            // At most 18 digits: below 2^63 as an Int64 and as a Double.
+            return bytes[token.range].reduce(0) { $0 * 10 + Int64($1 - UInt8(ascii: "0")) }
+        case .number:
+            // Any other number: as JSONSerialization's NSNumber has it (Int64, UInt64, Decimal or Double).
+            let text = [UInt8(ascii: "[")] + bytes[token.range] + [UInt8(ascii: "]")]
+            let value = ((try? JSONSerialization.jsonObject(with: Data(text))) as? [Any])?.first
+            if let value, let number = JSONValue.nonNegativeInteger(value) { return number }
+        default:
+            break
         }
-        return number
+        throw invalid(field, "is not an integer within 0...\(Int64.max)")
     }
 }
 

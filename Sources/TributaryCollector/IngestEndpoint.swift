@@ -95,18 +95,19 @@ struct IngestEndpoint: Sendable {
         }
         if decision.fail { throw .injectedFailure(status: faults.failureStatus, retryAfter: faults.retryAfter) }
 
-        let objects = try decode(body, format: format, contentEncoding: request.headers[.contentEncoding])
-        if let limit = faults.maxEventsPerBatch, objects.count > limit {
+        let decoded = try decode(body, format: format, contentEncoding: request.headers[.contentEncoding])
+        if let limit = faults.maxEventsPerBatch, decoded.events.count > limit {
             throw IngestRejection(
                 status: 413,
                 code: "too_large",
                 fault: .tooLarge,
-                message: "The batch has \(objects.count) events; this collector accepts at most \(limit) per batch."
+                message:
+                    "The batch has \(decoded.events.count) events; this collector accepts at most \(limit) per batch."
             )
         }
         let events: [IncomingEvent]
         do throws(InvalidEvent) {
-            events = try EventValidator.validate(objects)
+            events = try EventValidator.validate(decoded)
         } catch {
             throw IngestRejection(
                 status: 400,
@@ -118,7 +119,7 @@ struct IngestEndpoint: Sendable {
         }
         try checkPoison(events, faults: faults)
 
-        let batch = IncomingBatch(idempotencyKey: batchID, format: format.rawValue, events: events)
+        let batch = IncomingBatch(idempotencyKey: batchID, format: format.rawValue, json: decoded.json, events: events)
         do throws(CollectorError) {
             return .accepted(try await store.accept(batch, lostAck: decision.loseAck), loseAck: decision.loseAck)
         } catch {
@@ -181,9 +182,9 @@ struct IngestEndpoint: Sendable {
         _ body: [UInt8],
         format: WireFormat,
         contentEncoding: String?
-    ) throws(IngestRejection) -> [(object: [String: Any], text: ArraySlice<UInt8>)] {
+    ) throws(IngestRejection) -> DecodedBody {
         do throws(WireError) {
-            return try format.decodeWithText(body, contentEncoding: contentEncoding, limit: maxBodyBytes)
+            return try BodyDecoder.decode(body, format: format, contentEncoding: contentEncoding, limit: maxBodyBytes)
         } catch {
             switch error.code {
             case .tooLarge:

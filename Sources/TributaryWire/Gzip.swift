@@ -27,39 +27,45 @@ public enum Gzip {
     }
 
     /// Decompresses a gzip (or zlib) stream, refusing output larger than `limit` bytes.
+    ///
+    /// Inflates straight into the output array, grown as needed (never past `limit + 1` bytes), rather
+    /// than through a chunk buffer copied out after each call.
     public static func decompress(_ input: [UInt8], limit: Int = 64 << 20) throws(WireError) -> [UInt8] {
         var stream = z_stream()
         guard tributary_inflate_init_auto(&stream) == Z_OK else {
             throw WireError(.compression, "zlib could not start an inflate stream.")
         }
         defer { inflateEnd(&stream) }
-        var output: [UInt8] = []
-        output.reserveCapacity(min(limit, max(input.count * 4, 1024)))
-        var chunk = [UInt8](repeating: 0, count: 64 << 10)
-        var input = input
+        var output = [UInt8](repeating: 0, count: min(limit + 1, max(input.count * 5, 1024)))
+        var produced = 0
         var rc: Int32 = Z_OK
-        try input.withUnsafeMutableBufferPointer { inBuf throws(WireError) in
-            stream.next_in = inBuf.baseAddress
+        try input.withUnsafeBufferPointer { inBuf throws(WireError) in
+            stream.next_in = UnsafeMutablePointer(mutating: inBuf.baseAddress)
             stream.avail_in = uInt(inBuf.count)
             repeat {
-                let produced: Int = chunk.withUnsafeMutableBufferPointer { outBuf in
-                    stream.next_out = outBuf.baseAddress
-                    stream.avail_out = uInt(outBuf.count)
-                    rc = inflate(&stream, Z_NO_FLUSH)
-                    return outBuf.count - Int(stream.avail_out)
+                if produced == output.count {
+                    output.append(contentsOf: repeatElement(0, count: min(limit + 1 - output.count, output.count)))
+                }
+                let before = produced
+                rc = output.withUnsafeMutableBufferPointer { outBuf in
+                    stream.next_out = outBuf.baseAddress! + produced
+                    stream.avail_out = uInt(outBuf.count - produced)
+                    let rc = inflate(&stream, Z_NO_FLUSH)
+                    produced = outBuf.count - Int(stream.avail_out)
+                    return rc
                 }
                 guard rc == Z_OK || rc == Z_STREAM_END else {
                     throw WireError(.malformedBody, "The body is not valid gzip (zlib \(rc)).")
                 }
-                guard output.count + produced <= limit else {
+                guard produced <= limit else {
                     throw WireError(.tooLarge, "The decompressed body exceeds \(limit) bytes.")
                 }
-                output.append(contentsOf: chunk[0..<produced])
-                if rc == Z_OK && produced == 0 && stream.avail_in == 0 {
+                if rc == Z_OK && produced == before && stream.avail_in == 0 {
                     throw WireError(.malformedBody, "The gzip body is truncated.")
                 }
             } while rc != Z_STREAM_END
         }
+        output.removeLast(output.count - produced)
         return output
     }
 }

@@ -1,0 +1,169 @@
+import Foundation
+import TributaryWire
+
+/// A request body decoded to the JSON text of its events, with the scan of each event.
+struct DecodedBody: Sendable {
+    /// The bytes the events' ranges point into: the `data_list` array, or the NDJSON body.
+    var json: [UInt8]
+    /// Each event, in order.
+    var events: [ScannedEvent]
+}
+
+/// Decodes ingest bodies on bytes: what `WireFormat.decodeWithText` does, without building a
+/// `String` of `data_list` or a Foundation object of each event.
+///
+/// The checks, their order and their messages are those of `WireFormat.decodeWithText`; the JSON is
+/// checked by ``JSONScanner``, which accepts what `JSONSerialization` accepts from UTF-8 text.
+enum BodyDecoder {
+    /// Decodes `body` in `format`; `contentEncoding: gzip` is undone first.
+    ///
+    /// - Throws: `WireError` (`malformedBody`, `crcMismatch`, `tooLarge` when a decompressed size is
+    ///   over `limit`).
+    static func decode(
+        _ body: [UInt8],
+        format: WireFormat,
+        contentEncoding: String?,
+        limit: Int
+    ) throws(WireError) -> DecodedBody {
+        var body = body
+        if contentEncoding?.lowercased().contains("gzip") == true {
+            body = try Gzip.decompress(body, limit: limit)
+        }
+        switch format {
+        case .sensors: return try sensors(body, limit: limit)
+        case .ndjson: return try ndjson(body)
+        }
+    }
+
+    // MARK: Sensors form
+
+    private static func sensors(_ body: [UInt8], limit: Int) throws(WireError) -> DecodedBody {
+        let form = SensorsForm(body)
+        guard let dataList = form.dataList else {
+            throw WireError(.malformedBody, "The form has no data_list field.")
+        }
+        let isASCII = dataList.allSatisfy { $0 < 0x80 }
+        if let crcText = form.crc {
+            // Java's String.hashCode over UTF-16 code units: for ASCII text, the bytes themselves.
+            let expected =
+                isASCII ? javaHash(ofASCII: dataList) : javaStringHash(String(decoding: dataList, as: UTF8.self))
+            guard Int32(crcText) == expected else {
+                throw WireError(.crcMismatch, "crc=\(crcText) does not match data_list (expected \(expected)).")
+            }
+        }
+        let decoded = dataList.withUnsafeBytes { text in
+            // Data over the decoded form value itself (no copy), only for the call.
+            text.baseAddress.map { start in
+                Data(base64Encoded: Data(bytesNoCopy: .init(mutating: start), count: text.count, deallocator: .none))
+            } ?? Data(base64Encoded: Data())
+        }
+        guard isASCII, let decoded else {
+            throw WireError(.malformedBody, "data_list is not valid base64.")
+        }
+        var json = [UInt8](decoded)
+        if form.gzip == [UInt8(ascii: "1")] { json = try Gzip.decompress(json, limit: limit) }
+        let scanned = json.withUnsafeBufferPointer { bytes in
+            Result { () throws(JSONSyntaxError) in try JSONScanner.scanArray(bytes) }
+        }
+        guard case .success(let events) = scanned else {
+            throw WireError(.malformedBody, "data_list does not hold a JSON array.")
+        }
+        if let index = events.firstIndex(where: { !$0.isObject }) {
+            throw WireError(.malformedBody, "Element \(index) of data_list is not a JSON object.")
+        }
+        return DecodedBody(json: json, events: events)
+    }
+
+    /// `javaStringHash` of ASCII bytes (one UTF-16 code unit each).
+    static func javaHash(ofASCII bytes: [UInt8]) -> Int32 {
+        var h: Int32 = 0
+        for byte in bytes { h = 31 &* h &+ Int32(byte) }
+        return h
+    }
+
+    /// The three fields of a Sensors form, percent-decoded to bytes, as `parseForm` reads a form:
+    /// `&`-separated pairs (empty ones skipped), split at the first `=`, `+` is a space, `%XX` an
+    /// escape (a malformed escape is kept as it is), and the last of repeated keys wins.
+    struct SensorsForm {
+        var crc: String?
+        var gzip: [UInt8]?
+        var dataList: [UInt8]?
+
+        init(_ body: [UInt8]) {
+            for pair in body.split(separator: UInt8(ascii: "&")) {
+                let equals = pair.firstIndex(of: UInt8(ascii: "="))
+                let key = Self.percentDecoded(pair[pair.startIndex..<(equals ?? pair.endIndex)])
+                let value = equals.map { pair[($0 + 1)...] } ?? []
+                switch key {
+                case Array("crc".utf8): crc = String(decoding: Self.percentDecoded(value), as: UTF8.self)
+                case Array("gzip".utf8): gzip = Self.percentDecoded(value)
+                case Array("data_list".utf8): dataList = Self.percentDecoded(value)
+                default: break
+                }
+            }
+        }
+
+        static func percentDecoded(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
+            var out = [UInt8](repeating: 0, count: bytes.count)
+            let written = out.withUnsafeMutableBufferPointer { out in
+                bytes.withUnsafeBufferPointer { input in
+                    var read = 0
+                    var written = 0
+                    while read < input.count {
+                        let byte = input[read]
+                        read += 1
+                        if byte == UInt8(ascii: "%"), read + 1 < input.count,
+                            let high = hexValue(input[read]), let low = hexValue(input[read + 1])
+                        {
+                            out[written] = high << 4 | low
+                            read += 2
+                        } else {
+                            out[written] = byte == UInt8(ascii: "+") ? UInt8(ascii: " ") : byte
+                        }
+                        written += 1
+                    }
+                    return written
+                }
+            }
+            out.removeLast(out.count - written)
+            return out
+        }
+
+        private static func hexValue(_ byte: UInt8) -> UInt8? {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+    }
+
+    // MARK: NDJSON
+
+    private static func ndjson(_ body: [UInt8]) throws(WireError) -> DecodedBody {
+        let scanned = body.withUnsafeBufferPointer { bytes in
+            Result { () throws(WireError) in
+                var events: [ScannedEvent] = []
+                var line = 0
+                var start = 0
+                while start < bytes.count {
+                    let rest = UnsafeRawPointer(bytes.baseAddress! + start)
+                    let newline =
+                        memchr(rest, Int32(UInt8(ascii: "\n")), bytes.count - start)
+                        .map { start + rest.distance(to: UnsafeRawPointer($0)) } ?? bytes.count
+                    defer { start = newline + 1 }
+                    guard newline > start else { continue }
+                    line += 1
+                    let event = try? JSONScanner.scanDocument(bytes, range: start..<newline)
+                    guard let event, event.isObject else {
+                        throw WireError(.malformedBody, "Line \(line) is not a JSON object.")
+                    }
+                    events.append(event)
+                }
+                return events
+            }
+        }
+        return DecodedBody(json: body, events: try scanned.get())
+    }
+}
