@@ -67,6 +67,9 @@ public struct AgentConfiguration: Sendable {
         guard bulkSize > 0, upload.batchSize > 0, upload.maxBatchBytes > 0, drainChunk > 0 else {
             throw AgentError(.configuration, "Bulk size, batch size, batch bytes and drain chunk must be positive.")
         }
+        guard (1...9).contains(upload.gzipLevel) else {
+            throw AgentError(.configuration, "The gzip level must be 1 … 9 (it is \(upload.gzipLevel)).")
+        }
         guard flushInterval > .zero, upload.backoff.base > .zero, upload.backoff.cap >= upload.backoff.base else {
             throw AgentError(.configuration, "The flush interval and backoff base must be positive, and the cap ≥ the base.")
         }
