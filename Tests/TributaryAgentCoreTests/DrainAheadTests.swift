@@ -13,52 +13,56 @@ import TributaryWire
 /// against real LMDB, SQLite and the reference collector on loopback.
 @Suite("Drain ahead and batch reads")
 struct DrainAheadTests {
-    @Test("while the collector answers, the outbox holds at most the drain-ahead bound (plus one chunk)")
-    func boundedWhileAnswered() async throws {
+    /// Runs `body` with an agent (100-event batches and drain chunks, adjusted by `adjust`) on a group
+    /// of `events` events, uploading to a collector with `faults`.
+    private static func withAgent(
+        events: Int, faults: FaultConfiguration, _ adjust: @escaping (inout AgentConfiguration) -> Void,
+        _ body: (Agent, RunningCollector) async throws -> Void
+    ) async throws {
         try await withTemporaryGroup { group in
-            try await UploadTests.produce(group, count: 3000)
-            let faults = FaultConfiguration(seed: 1, latencyMillis: 20)
+            try await UploadTests.produce(group, count: events)
             try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
-                let agent = try UploadTests.agent(group, collector) { config in
+                try await body(try UploadTests.agent(group, collector) { config in
                     config.upload.batchSize = 100
                     config.drainChunk = 100
-                    config.drainAhead = 500
-                }
-                let largest = Largest()
-                let watcher = Task {
-                    while !Task.isCancelled {
-                        largest.record(try agent.outbox.pending().count)
-                        try await Task.sleep(for: .milliseconds(2))
-                    }
-                }
-                let report = try await agent.runOnce()
-                watcher.cancel()
-                #expect(report.drained == 3000 && report.delivered == 3000)
-                #expect(largest.value <= 500 + 100, "outbox pending peaked at \(largest.value)")
-                #expect(largest.value >= 200, "the outbox still holds batches ahead of the uploads")
-                try await UploadTests.expectDelivered(collector, count: 3000)
-                #expect(try await collector.stats().duplicates == 0)
+                    adjust(&config)
+                }, collector)
             }
+        }
+    }
+
+    @Test("while the collector answers, the outbox holds at most the drain-ahead bound (plus one chunk)")
+    func boundedWhileAnswered() async throws {
+        try await Self.withAgent(events: 3000, faults: FaultConfiguration(seed: 1, latencyMillis: 20), { $0.drainAhead = 500 }) {
+            agent, collector in
+            let largest = Largest()
+            let watcher = Task {
+                while !Task.isCancelled {
+                    largest.record(try agent.outbox.pending().count)
+                    try await Task.sleep(for: .milliseconds(2))
+                }
+            }
+            let report = try await agent.runOnce()
+            watcher.cancel()
+            #expect(report.drained == 3000 && report.delivered == 3000)
+            #expect(largest.value <= 500 + 100, "outbox pending peaked at \(largest.value)")
+            #expect(largest.value >= 200, "the outbox still holds batches ahead of the uploads")
+            try await UploadTests.expectDelivered(collector, count: 3000)
+            #expect(try await collector.stats().duplicates == 0)
         }
     }
 
     @Test("while uploads fail, the drain goes on up to the quota: the outbox absorbs the outage")
     func unboundedWhileFailing() async throws {
-        try await withTemporaryGroup { group in
-            try await UploadTests.produce(group, count: 1500)
-            let faults = FaultConfiguration(seed: 2, failureRate: 1.0, failureStatus: 503, retryAfter: "0")
-            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
-                let agent = try UploadTests.agent(group, collector) { config in
-                    config.upload.batchSize = 100
-                    config.drainChunk = 100
-                    config.drainAhead = 200
-                    config.deadline = .seconds(3)
-                }
-                let report = try await agent.runOnce()
-                #expect(report.delivered == 0)
-                #expect(try agent.outbox.pending().count == 1500)
-                #expect(try agent.store.status().pendingEvents == 0)
-            }
+        let faults = FaultConfiguration(seed: 2, failureRate: 1.0, failureStatus: 503, retryAfter: "0")
+        try await Self.withAgent(events: 1500, faults: faults, { config in
+            config.drainAhead = 200
+            config.deadline = .seconds(3)
+        }) { agent, _ in
+            let report = try await agent.runOnce()
+            #expect(report.delivered == 0)
+            #expect(try agent.outbox.pending().count == 1500)
+            #expect(try agent.store.status().pendingEvents == 0)
         }
     }
 
