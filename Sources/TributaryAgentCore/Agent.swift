@@ -184,6 +184,9 @@ public final class Agent: Service, Sendable {
         var state = "idle"
         var report = Report()
         var outboxFullLogged = false
+        /// Whether the last upload was answered (not backing off, not halted): the drain-ahead bound
+        /// applies only then.
+        var uploadsAnswered = true
         var planner = UploadPlanner()
 
         init(clock: ContinuousClock, interval: Duration) {
@@ -331,6 +334,7 @@ public final class Agent: Service, Sendable {
             loop.flushing = once || stopping.load(ordering: .acquiring)
             return false
         case .progressed(let delivered, let deadLettered):
+            loop.uploadsAnswered = true
             loop.report.delivered += delivered
             metrics.uploaded.increment(by: delivered)
             metrics.deadLetters.increment(by: deadLettered)
@@ -342,6 +346,7 @@ public final class Agent: Service, Sendable {
             loop.notBefore = nil
             return true
         case .wait(let delay):
+            loop.uploadsAnswered = false
             metrics.retries.increment()
             loop.notBefore = loop.clock.now.advanced(by: delay)
             if let reason = session.haltReason {
@@ -372,9 +377,12 @@ public final class Agent: Service, Sendable {
         return drained
     }
 
-    /// Drains what the store holds, unless the outbox is at its quota.
+    /// Drains what the store holds, unless the outbox is at its quota, or (while the collector answers)
+    /// holds ``AgentConfiguration/drainAhead`` events.
     private func drainRespectingQuota(_ loop: inout LoopState, maxEvents: Int? = nil) throws -> Int {
-        let bytes = try outbox.pending().bytes
+        let (count, bytes) = try outbox.pending()
+        let ahead = configuration.effectiveDrainAhead
+        if loop.uploadsAnswered && count >= ahead { return 0 }
         if bytes >= configuration.outboxQuotaBytes {
             if !loop.outboxFullLogged {
                 logger.warning("outbox at its quota; draining paused until uploads make room", metadata: [
@@ -386,7 +394,9 @@ public final class Agent: Service, Sendable {
         }
         loop.outboxFullLogged = false
         let drainer = Drainer(store: store, outbox: outbox, chunkSize: configuration.drainChunk, logger: logger)
-        let drained = try drainer.drainAvailable(maxEvents: maxEvents ?? configuration.drainChunk * 10)
+        var limit = maxEvents ?? configuration.drainChunk * 10
+        if loop.uploadsAnswered { limit = min(limit, ahead - count) }
+        let drained = try drainer.drainAvailable(maxEvents: limit)
         metrics.drained.increment(by: drained)
         return drained
     }

@@ -20,6 +20,15 @@ public struct AgentConfiguration: Sendable {
     /// Stop draining while the outbox holds this many bytes of events (the store then fills up and
     /// producers get `storeFull`, rather than the disk). Default 512 MiB.
     public var outboxQuotaBytes = 512 << 20
+    /// While the collector accepts uploads, stop draining once the outbox holds this many events
+    /// (at least two batches and the bulk size): the rest waits in the shared store, which is as
+    /// crash-safe, and the outbox (its SQLite indexes and cache) stays small. While uploads fail
+    /// (backoff, halted), the drain goes on up to ``outboxQuotaBytes``, so that the outbox absorbs a
+    /// collector outage before producers reach the store's quota. Default 20,000; `.max` drains as
+    /// far ahead as the quota allows.
+    public var drainAhead = 20_000
+    /// The drain-ahead bound in force: ``drainAhead``, raised to two batches and the bulk size.
+    var effectiveDrainAhead: Int { max(drainAhead, 2 * upload.batchSize, bulkSize) }
     /// Drain and upload everything there is, then return. Default false (run until stopped).
     public var once = false
     /// With `once`: the whole run's budget (`--deadline`). Nil = no limit.
@@ -66,6 +75,9 @@ public struct AgentConfiguration: Sendable {
         }
         guard bulkSize > 0, upload.batchSize > 0, upload.maxBatchBytes > 0, drainChunk > 0 else {
             throw AgentError(.configuration, "Bulk size, batch size, batch bytes and drain chunk must be positive.")
+        }
+        guard (1...9).contains(upload.gzipLevel) else {
+            throw AgentError(.configuration, "The gzip level must be 1 … 9 (it is \(upload.gzipLevel)).")
         }
         guard flushInterval > .zero, upload.backoff.base > .zero, upload.backoff.cap >= upload.backoff.base else {
             throw AgentError(.configuration, "The flush interval and backoff base must be positive, and the cap ≥ the base.")

@@ -23,36 +23,37 @@ public struct Drainer: Sendable {
     }
 
     /// Drains one chunk; returns how many store entries it moved (0 when the store is empty).
+    ///
+    /// The records are read in place (views into LMDB's map) and enriched straight into one buffer,
+    /// which the outbox insert binds from: no arrays or strings per event.
     public func drainChunk() throws -> Int {
-        let entries = try store.events(limit: chunkSize)
-        guard let lastSeq = entries.last?.seq else { return 0 }
         let enricher = try Enricher(store: store)
-        var incoming: [Outbox.Incoming] = []
-        incoming.reserveCapacity(entries.count)
-        for entry in entries {
-            switch entry.record {
-            case .success(let record):
+        var chunk = Outbox.DrainedChunk()
+        try store.scanEvents(limit: chunkSize, restart: { chunk = Outbox.DrainedChunk() }) { seq, raw, record in
+            switch record {
+            case .success(let view):
                 do {
-                    incoming.append(.event(try enricher.enrich(seq: entry.seq, record: record)))
+                    try enricher.enrich(seq: seq, view: view, into: &chunk)
                 } catch {
                     logger.error("event cannot be uploaded; kept as a dead letter", metadata: [
-                        "tributary.seq": "\(entry.seq)", "tributary.reason": "\(error)",
+                        "tributary.seq": "\(seq)", "tributary.reason": "\(error)",
                     ])
-                    incoming.append(.corrupt(seq: entry.seq, raw: record.body, reason: "\(error)"))
+                    chunk.entries.append(.corrupt(seq: seq, raw: Array(view.body), reason: "\(error)"))
                 }
             case .failure(let corruption):
                 logger.error("corrupt record in the shared store; kept as a dead letter", metadata: [
-                    "tributary.seq": "\(entry.seq)", "tributary.reason": "\(corruption.reason)",
+                    "tributary.seq": "\(seq)", "tributary.reason": "\(corruption.reason)",
                 ])
-                incoming.append(.corrupt(seq: entry.seq, raw: (try? store.rawEvent(seq: entry.seq)) ?? [], reason: corruption.reason))
+                chunk.entries.append(.corrupt(seq: seq, raw: Array(raw), reason: corruption.reason))
             }
         }
-        try outbox.insertDrained(incoming) { CrashPoint.hit("drain.before-outbox-commit") }
+        guard let lastSeq = chunk.entries.last?.seq else { return 0 }
+        try outbox.insertDrained(chunk) { CrashPoint.hit("drain.before-outbox-commit") }
         CrashPoint.hit("drain.after-outbox-commit")
         try store.deleteEvents(through: lastSeq)
         // The records read stay mapped (and counted in RSS) until released: keep RSS flat with the backlog.
         store.releaseMappedPages()
-        return entries.count
+        return chunk.entries.count
     }
 
     /// Drains until the store is empty or `maxEvents` were moved; returns how many were moved.

@@ -33,26 +33,59 @@ public struct Enricher: Sendable {
         self.init(appPresets: presets, identity: try store.identity())
     }
 
-    /// Enriches one stored event; returns the outbox row.
-    public func enrich(seq: UInt64, record: EventRecord) throws -> Outbox.Row {
-        var body = record.body
-        if record.producerKind == .extension {
-            body = try enrichExtension(body, seq: seq)
+    /// Enriches one stored event (read in place) into `chunk`: its fields, and its body with
+    /// `_tributary` added (extension events: enriched first). On error `chunk` is left as it was.
+    func enrich(seq: UInt64, view: EventRecord.View, into chunk: inout Outbox.DrainedChunk) throws {
+        let mark = chunk.bytes.count
+        do {
+            if view.producerKind == .extension {
+                let enriched = try enrichExtension(Array(view.body), seq: seq)
+                try enriched.withUnsafeBytes { try tag($0, seq: seq, view: view, into: &chunk) }
+            } else {
+                try tag(view.body, seq: seq, view: view, into: &chunk)
+            }
+        } catch {
+            chunk.bytes.removeSubrange(mark...)
+            throw error
         }
-        let eventID = JSONFields.string("event_id", in: body)
-        guard let eventID, !eventID.isEmpty else {
+    }
+
+    /// Appends the event with `body` to `chunk`, adding `_tributary`:
+    /// `{"seq":…,"producer":"…","producer_kind":"…","producer_seq":…}`.
+    private func tag(
+        _ body: UnsafeRawBufferPointer, seq: UInt64, view: EventRecord.View, into chunk: inout Outbox.DrainedChunk
+    ) throws {
+        guard let idRange = JSONFields.stringRange("event_id", in: body), !idRange.isEmpty else {
             throw EnrichError(seq: seq, reason: "the event has no event_id")
         }
-        var marker = "{\"seq\":\(seq),\"producer\":"
-        marker += jsonQuoted(record.producerID)
-        marker += ",\"producer_kind\":\"\(record.producerKind)\",\"producer_seq\":\(record.producerSeq)}"
-        guard let tagged = JSONFields.appending("_tributary", rawValue: Array(marker.utf8), to: body) else {
-            throw EnrichError(seq: seq, reason: "the event body is not a JSON object")
+        let eventID: Range<Int>
+        if UnsafeRawBufferPointer(rebasing: body[idRange]).contains(UInt8(ascii: "\\")) {
+            guard let unescaped = JSONFields.string(at: idRange, in: body), !unescaped.isEmpty else {
+                throw EnrichError(seq: seq, reason: "the event has no event_id")
+            }
+            eventID = chunk.store(unescaped.utf8)
+        } else {
+            eventID = chunk.store(UnsafeRawBufferPointer(rebasing: body[idRange]))
         }
-        return Outbox.Row(
-            id: 0, seq: seq, eventID: eventID, producer: record.producerID, producerKind: record.producerKind,
-            producerSeq: record.producerSeq, wallMillis: record.wallTimeMillis, bootNanos: record.bootTimeNanos,
-            bootID: record.bootID, body: tagged, batchID: nil)
+        let producer = chunk.store(view.producerID)
+        let bootID = chunk.store(view.bootID)
+        var member = Array(#""_tributary":{"seq":"#.utf8)
+        member.reserveCapacity(96 + view.producerID.count)
+        appendDecimal(seq, to: &member)
+        member.append(contentsOf: #","producer":"#.utf8)
+        appendJSONQuoted(view.producerID, to: &member)
+        member.append(contentsOf: #","producer_kind":""#.utf8)
+        member.append(contentsOf: view.producerKind.description.utf8)
+        member.append(contentsOf: #"","producer_seq":"#.utf8)
+        appendDecimal(view.producerSeq, to: &member)
+        member.append(UInt8(ascii: "}"))
+        let start = chunk.bytes.count
+        let added = member.withUnsafeBytes { appendJSONObject(body, adding: $0, to: &chunk.bytes) }
+        guard added else { throw EnrichError(seq: seq, reason: "the event body is not a JSON object") }
+        chunk.appendEvent(
+            seq: seq, producerKind: view.producerKind, producerSeq: view.producerSeq, wallMillis: view.wallTimeMillis,
+            bootNanos: view.bootTimeNanos, producer: producer, eventID: eventID, bootID: bootID,
+            body: start..<chunk.bytes.count)
     }
 
     private func enrichExtension(_ body: [UInt8], seq: UInt64) throws -> [UInt8] {
@@ -96,22 +129,35 @@ public struct EnrichError: Error, CustomStringConvertible, Sendable {
     public var description: String { "event seq \(seq): \(reason)" }
 }
 
-/// `s` as a JSON string literal (RFC 8259 escaping), without a JSON serialiser on the hot path.
-func jsonQuoted(_ s: String) -> String {
-    var out = "\""
-    out.reserveCapacity(s.utf8.count + 2)
-    for scalar in s.unicodeScalars {
-        switch scalar {
-        case "\"": out += "\\\""
-        case "\\": out += "\\\\"
-        case "\n": out += "\\n"
-        case "\r": out += "\\r"
-        case "\t": out += "\\t"
-        case _ where scalar.value < 0x20:
-            let hex = String(scalar.value, radix: 16)
-            out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-        default: out.unicodeScalars.append(scalar)
+/// Appends `bytes` (valid UTF-8) as a JSON string literal (RFC 8259 escaping) to `out`.
+func appendJSONQuoted(_ bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) {
+    let hex = Array("0123456789abcdef".utf8)
+    out.append(UInt8(ascii: "\""))
+    for byte in bytes {
+        switch byte {
+        case UInt8(ascii: "\""): out.append(contentsOf: #"\""#.utf8)
+        case UInt8(ascii: "\\"): out.append(contentsOf: #"\\"#.utf8)
+        case UInt8(ascii: "\n"): out.append(contentsOf: #"\n"#.utf8)
+        case UInt8(ascii: "\r"): out.append(contentsOf: #"\r"#.utf8)
+        case UInt8(ascii: "\t"): out.append(contentsOf: #"\t"#.utf8)
+        case ..<0x20: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
+        default: out.append(byte)
         }
     }
-    return out + "\""
+    out.append(UInt8(ascii: "\""))
+}
+
+/// Appends the decimal digits of `value` to `out`.
+func appendDecimal(_ value: UInt64, to out: inout [UInt8]) {
+    var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for UInt64.max's 20 digits
+    withUnsafeMutableBytes(of: &digits) { buffer in
+        var n = value
+        var i = buffer.count
+        repeat {
+            i -= 1
+            buffer[i] = UInt8(ascii: "0") + UInt8(n % 10)
+            n /= 10
+        } while n > 0
+        out.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[i...]))
+    }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import TributaryWire
 
 /// Reads and edits top-level fields of a JSON object held as UTF-8 bytes, without building a tree.
 ///
@@ -8,38 +9,56 @@ import Foundation
 enum JSONFields {
     /// The top-level string value of `key`, or nil when absent or not a string.
     static func string(_ key: String, in json: [UInt8]) -> String? {
-        guard let range = valueRange(Array(key.utf8), in: json), json[range.lowerBound] == UInt8(ascii: "\"") else {
-            return nil
+        json.withUnsafeBytes { json in
+            guard let range = stringRange(key, in: json) else { return nil }
+            return string(at: range, in: json)
         }
-        let inner = json[(range.lowerBound + 1)..<(range.upperBound - 1)]
+    }
+
+    /// The range of the top-level string value of `key` without its quotes, or nil when absent or
+    /// not a string.
+    static func stringRange(_ key: String, in json: UnsafeRawBufferPointer) -> Range<Int>? {
+        guard let range = valueRange(key, in: json), json[range.lowerBound] == UInt8(ascii: "\"") else { return nil }
+        return (range.lowerBound + 1)..<(range.upperBound - 1)
+    }
+
+    /// The string whose escaped text (without quotes) is at `range`; nil when an escape is invalid.
+    static func string(at range: Range<Int>, in json: UnsafeRawBufferPointer) -> String? {
+        let inner = UnsafeRawBufferPointer(rebasing: json[range])
         if !inner.contains(UInt8(ascii: "\\")) { return String(decoding: inner, as: UTF8.self) }
         return unescape(inner)
     }
 
     /// The top-level integer value of `key`.
     static func int(_ key: String, in json: [UInt8]) -> Int64? {
-        guard let range = valueRange(Array(key.utf8), in: json) else { return nil }
-        return Int64(String(decoding: json[range], as: UTF8.self))
+        json.withUnsafeBytes { json in
+            guard let range = valueRange(key, in: json) else { return nil }
+            return Int64(String(decoding: UnsafeRawBufferPointer(rebasing: json[range]), as: UTF8.self))
+        }
     }
 
     /// Inserts `,"key":rawValue` before the object's closing brace (rawValue must be valid JSON).
     static func appending(_ key: String, rawValue: [UInt8], to json: [UInt8]) -> [UInt8]? {
-        guard let close = json.lastIndex(where: { !isSpace($0) }), json[close] == UInt8(ascii: "}") else { return nil }
-        let isEmpty = json[..<close].lastIndex(where: { !isSpace($0) }).map { json[$0] == UInt8(ascii: "{") } ?? true
+        var member: [UInt8] = [UInt8(ascii: "\"")]
+        member.append(contentsOf: key.utf8)
+        member.append(contentsOf: "\":".utf8)
+        member.append(contentsOf: rawValue)
         var out: [UInt8] = []
-        out.reserveCapacity(json.count + key.utf8.count + rawValue.count + 4)
-        out.append(contentsOf: json[..<close])
-        if !isEmpty { out.append(UInt8(ascii: ",")) }
-        out.append(UInt8(ascii: "\""))
-        out.append(contentsOf: key.utf8)
-        out.append(contentsOf: "\":".utf8)
-        out.append(contentsOf: rawValue)
-        out.append(contentsOf: json[close...])
-        return out
+        out.reserveCapacity(json.count + member.count + 1)
+        let added = json.withUnsafeBytes { json in
+            member.withUnsafeBytes { member in appendJSONObject(json, adding: member, to: &out) }
+        }
+        return added ? out : nil
     }
 
     /// The byte range of the value of top-level `key` (for strings, including the quotes).
-    static func valueRange(_ key: [UInt8], in json: [UInt8]) -> Range<Int>? {
+    static func valueRange(_ key: String, in json: UnsafeRawBufferPointer) -> Range<Int>? {
+        var key = key
+        return key.withUTF8 { key in valueRange(UnsafeRawBufferPointer(key), in: json) }
+    }
+
+    /// The byte range of the value of top-level `key` (for strings, including the quotes).
+    static func valueRange(_ key: UnsafeRawBufferPointer, in json: UnsafeRawBufferPointer) -> Range<Int>? {
         var i = skipSpace(json, 0)
         guard i < json.count, json[i] == UInt8(ascii: "{") else { return nil }
         i += 1
@@ -52,7 +71,7 @@ enum JSONFields {
                 continue
             }
             guard json[i] == UInt8(ascii: "\""), let keyEnd = stringEnd(json, i) else { return nil }
-            let matches = json[(i + 1)..<(keyEnd - 1)].elementsEqual(key)
+            let matches = UnsafeRawBufferPointer(rebasing: json[(i + 1)..<(keyEnd - 1)]).elementsEqual(key)
             i = skipSpace(json, keyEnd)
             guard i < json.count, json[i] == UInt8(ascii: ":") else { return nil }
             i = skipSpace(json, i + 1)
@@ -64,14 +83,14 @@ enum JSONFields {
 
     private static func isSpace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x0A || b == 0x0D || b == 0x09 }
 
-    private static func skipSpace(_ json: [UInt8], _ start: Int) -> Int {
+    private static func skipSpace(_ json: UnsafeRawBufferPointer, _ start: Int) -> Int {
         var i = start
         while i < json.count, isSpace(json[i]) { i += 1 }
         return i
     }
 
     /// Index just past the closing quote of the string starting at `start`.
-    private static func stringEnd(_ json: [UInt8], _ start: Int) -> Int? {
+    private static func stringEnd(_ json: UnsafeRawBufferPointer, _ start: Int) -> Int? {
         var i = start + 1
         while i < json.count {
             switch json[i] {
@@ -84,7 +103,7 @@ enum JSONFields {
     }
 
     /// Index just past the value starting at `start`.
-    private static func valueEnd(_ json: [UInt8], _ start: Int) -> Int? {
+    private static func valueEnd(_ json: UnsafeRawBufferPointer, _ start: Int) -> Int? {
         guard start < json.count else { return nil }
         switch json[start] {
         case UInt8(ascii: "\""):
@@ -114,7 +133,7 @@ enum JSONFields {
         }
     }
 
-    private static func unescape(_ inner: ArraySlice<UInt8>) -> String? {
+    private static func unescape(_ inner: UnsafeRawBufferPointer) -> String? {
         var quoted = [UInt8(ascii: "[")]
         quoted.append(UInt8(ascii: "\""))
         quoted.append(contentsOf: inner)

@@ -5,6 +5,8 @@ import TributaryStore
 
 /// SQLite's `SQLITE_TRANSIENT` destructor (a C macro Swift cannot import): "copy the value now".
 private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+/// SQLite's `SQLITE_STATIC` (nil): "the value stays valid and unchanged until rebound or cleared".
+private let sqliteStatic: sqlite3_destructor_type? = nil
 
 /// The agent's private SQLite outbox: events drained from the shared store, waiting for upload.
 ///
@@ -158,11 +160,79 @@ public final class Outbox: Sendable {
     /// event twice. `beforeCommit` runs inside the transaction (crash-point tests use it).
     @discardableResult
     public func insertDrained(_ entries: [Incoming], beforeCommit: () -> Void = {}) throws -> Int {
-        guard let last = entries.last else { return 0 }
-        let lastSeq: UInt64 = switch last {
-        case .event(let row): row.seq
-        case .corrupt(let seq, _, _): seq
+        var chunk = DrainedChunk()
+        for entry in entries {
+            switch entry {
+            case .event(let row):
+                row.body.withUnsafeBytes { body in
+                    row.bootID.bytes.withUnsafeBytes { bootID in
+                        chunk.appendEvent(
+                            seq: row.seq, producerKind: row.producerKind, producerSeq: row.producerSeq,
+                            wallMillis: row.wallMillis, bootNanos: row.bootNanos, producer: chunk.store(row.producer.utf8),
+                            eventID: chunk.store(row.eventID.utf8), bootID: chunk.store(bootID), body: chunk.store(body))
+                    }
+                }
+            case .corrupt(let seq, let raw, let reason):
+                chunk.entries.append(.corrupt(seq: seq, raw: raw, reason: reason))
+            }
         }
+        return try insertDrained(chunk, beforeCommit: beforeCommit)
+    }
+
+    /// Drained entries on their way into the outbox, their strings and bytes held back to back in one
+    /// buffer (no arrays or strings per event), in store order.
+    struct DrainedChunk {
+        /// One drained event: its fields, and where its text and bytes are in ``bytes``.
+        struct Event {
+            var seq: UInt64
+            var producerKind: ProducerKind
+            var producerSeq: UInt64
+            var wallMillis: Int64
+            var bootNanos: UInt64
+            var producer: Range<Int>
+            var eventID: Range<Int>
+            var bootID: Range<Int>
+            var body: Range<Int>
+        }
+
+        /// An event, or a store record that goes to the dead-letter table.
+        enum Entry {
+            case event(Event)
+            case corrupt(seq: UInt64, raw: [UInt8], reason: String)
+
+            var seq: UInt64 {
+                switch self {
+                case .event(let event): event.seq
+                case .corrupt(let seq, _, _): seq
+                }
+            }
+        }
+
+        var bytes: [UInt8] = []
+        var entries: [Entry] = []
+
+        /// Appends `bytes` to the buffer; returns where they are.
+        mutating func store<C: Collection<UInt8>>(_ bytes: C) -> Range<Int> {
+            let start = self.bytes.count
+            self.bytes.append(contentsOf: bytes)
+            return start..<self.bytes.count
+        }
+
+        /// Appends an event whose text and bytes are already in the buffer.
+        mutating func appendEvent(
+            seq: UInt64, producerKind: ProducerKind, producerSeq: UInt64, wallMillis: Int64, bootNanos: UInt64,
+            producer: Range<Int>, eventID: Range<Int>, bootID: Range<Int>, body: Range<Int>
+        ) {
+            entries.append(.event(Event(
+                seq: seq, producerKind: producerKind, producerSeq: producerSeq, wallMillis: wallMillis,
+                bootNanos: bootNanos, producer: producer, eventID: eventID, bootID: bootID, body: body)))
+        }
+    }
+
+    /// ``insertDrained(_:beforeCommit:)`` for a chunk built by the drain.
+    @discardableResult
+    func insertDrained(_ chunk: DrainedChunk, beforeCommit: () -> Void = {}) throws -> Int {
+        guard let lastSeq = chunk.entries.last?.seq else { return 0 }
         return try writer.write { db in
             let already = UInt64(try Self.state(db, "last_drained_seq"))
             var inserted = 0
@@ -174,28 +244,30 @@ public final class Outbox: Sendable {
                     (seq, event_id, producer, producer_kind, producer_seq, wall_ms, boot_ns, boot_id, body)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """)
-            for entry in entries {
-                switch entry {
-                case .event(let row):
-                    guard row.seq > already else {
-                        skipped += 1
-                        continue
+            try chunk.bytes.withUnsafeBytes { bytes in
+                for entry in chunk.entries {
+                    switch entry {
+                    case .event(let event):
+                        guard event.seq > already else {
+                            skipped += 1
+                            continue
+                        }
+                        if try Self.insert(event, from: bytes, with: insert, in: db) {
+                            inserted += 1
+                            insertedBytes += event.body.count
+                        } else {
+                            skipped += 1
+                        }
+                    case .corrupt(let seq, let raw, let reason):
+                        guard seq > already else { continue }
+                        try db.execute(
+                            sql: """
+                                INSERT INTO dead_letters (seq, status, reason, dead_at_ms, body)
+                                VALUES (?, 0, ?, ?, ?)
+                                """,
+                            arguments: [Int64(seq), "corrupt store record: \(reason)", BootClock.wallMillis(), Data(raw)])
+                        corrupt += 1
                     }
-                    if try Self.insert(row, with: insert, in: db) {
-                        inserted += 1
-                        insertedBytes += row.body.count
-                    } else {
-                        skipped += 1
-                    }
-                case .corrupt(let seq, let raw, let reason):
-                    guard seq > already else { continue }
-                    try db.execute(
-                        sql: """
-                            INSERT INTO dead_letters (seq, status, reason, dead_at_ms, body)
-                            VALUES (?, 0, ?, ?, ?)
-                            """,
-                        arguments: [Int64(seq), "corrupt store record: \(reason)", BootClock.wallMillis(), Data(raw)])
-                    corrupt += 1
                 }
             }
             if lastSeq > already { try Self.setState(db, "last_drained_seq", Int64(lastSeq)) }
@@ -210,27 +282,39 @@ public final class Outbox: Sendable {
         }
     }
 
-    /// Runs the cached `INSERT OR IGNORE INTO outbox` for one row; whether a row was inserted.
+    /// Runs the cached `INSERT OR IGNORE INTO outbox` for one event of a chunk; whether a row was inserted.
     ///
     /// Binds with `sqlite3_bind_*` directly instead of GRDB's `StatementArguments`: building an array
     /// of `DatabaseValue`s and two `Data` copies per row was the largest cost of a drain after the
-    /// SQLite work itself. SQLITE_TRANSIENT: SQLite copies each value before the call returns.
-    private static func insert(_ row: Row, with statement: Statement, in db: Database) throws -> Bool {
+    /// SQLite work itself. SQLITE_STATIC: the chunk's buffer outlives the statement's step; the
+    /// bindings are cleared before the buffer goes.
+    private static func insert(
+        _ event: DrainedChunk.Event, from bytes: UnsafeRawBufferPointer, with statement: Statement, in db: Database
+    ) throws -> Bool {
         let handle = statement.sqliteStatement
-        sqlite3_reset(handle)
-        sqlite3_bind_int64(handle, 1, Int64(row.seq))
-        sqlite3_bind_text(handle, 2, row.eventID, -1, sqliteTransient)
-        sqlite3_bind_text(handle, 3, row.producer, -1, sqliteTransient)
-        sqlite3_bind_int64(handle, 4, Int64(row.producerKind.rawValue))
-        sqlite3_bind_int64(handle, 5, Int64(row.producerSeq))
-        sqlite3_bind_int64(handle, 6, row.wallMillis)
-        sqlite3_bind_int64(handle, 7, Int64(bitPattern: row.bootNanos))
-        _ = row.bootID.bytes.withUnsafeBytes { sqlite3_bind_blob(handle, 8, $0.baseAddress, Int32($0.count), sqliteTransient) }
-        if row.body.isEmpty {
-            sqlite3_bind_zeroblob(handle, 9, 0)  // a nil pointer would store NULL; the column is NOT NULL
-        } else {
-            _ = row.body.withUnsafeBytes { sqlite3_bind_blob(handle, 9, $0.baseAddress, Int32($0.count), sqliteTransient) }
+        defer { sqlite3_clear_bindings(handle) }
+        func text(_ index: Int32, _ range: Range<Int>) {
+            sqlite3_bind_text(
+                handle, index, bytes.baseAddress!.advanced(by: range.lowerBound).assumingMemoryBound(to: CChar.self),
+                Int32(range.count), sqliteStatic)
         }
+        func blob(_ index: Int32, _ range: Range<Int>) {
+            if range.isEmpty {
+                sqlite3_bind_zeroblob(handle, index, 0)  // a nil pointer would store NULL; the columns are NOT NULL
+            } else {
+                sqlite3_bind_blob(handle, index, bytes.baseAddress!.advanced(by: range.lowerBound), Int32(range.count), sqliteStatic)
+            }
+        }
+        sqlite3_reset(handle)
+        sqlite3_bind_int64(handle, 1, Int64(event.seq))
+        text(2, event.eventID)
+        text(3, event.producer)
+        sqlite3_bind_int64(handle, 4, Int64(event.producerKind.rawValue))
+        sqlite3_bind_int64(handle, 5, Int64(event.producerSeq))
+        sqlite3_bind_int64(handle, 6, event.wallMillis)
+        sqlite3_bind_int64(handle, 7, Int64(bitPattern: event.bootNanos))
+        blob(8, event.bootID)
+        blob(9, event.body)
         let rc = sqlite3_step(handle)
         sqlite3_reset(handle)
         guard rc == SQLITE_DONE else {
@@ -254,23 +338,99 @@ public final class Outbox: Sendable {
     /// did not finish, else the oldest rows up to `maxCount` events and `maxBytes` body bytes, given a
     /// new batch id. Returns an empty array when the outbox is empty.
     public func nextBatch(maxCount: Int, maxBytes: Int) throws -> [Row] {
+        guard let batch = try nextBatch(maxCount: maxCount, maxBytes: maxBytes, each: { _ in }) else { return [] }
+        return try rows(inBatch: batch.id)
+    }
+
+    /// One event of a batch as the outbox stores it, handed to ``nextBatch(maxCount:maxBytes:each:)``'s
+    /// closure. The buffers point into SQLite's row and are valid only during the call.
+    public struct BatchEvent {
+        /// Wall-clock time at trigger (ms) and `CLOCK_BOOTTIME` (ns) with its 16-byte boot id.
+        public var wallMillis: Int64
+        public var bootNanos: UInt64
+        public var bootID: UnsafeRawBufferPointer
+        /// The event JSON as drained (enriched, with `_tributary`).
+        public var body: UnsafeRawBufferPointer
+    }
+
+    /// The batch ``nextBatch(maxCount:maxBytes:each:)`` chose.
+    public struct BatchInfo: Sendable, Hashable {
+        /// Its stable id (the `Idempotency-Key`).
+        public var id: String
+        /// Its number of events.
+        public var count: Int
+    }
+
+    /// The same batch as ``nextBatch(maxCount:maxBytes:)``, handed to `each` event by event straight
+    /// from SQLite's rows (no per-row Swift values), in upload order. Returns nil when the outbox is
+    /// empty. `each` runs inside the outbox's write transaction: it must only copy the bytes.
+    public func nextBatch(
+        maxCount: Int, maxBytes: Int, each: (BatchEvent) throws -> Void
+    ) throws -> BatchInfo? {
         try writer.write { db in
             // INDEXED BY: without it SQLite prefers scanning the whole table in id order.
             if let inFlight = try String.fetchOne(
                 db, sql: "SELECT batch_id FROM outbox INDEXED BY outbox_batch WHERE batch_id IS NOT NULL ORDER BY id LIMIT 1")
             {
-                return try Self.rows(db, sql: "SELECT * FROM outbox WHERE batch_id = ? ORDER BY id", [inFlight])
+                let statement = try db.cachedStatement(
+                    sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox WHERE batch_id = ? ORDER BY id")
+                sqlite3_reset(statement.sqliteStatement)
+                sqlite3_bind_text(statement.sqliteStatement, 1, inFlight, -1, sqliteTransient)
+                let scanned = try Self.scan(statement, in: db, maxBytes: .max, each)
+                return BatchInfo(id: inFlight, count: scanned.count)
             }
-            let candidates = try Self.rows(db, sql: "SELECT * FROM outbox ORDER BY id LIMIT ?", [maxCount])
-            var batch: [Row] = []
-            var bytes = 0
-            for row in candidates {
-                if !batch.isEmpty && bytes + row.body.count > maxBytes { break }
-                batch.append(row)
-                bytes += row.body.count
-            }
-            return try Self.assign(db, batch, batchID: UUID().uuidString.lowercased())
+            let statement = try db.cachedStatement(
+                sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox ORDER BY id LIMIT ?")
+            sqlite3_reset(statement.sqliteStatement)
+            sqlite3_bind_int64(statement.sqliteStatement, 1, Int64(maxCount))
+            let scanned = try Self.scan(statement, in: db, maxBytes: maxBytes, each)
+            guard scanned.count > 0 else { return nil }
+            let batchID = UUID().uuidString.lowercased()
+            try db.execute(
+                sql: "UPDATE outbox SET batch_id = ? WHERE id BETWEEN ? AND ?",
+                arguments: [batchID, scanned.firstID, scanned.lastID])
+            return BatchInfo(id: batchID, count: scanned.count)
         }
+    }
+
+    /// Steps a `SELECT id, wall_ms, boot_ns, boot_id, body` statement, handing each row to `each` until
+    /// the rows run out or the next body would pass `maxBytes` (the first row always goes).
+    private static func scan(
+        _ statement: Statement, in db: Database, maxBytes: Int, _ each: (BatchEvent) throws -> Void
+    ) throws -> (count: Int, firstID: Int64, lastID: Int64) {
+        let handle = statement.sqliteStatement
+        defer { sqlite3_reset(handle) }
+        var count = 0
+        var bytes = 0
+        var firstID: Int64 = 0
+        var lastID: Int64 = 0
+        while true {
+            let rc = sqlite3_step(handle)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else {
+                throw DatabaseError(
+                    resultCode: ResultCode(rawValue: rc), message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
+                    sql: statement.sql)
+            }
+            // sqlite.org/c3ref/column_blob.html: call _blob first, then _bytes, for the pointer to stay valid.
+            let body = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 4), count: Int(sqlite3_column_bytes(handle, 4)))
+            if count > 0 && bytes + body.count > maxBytes { break }
+            let bootID = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 3), count: Int(sqlite3_column_bytes(handle, 3)))
+            let id = sqlite3_column_int64(handle, 0)
+            if count == 0 { firstID = id }
+            lastID = id
+            try each(BatchEvent(
+                wallMillis: sqlite3_column_int64(handle, 1), bootNanos: UInt64(bitPattern: sqlite3_column_int64(handle, 2)),
+                bootID: bootID, body: body))
+            count += 1
+            bytes += body.count
+        }
+        return (count, firstID, lastID)
+    }
+
+    /// The rows of batch `batchID`, in upload order (to bisect or dead-letter a batch the collector refused).
+    public func rows(inBatch batchID: String) throws -> [Row] {
+        try writer.read { db in try Self.rows(db, sql: "SELECT * FROM outbox WHERE batch_id = ? ORDER BY id", [batchID]) }
     }
 
     /// Makes `rows` (a subset of a failed batch) a new batch of their own with a new id; the other

@@ -16,6 +16,8 @@ public struct UploadConfiguration: Sendable {
     public var batchSize: Int = 500
     /// Most uncompressed event bytes per batch. Default 1 MiB.
     public var maxBatchBytes: Int = 1 << 20
+    /// gzip level of request bodies, 1 (fastest) … 9 (smallest). Default 1: see docs/performance.md.
+    public var gzipLevel: Int32 = 1
     /// Retry policy for 408, 429, 5xx and transport errors.
     public var backoff = Backoff()
     /// How long one request may take. Default 30 s.
@@ -107,7 +109,10 @@ final class UploadSession: @unchecked Sendable {
     /// Sends at most one request (of at most `maxEvents` events, ending within `timeout`) and applies
     /// its outcome. A request still running at `timeout` is cancelled; its batch stays in the outbox.
     func step(maxEvents: Int? = nil, timeout: Duration? = nil) async throws -> Step {
-        let batch: [Outbox.Row]
+        let clock = WireClock(wallMillis: BootClock.wallMillis(), bootNanos: BootClock.nowNanos())
+        var body = BatchBodyBuilder(format: configuration.format, capacity: min(configuration.maxBatchBytes, 16 << 20))
+        let batchID: String
+        let count: Int
         if let suspect {
             if suspect.count == 1 {
                 try outbox.deadLetter(suspect[0], status: suspectReason.status, reason: suspectReason.reason) {
@@ -120,26 +125,34 @@ final class UploadSession: @unchecked Sendable {
                 self.suspect = nil
                 return .progressed(delivered: 0, deadLettered: 1)
             }
+            let half: [Outbox.Row]
             if let suspectHalf {
-                batch = suspectHalf
+                half = suspectHalf
             } else {
-                batch = try outbox.rebatch(Array(suspect.prefix(suspect.count / 2)), from: suspect[0].batchID ?? "")
-                suspectHalf = batch
+                half = try outbox.rebatch(Array(suspect.prefix(suspect.count / 2)), from: suspect[0].batchID ?? "")
+                suspectHalf = half
             }
+            guard let id = half.first?.batchID else { return .empty }
+            for row in half { Self.append(row, at: clock, to: &body) }
+            (batchID, count) = (id, half.count)
         } else {
-            batch = try outbox.nextBatch(maxCount: min(batchLimit, maxEvents ?? .max), maxBytes: configuration.maxBatchBytes)
+            // The common case: the request body is built straight from the outbox's rows.
+            let limit = min(batchLimit, maxEvents ?? .max)
+            guard let batch = try outbox.nextBatch(maxCount: limit, maxBytes: configuration.maxBatchBytes, each: { event in
+                Self.append(event, at: clock, to: &body)
+            }) else { return .empty }
+            (batchID, count) = (batch.id, batch.count)
         }
-        guard let batchID = batch.first?.batchID else { return .empty }
 
-        let outcome = await send(batch, batchID: batchID, timeout: timeout ?? configuration.requestTimeout)
+        let outcome = await send(body, batchID: batchID, sentAt: clock.wallMillis, timeout: timeout ?? configuration.requestTimeout)
         if case .retry = outcome {} else { suspectHalf = nil }
         switch outcome {
         case .delivered:
             CrashPoint.hit("upload.after-ack")
-            try outbox.acknowledge(batchID, count: batch.count)
+            try outbox.acknowledge(batchID, count: count)
             if let suspect {
                 // The first half was fine, so the rejected event is in the second half.
-                self.suspect = Array(suspect.dropFirst(batch.count)).map { row in
+                self.suspect = Array(suspect.dropFirst(count)).map { row in
                     var row = row
                     row.batchID = nil
                     return row
@@ -148,8 +161,8 @@ final class UploadSession: @unchecked Sendable {
             attempt = 0
             haltReason = nil
             batchLimit = min(configuration.batchSize, batchLimit * 2)
-            logger.debug("batch delivered", metadata: ["tributary.batch.id": "\(batchID)", "tributary.batch.events": "\(batch.count)"])
-            return .progressed(delivered: batch.count)
+            logger.debug("batch delivered", metadata: ["tributary.batch.id": "\(batchID)", "tributary.batch.events": "\(count)"])
+            return .progressed(delivered: count)
 
         case .retry(let reason, let retryAfter):
             var rng = SystemRandomNumberGenerator()
@@ -165,14 +178,14 @@ final class UploadSession: @unchecked Sendable {
 
         case .tooLarge(let reason):
             lastError = reason
-            if batch.count == 1 {
-                try outbox.deadLetter(batch[0], status: 413, reason: "too large even alone: \(reason)") {
+            if count == 1, let row = try outbox.rows(inBatch: batchID).first {
+                try outbox.deadLetter(row, status: 413, reason: "too large even alone: \(reason)") {
                     CrashPoint.hit("deadletter.before-commit")
                 }
                 suspect = nil
                 return .progressed(delivered: 0, deadLettered: 1)
             }
-            batchLimit = max(1, batch.count / 2)
+            batchLimit = max(1, count / 2)
             if var suspect {
                 // Keep bisecting the known-bad range, with smaller requests.
                 suspect = suspect.map { row in
@@ -190,7 +203,7 @@ final class UploadSession: @unchecked Sendable {
 
         case .rejected(let status, let reason):
             lastError = reason
-            suspect = batch
+            suspect = try outbox.rows(inBatch: batchID)
             suspectReason = (status, reason)
             attempt = 0
             return .progressed(delivered: 0)
@@ -206,13 +219,12 @@ final class UploadSession: @unchecked Sendable {
     }
 
     /// Encodes and POSTs one batch.
-    private func send(_ batch: [Outbox.Row], batchID: String, timeout: Duration) async -> UploadOutcome {
-        let nowWall = BootClock.wallMillis()
-        let nowBoot = BootClock.nowNanos()
-        let events = batch.map { wireEvent($0, nowWall: nowWall, nowBoot: nowBoot) }
+    private func send(_ body: consuming BatchBodyBuilder, batchID: String, sentAt nowWall: Int64, timeout: Duration) async
+        -> UploadOutcome
+    {
         let encoded: EncodedBatch
         do {
-            encoded = try configuration.format.encode(events)
+            encoded = try body.finish(gzipLevel: configuration.gzipLevel)
         } catch {
             return .retry(reason: "could not encode the batch: \(error)", retryAfter: nil)
         }
@@ -239,20 +251,40 @@ final class UploadSession: @unchecked Sendable {
     }
 
     /// The event as sent: `_flush_time` added, and `time` corrected if the wall clock moved.
+    func wireEvent(_ row: Outbox.Row, nowWall: Int64, nowBoot: UInt64) -> [UInt8] {
+        var body = BatchBodyBuilder(format: .sensors)
+        Self.append(row, at: WireClock(wallMillis: nowWall, bootNanos: nowBoot), to: &body)
+        return Array(body.text.dropFirst())  // the builder's text is "[" and the event
+    }
+
+    /// Appends an outbox row as sent, as the event form below does.
+    static func append(_ row: Outbox.Row, at clock: WireClock, to body: inout BatchBodyBuilder) {
+        row.body.withUnsafeBytes { bytes in
+            row.bootID.bytes.withUnsafeBytes { bootID in
+                append(
+                    Outbox.BatchEvent(wallMillis: row.wallMillis, bootNanos: row.bootNanos, bootID: bootID, body: bytes),
+                    at: clock, to: &body)
+            }
+        }
+    }
+
+    /// Appends an event as sent: `_flush_time` added, and `time` corrected if the wall clock moved.
     ///
     /// If the event was recorded in this boot and the wall-clock time since then disagrees with the
     /// `CLOCK_BOOTTIME` time since then by more than a second, the clock was changed in between: `time`
     /// is recomputed from the monotonic reading and `$time_adjustment_ms` records the change.
-    func wireEvent(_ row: Outbox.Row, nowWall: Int64, nowBoot: UInt64) -> [UInt8] {
-        var body = row.body
-        if row.bootID == BootID.current, nowBoot >= row.bootNanos {
-            let expected = nowWall - Int64((nowBoot - row.bootNanos) / 1_000_000)
-            let adjustment = expected - row.wallMillis
-            if abs(adjustment) > 1000, let corrected = Self.correctTime(body, to: expected, adjustment: adjustment) {
-                body = corrected
+    static func append(_ event: Outbox.BatchEvent, at clock: WireClock, to body: inout BatchBodyBuilder) {
+        clock.flushTimeMember.withUnsafeBytes { member in
+            if clock.bootNanos >= event.bootNanos, event.bootID.elementsEqual(BootID.current.bytes) {
+                let expected = clock.wallMillis - Int64((clock.bootNanos - event.bootNanos) / 1_000_000)
+                let adjustment = expected - event.wallMillis
+                if abs(adjustment) > 1000, let corrected = correctTime(Array(event.body), to: expected, adjustment: adjustment) {
+                    corrected.withUnsafeBytes { body.append($0, member: member) }
+                    return
+                }
             }
+            body.append(event.body, member: member)
         }
-        return JSONFields.appending("_flush_time", rawValue: Array(String(nowWall).utf8), to: body) ?? body
     }
 
     static func correctTime(_ body: [UInt8], to time: Int64, adjustment: Int64) -> [UInt8]? {
@@ -262,6 +294,20 @@ final class UploadSession: @unchecked Sendable {
         properties["$time_adjustment_ms"] = adjustment
         event["properties"] = properties
         return (try? JSONSerialization.data(withJSONObject: event, options: [.withoutEscapingSlashes])).map(Array.init)
+    }
+}
+
+/// The moment a batch is sent: what each event's `_flush_time` and time correction use.
+struct WireClock {
+    var wallMillis: Int64
+    var bootNanos: UInt64
+    /// `"_flush_time":<wallMillis>`.
+    let flushTimeMember: [UInt8]
+
+    init(wallMillis: Int64, bootNanos: UInt64) {
+        self.wallMillis = wallMillis
+        self.bootNanos = bootNanos
+        flushTimeMember = Array("\"_flush_time\":\(wallMillis)".utf8)
     }
 }
 

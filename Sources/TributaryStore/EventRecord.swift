@@ -113,6 +113,42 @@ public struct EventRecord: Sendable, Equatable {
 
     /// Decodes and verifies a stored record. A record whose CRC does not match is never returned.
     public static func decode(_ bytes: UnsafeRawBufferPointer) throws(Corruption) -> EventRecord {
+        EventRecord(try view(bytes))
+    }
+
+    /// Copies a record read in place.
+    public init(_ view: View) {
+        self.init(
+            producerKind: view.producerKind, producerID: String(decoding: view.producerID, as: UTF8.self), pid: view.pid,
+            producerSeq: view.producerSeq, wallTimeMillis: view.wallTimeMillis, bootTimeNanos: view.bootTimeNanos,
+            bootID: BootID(bytes: view.bootID), body: Array(view.body))
+    }
+
+    /// A verified stored record read in place: its header's fields, and its producer id, boot id and
+    /// body as views into the bytes it was read from (valid only as long as those are, e.g. during
+    /// the LMDB read transaction).
+    public struct View {
+        /// Which kind of process produced the event.
+        public var producerKind: ProducerKind
+        /// The producer id (valid UTF-8).
+        public var producerID: UnsafeRawBufferPointer
+        /// The producer's process id at the time of the event.
+        public var pid: Int32
+        /// The producer's own sequence number.
+        public var producerSeq: UInt64
+        /// Wall-clock time at trigger, in ms since the Unix epoch.
+        public var wallTimeMillis: Int64
+        /// `CLOCK_BOOTTIME` at trigger, in ns.
+        public var bootTimeNanos: UInt64
+        /// The 16 bytes of the boot id.
+        public var bootID: UnsafeRawBufferPointer
+        /// The event JSON (UTF-8).
+        public var body: UnsafeRawBufferPointer
+    }
+
+    /// Decodes and verifies a stored record without copying it (see ``View``). A record whose CRC does
+    /// not match is never returned.
+    public static func view(_ bytes: UnsafeRawBufferPointer) throws(Corruption) -> View {
         guard bytes.count >= fixedHeaderSize else {
             throw Corruption(reason: "record is \(bytes.count) bytes, shorter than the \(fixedHeaderSize)-byte header")
         }
@@ -133,19 +169,19 @@ public struct EventRecord: Sendable, Equatable {
         let producerSeq = r.u64()
         let wall = Int64(bitPattern: r.u64())
         let boot = r.u64()
-        let bootID = BootID(bytes: r.bytes(16))
+        let bootID = r.bytes(16)
         let idLength = Int(r.u16())
         guard headerLength == fixedHeaderSize + idLength, headerLength <= bytes.count else {
             throw Corruption(reason: "header length \(headerLength) does not match producer id length \(idLength)")
         }
         let idBytes = r.bytes(idLength)
-        guard let producerID = String(validating: idBytes, as: UTF8.self) else {
+        // ASCII (the usual case) is valid UTF-8 without building a String.
+        guard idBytes.allSatisfy({ $0 < 0x80 }) || String(validating: idBytes, as: UTF8.self) != nil else {
             throw Corruption(reason: "producer id is not valid UTF-8")
         }
-        let body = Array(UnsafeRawBufferPointer(rebasing: bytes[headerLength...]))
-        return EventRecord(
-            producerKind: kind, producerID: producerID, pid: pid, producerSeq: producerSeq, wallTimeMillis: wall,
-            bootTimeNanos: boot, bootID: bootID, body: body)
+        return View(
+            producerKind: kind, producerID: idBytes, pid: pid, producerSeq: producerSeq, wallTimeMillis: wall,
+            bootTimeNanos: boot, bootID: bootID, body: UnsafeRawBufferPointer(rebasing: bytes[headerLength...]))
     }
 }
 

@@ -204,23 +204,39 @@ public final class SharedStore: Sendable {
 
     /// Reads up to `limit` events with `seq ≥ start`, oldest first, in one read transaction.
     public func events(from start: UInt64 = 0, limit: Int) throws -> [StoredEvent] {
+        var out: [StoredEvent] = []
+        try scanEvents(from: start, limit: limit, restart: { out.removeAll(keepingCapacity: true) }) { seq, _, record in
+            out.append(StoredEvent(seq: seq, record: record.map(EventRecord.init)))
+        }
+        return out
+    }
+
+    /// Reads up to `limit` events with `seq ≥ start`, oldest first, in one read transaction, without
+    /// copying them: `body` gets each one's sequence number, its stored bytes, and its verified view or
+    /// why it could not be decoded. The bytes point into the store's memory map and are valid only
+    /// during the call. `restart` runs before the first event of every attempt: a read that finds the
+    /// map grown by another process runs again from the start.
+    public func scanEvents(
+        from start: UInt64 = 0, limit: Int, restart: () -> Void = {},
+        _ body: (UInt64, UnsafeRawBufferPointer, Result<EventRecord.View, EventRecord.Corruption>) throws -> Void
+    ) throws {
         let dbi = environment.tables.events
-        return try environment.read { txn in
-            var out: [StoredEvent] = []
-            out.reserveCapacity(min(limit, 4096))
+        try environment.read { txn in
+            restart()
+            var count = 0
             try txn.scan(dbi, from: start) { key, value in
-                guard out.count < limit else { return false }
+                guard count < limit else { return false }
                 guard let seq = decodeSequence(key) else { return true }
-                let record: Result<EventRecord, EventRecord.Corruption>
+                let record: Result<EventRecord.View, EventRecord.Corruption>
                 do throws(EventRecord.Corruption) {
-                    record = .success(try EventRecord.decode(value))
+                    record = .success(try EventRecord.view(value))
                 } catch {
                     record = .failure(error)
                 }
-                out.append(StoredEvent(seq: seq, record: record))
-                return out.count < limit
+                try body(seq, value, record)
+                count += 1
+                return count < limit
             }
-            return out
         }
     }
 

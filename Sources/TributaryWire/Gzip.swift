@@ -2,27 +2,30 @@ import CZlib
 
 /// gzip (RFC 1952) through the system zlib.
 public enum Gzip {
-    /// Compresses `input` into a gzip member.
-    public static func compress(_ input: [UInt8], level: Int32 = 6) throws(WireError) -> [UInt8] {
+    /// zlib's default level (`Z_DEFAULT_COMPRESSION`).
+    public static let defaultLevel: Int32 = 6
+
+    /// Compresses `input` into a gzip member at `level` (1 fastest … 9 smallest; 0 stores).
+    public static func compress(_ input: [UInt8], level: Int32 = defaultLevel) throws(WireError) -> [UInt8] {
         var stream = z_stream()
         guard tributary_deflate_init_gzip(&stream, level) == Z_OK else {
-            throw WireError(.compression, "zlib could not start a gzip stream.")
+            throw WireError(.compression, "zlib could not start a gzip stream at level \(level).")
         }
         defer { deflateEnd(&stream) }
         let bound = Int(deflateBound(&stream, uLong(input.count))) + 32
-        var output = [UInt8](repeating: 0, count: bound)
-        var input = input
-        let rc: Int32 = input.withUnsafeMutableBufferPointer { inBuf in
-            output.withUnsafeMutableBufferPointer { outBuf in
-                stream.next_in = inBuf.baseAddress
+        var rc: Int32 = Z_OK
+        // deflate only reads next_in (zlib's z_const): no copy of the input is needed.
+        let output = [UInt8](unsafeUninitializedCapacity: bound) { outBuf, written in
+            input.withUnsafeBufferPointer { inBuf in
+                stream.next_in = UnsafeMutablePointer(mutating: inBuf.baseAddress)
                 stream.avail_in = uInt(inBuf.count)
                 stream.next_out = outBuf.baseAddress
                 stream.avail_out = uInt(outBuf.count)
-                return deflate(&stream, Z_FINISH)
+                rc = deflate(&stream, Z_FINISH)
             }
+            written = rc == Z_STREAM_END ? Int(stream.total_out) : 0
         }
         guard rc == Z_STREAM_END else { throw WireError(.compression, "zlib deflate failed (\(rc)).") }
-        output.removeLast(output.count - Int(stream.total_out))
         return output
     }
 

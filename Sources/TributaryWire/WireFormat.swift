@@ -23,36 +23,11 @@ public struct EncodedBatch: Sendable {
 }
 
 extension WireFormat {
-    /// Encodes events (each a complete JSON object, UTF-8) into a request body.
-    public func encode(_ events: [[UInt8]]) throws(WireError) -> EncodedBatch {
-        switch self {
-        case .sensors:
-            var array: [UInt8] = [UInt8(ascii: "[")]
-            array.reserveCapacity(events.reduce(2) { $0 + $1.count + 1 })
-            for (i, event) in events.enumerated() {
-                if i > 0 { array.append(UInt8(ascii: ",")) }
-                array.append(contentsOf: event)
-            }
-            array.append(UInt8(ascii: "]"))
-            let base64 = Data(try Gzip.compress(array)).base64EncodedString()
-            let crc = javaStringHash(base64)
-            var body = Array("crc=\(crc)&gzip=1&data_list=".utf8)
-            formURLEncode(base64, into: &body)
-            return EncodedBatch(
-                body: body, headers: [("Content-Type", "application/x-www-form-urlencoded")],
-                uncompressedBytes: array.count)
-        case .ndjson:
-            var lines: [UInt8] = []
-            lines.reserveCapacity(events.reduce(0) { $0 + $1.count + 1 })
-            for event in events {
-                lines.append(contentsOf: event)
-                lines.append(UInt8(ascii: "\n"))
-            }
-            return EncodedBatch(
-                body: try Gzip.compress(lines),
-                headers: [("Content-Type", "application/x-ndjson"), ("Content-Encoding", "gzip")],
-                uncompressedBytes: lines.count)
-        }
+    /// Encodes events (each a complete JSON object, UTF-8) into a request body, gzip at `gzipLevel`.
+    public func encode(_ events: [[UInt8]], gzipLevel: Int32 = Gzip.defaultLevel) throws(WireError) -> EncodedBatch {
+        var body = BatchBodyBuilder(format: self, capacity: events.reduce(0) { $0 + $1.count + 1 })
+        for event in events { event.withUnsafeBytes { body.append($0) } }
+        return try body.finish(gzipLevel: gzipLevel)
     }
 
     /// Recognises the format of a request from its `Content-Type`.

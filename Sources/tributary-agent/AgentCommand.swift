@@ -65,6 +65,19 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .customLong("max-batch-bytes"), help: "Most uncompressed event bytes per request.")
     var maxBatchBytes = 1 << 20
 
+    @Option(
+        name: .customLong("drain-ahead"),
+        help: """
+            While the collector accepts uploads, pause the drain once the outbox holds this many events \
+            (at least 2 × --batch-size); while uploads fail, drain on up to the outbox quota.
+            """)
+    var drainAhead = 20_000
+
+    @Option(
+        name: .customLong("gzip-level"),
+        help: "gzip level of request bodies, 1 (fastest, the default; bodies ~1.2× those of level 6) … 9 (smallest).")
+    var gzipLevel: Int32 = 1
+
     @Option(name: .customLong("backoff-base"), help: "Retry backoff: first ceiling, in seconds (full jitter).")
     var backoffBase: Double = 1
 
@@ -84,9 +97,10 @@ struct AgentCommand: AsyncParsableCommand {
     var logLevel: String = "info"
 
     func validate() throws {
-        guard bulkSize > 0, batchSize > 0, maxBatchBytes > 0 else {
-            throw ValidationError("--bulk-size, --batch-size and --max-batch-bytes must be positive.")
+        guard bulkSize > 0, batchSize > 0, maxBatchBytes > 0, drainAhead > 0 else {
+            throw ValidationError("--bulk-size, --batch-size, --max-batch-bytes and --drain-ahead must be positive.")
         }
+        guard (1...9).contains(gzipLevel) else { throw ValidationError("--gzip-level must be 1 … 9.") }
         guard flushInterval > 0, backoffBase > 0, backoffCap >= backoffBase, maxRetryAfter >= 0, requestTimeout > 0 else {
             throw ValidationError("--flush-interval, --backoff-base and --request-timeout must be positive, and --backoff-cap ≥ --backoff-base.")
         }
@@ -103,6 +117,7 @@ struct AgentCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        MallocPolicy.apply()
         let level = Logger.Level(rawValue: logLevel) ?? .info
         if metricsAddress != nil { MetricsEndpoint.bootstrap() }
         LoggingSystem.bootstrap { label in
@@ -116,6 +131,8 @@ struct AgentCommand: AsyncParsableCommand {
         config.upload.format = format
         config.upload.batchSize = batchSize
         config.upload.maxBatchBytes = maxBatchBytes
+        config.upload.gzipLevel = gzipLevel
+        config.drainAhead = drainAhead
         config.upload.backoff = Backoff(
             base: .seconds(backoffBase), cap: .seconds(backoffCap), maxRetryAfter: .seconds(maxRetryAfter))
         config.upload.requestTimeout = .seconds(requestTimeout)

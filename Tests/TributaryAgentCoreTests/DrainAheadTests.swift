@@ -1,0 +1,139 @@
+import Foundation
+import Logging
+import Synchronization
+import Testing
+import TributaryCollector
+import TributaryStore
+import TributaryTestSupport
+import TributaryWire
+
+@testable import TributaryAgentCore
+
+/// The drain-ahead bound, the outbox's row-free batch reads and the settings that come with them,
+/// against real LMDB, SQLite and the reference collector on loopback.
+@Suite("Drain ahead and batch reads")
+struct DrainAheadTests {
+    /// Runs `body` with an agent (100-event batches and drain chunks, adjusted by `adjust`) on a group
+    /// of `events` events, uploading to a collector with `faults`.
+    private static func withAgent(
+        events: Int, faults: FaultConfiguration, _ adjust: @escaping (inout AgentConfiguration) -> Void,
+        _ body: (Agent, RunningCollector) async throws -> Void
+    ) async throws {
+        try await withTemporaryGroup { group in
+            try await UploadTests.produce(group, count: events)
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                try await body(try UploadTests.agent(group, collector) { config in
+                    config.upload.batchSize = 100
+                    config.drainChunk = 100
+                    adjust(&config)
+                }, collector)
+            }
+        }
+    }
+
+    @Test("while the collector answers, the outbox holds at most the drain-ahead bound (plus one chunk)")
+    func boundedWhileAnswered() async throws {
+        try await Self.withAgent(events: 3000, faults: FaultConfiguration(seed: 1, latencyMillis: 20), { $0.drainAhead = 500 }) {
+            agent, collector in
+            let largest = Largest()
+            let watcher = Task {
+                while !Task.isCancelled {
+                    largest.record(try agent.outbox.pending().count)
+                    try await Task.sleep(for: .milliseconds(2))
+                }
+            }
+            let report = try await agent.runOnce()
+            watcher.cancel()
+            #expect(report.drained == 3000 && report.delivered == 3000)
+            #expect(largest.value <= 500 + 100, "outbox pending peaked at \(largest.value)")
+            #expect(largest.value >= 200, "the outbox still holds batches ahead of the uploads")
+            try await UploadTests.expectDelivered(collector, count: 3000)
+            #expect(try await collector.stats().duplicates == 0)
+        }
+    }
+
+    @Test("while uploads fail, the drain goes on up to the quota: the outbox absorbs the outage")
+    func unboundedWhileFailing() async throws {
+        let faults = FaultConfiguration(seed: 2, failureRate: 1.0, failureStatus: 503, retryAfter: "0")
+        try await Self.withAgent(events: 1500, faults: faults, { config in
+            config.drainAhead = 200
+            config.deadline = .seconds(3)
+        }) { agent, _ in
+            let report = try await agent.runOnce()
+            #expect(report.delivered == 0)
+            #expect(try agent.outbox.pending().count == 1500)
+            #expect(try agent.store.status().pendingEvents == 0)
+        }
+    }
+
+    @Test("the bound is at least two batches and the bulk size")
+    func effectiveBound() {
+        var config = AgentConfiguration(groupDirectory: "/tmp/g", serverURL: "http://127.0.0.1:1/sa")
+        config.drainAhead = 10
+        config.upload.batchSize = 300
+        config.bulkSize = 100
+        #expect(config.effectiveDrainAhead == 600)
+        config.bulkSize = 1000
+        #expect(config.effectiveDrainAhead == 1000)
+        config.drainAhead = .max
+        #expect(config.effectiveDrainAhead == .max)
+    }
+
+    @Test("gzip levels outside 1 … 9 are a configuration error", arguments: [Int32(0), 10, -1])
+    func gzipLevel(level: Int32) {
+        var config = AgentConfiguration(groupDirectory: "/tmp/g", serverURL: "http://127.0.0.1:1/sa")
+        config.upload.gzipLevel = level
+        #expect(throws: AgentError.self) { try config.validate() }
+    }
+
+    @Test("a batch read row-free hands over the rows' bytes, and the same batch again while in flight")
+    func rowFreeBatch() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            try outbox.insertDrained((1...10).map { .event(OutboxTests.row($0)) })
+            func read(maxCount: Int, maxBytes: Int) throws -> (Outbox.BatchInfo?, [[UInt8]]) {
+                var bodies: [[UInt8]] = []
+                let info = try outbox.nextBatch(maxCount: maxCount, maxBytes: maxBytes) { bodies.append(Array($0.body)) }
+                return (info, bodies)
+            }
+            let (first, bodies) = try read(maxCount: 4, maxBytes: .max)
+            let batch = try #require(first)
+            #expect(batch.count == 4)
+            let rows = try outbox.rows(inBatch: batch.id)
+            #expect(rows.map(\.body) == bodies && rows.map(\.seq) == [1, 2, 3, 4])
+            // Not acknowledged: the next read is the same batch, same id and bytes, whatever the limits.
+            let (again, againBodies) = try read(maxCount: 2, maxBytes: 1)
+            #expect(again == batch && againBodies == bodies)
+            try outbox.acknowledge(batch.id, count: batch.count)
+            // The byte limit: the first row always goes, then only rows that fit.
+            let size = rows[0].body.count
+            let (limited, limitedBodies) = try read(maxCount: 100, maxBytes: size * 2 + 1)
+            #expect(limited?.count == 2 && limitedBodies.count == 2)
+            try outbox.acknowledge(try #require(limited).id, count: 2)
+            try outbox.acknowledge(try #require(try read(maxCount: 100, maxBytes: .max).0).id, count: 4)
+            #expect(try read(maxCount: 100, maxBytes: .max).0 == nil)
+        }
+    }
+
+    @Test("producer ids are quoted as JSON strings", arguments: ["app", "quote\"back\\slash", "tab\tnew\nline\u{1}", "é-ü-😀"])
+    func quoted(id: String) throws {
+        var out: [UInt8] = []
+        Array(id.utf8).withUnsafeBytes { appendJSONQuoted($0, to: &out) }
+        let decoded = try JSONSerialization.jsonObject(with: Data(Array("[".utf8) + out + Array("]".utf8))) as? [String]
+        #expect(decoded == [id])
+    }
+
+    @Test("decimal digits", arguments: [UInt64(0), 7, 10, 1_234_567_890, .max])
+    func decimal(value: UInt64) {
+        var out: [UInt8] = []
+        appendDecimal(value, to: &out)
+        #expect(String(decoding: out, as: UTF8.self) == String(value))
+    }
+}
+
+/// The largest value recorded, from any task.
+private final class Largest: Sendable {
+    private let largest = Mutex(0)
+    var value: Int { largest.withLock { $0 } }
+    func record(_ value: Int) { largest.withLock { $0 = max($0, value) } }
+}
