@@ -141,6 +141,19 @@ static sqlite3_stmt *sql_prepare(sqlite3 *db, const char *sql) {
     return statement;
 }
 
+/* This process's own peak RSS in KiB: VmHWM of /proc/self/status. Not getrusage's ru_maxrss, which
+ * after a posix_spawn (vfork + exec) also holds the parent's peak at the exec. */
+static long own_peak_rss_kb(void) {
+    FILE *status = fopen("/proc/self/status", "r");
+    if (status == NULL) return 0;
+    char line[256];
+    long kb = 0;
+    while (fgets(line, sizeof line, status) != NULL)
+        if (sscanf(line, "VmHWM: %ld kB", &kb) == 1) break;
+    fclose(status);
+    return kb;
+}
+
 static uint64_t cpu_ns(void) {
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);
@@ -410,12 +423,9 @@ int drain_main(int argc, char **argv) {
     }
     const uint64_t end = clock_ns(CLOCK_MONOTONIC);
     const uint64_t cpu = cpu_ns() - cpu_start;
-    struct rusage usage;
-    getrusage(RUSAGE_SELF, &usage);
-
     printf("{\"lang\":\"c\",\"producer\":\"drain\",\"pid\":%u,\"events\":%" PRIu64 ",\"txns\":%zu,\"start_ns\":%" PRIu64
            ",\"end_ns\":%" PRIu64 ",\"cpu_ns\":%" PRIu64 ",\"max_rss_kb\":%ld,\"latency_ns\":[",
-           pid, moved, chunks, start, end, cpu, usage.ru_maxrss);
+           pid, moved, chunks, start, end, cpu, own_peak_rss_kb());
     for (size_t i = 0; i < chunks; i++) printf(i ? ",%" PRIu64 : "%" PRIu64, latency[i]);
     printf("]}\n");
     if (fflush(stdout) != 0) die("could not write the report: %s", strerror(errno));

@@ -330,7 +330,7 @@ final class AgentSession {
                 + "\(Report.grouped(run.eventsPerSecond)) ev/s in \(Report.decimal(run.exit.seconds, 1)) s, "
                 + "agent CPU \(Report.decimal(run.exit.cpuSeconds, 1)) s, "
                 + "collector CPU \(Report.decimal(run.collectorCPUSeconds, 1)) s, "
-                + "agent peak RSS \(Report.decimal(Double(run.exit.maxRSSKB) / 1024, 1)) MiB "
+                + "agent peak RSS \(Report.decimal(Double(run.memory.hwmKB) / 1024, 1)) MiB "
                 + run.memory.note
         )
         return run
@@ -343,7 +343,7 @@ final class AgentSession {
                 + (deadline.map { " (--deadline \(Report.decimal($0, 0)))" } ?? "")
                 + ", drained \(Report.grouped(Double(run.drained))), "
                 + "delivered \(Report.grouped(Double(run.delivered))), "
-                + "peak RSS \(Report.decimal(Double(run.exit.maxRSSKB) / 1024, 1)) MiB "
+                + "peak RSS \(Report.decimal(Double(run.memory.hwmKB) / 1024, 1)) MiB "
                 + run.memory.note + ", "
                 + "CPU \(Report.decimal(run.exit.cpuSeconds, 1)) s")
         return run
@@ -486,7 +486,7 @@ struct AgentReport {
                 Report.decimal(Statistics.median(e2e.map(\.exit.seconds)), 1),
                 Report.decimal(Statistics.median(e2e.map(\.exit.cpuSeconds)), 1),
                 Report.decimal(Statistics.median(e2e.map(\.collectorCPUSeconds)), 1),
-                Report.decimal(Statistics.median(e2e.map { Double($0.exit.maxRSSKB) / 1024 }), 1),
+                Report.decimal(Statistics.median(e2e.map { Double($0.memory.hwmKB) / 1024 }), 1),
                 Report.decimal(Statistics.median(e2e.map { Double($0.memory.anonKB) / 1024 }), 1),
             ])
             lines += Self.format(table)
@@ -507,7 +507,7 @@ struct AgentReport {
                 table.append([
                     Report.grouped(Double(run.backlog)), Report.decimal(run.exit.seconds, 1),
                     Report.grouped(Double(run.drained)), Report.grouped(Double(run.delivered)),
-                    Report.decimal(run.exit.cpuSeconds, 1), Report.decimal(Double(run.exit.maxRSSKB) / 1024, 1),
+                    Report.decimal(run.exit.cpuSeconds, 1), Report.decimal(Double(run.memory.hwmKB) / 1024, 1),
                     Report.decimal(Double(run.memory.anonKB) / 1024, 1),
                     Report.decimal(Double(run.memory.fileKB) / 1024, 1),
                 ])
@@ -516,7 +516,7 @@ struct AgentReport {
             if let first = rss.first, let last = rss.last, rss.count > 1 {
                 lines.append(
                     "\(Report.grouped(Double(last.backlog))) / \(Report.grouped(Double(first.backlog))) events: peak RSS x"
-                        + Report.decimal(Double(last.exit.maxRSSKB) / Double(first.exit.maxRSSKB), 2) + ", peak anon x"
+                        + Report.decimal(Double(last.memory.hwmKB) / Double(first.memory.hwmKB), 2) + ", peak anon x"
                         + Report.decimal(Double(last.memory.anonKB) / Double(max(first.memory.anonKB, 1)), 2))
                 lines.append(
                     "peak anon: heap and stacks (RssAnon, sampled every 10 ms); peak file: resident pages of the binary, "

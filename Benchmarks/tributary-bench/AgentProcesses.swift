@@ -21,7 +21,6 @@ final class SpawnedProcess {
         var signal: Int32?
         /// From just before `posix_spawn` to `wait4` returning.
         var seconds: Double
-        var maxRSSKB: Int
         var cpuSeconds: Double
     }
 
@@ -63,7 +62,7 @@ final class SpawnedProcess {
         let cpu = Double(ResourceUsage.nanos(usage.ru_utime) + ResourceUsage.nanos(usage.ru_stime)) / 1e9
         return Exit(
             status: signal == 0 ? (status >> 8) & 0xff : nil, signal: signal == 0 ? nil : signal, seconds: seconds,
-            maxRSSKB: usage.ru_maxrss, cpuSeconds: cpu)
+            cpuSeconds: cpu)
     }
 }
 
@@ -235,6 +234,11 @@ final class MemorySampler: Sendable {
     struct Peaks: Sendable {
         var anonKB = 0
         var fileKB = 0
+        /// The process's own peak RSS (VmHWM, the kernel's high-water mark of its address space, so
+        /// nothing between samples is missed; only the last interval before exit can be). Use it
+        /// rather than `wait4`'s `ru_maxrss`: after `posix_spawn` (vfork + exec) that also holds the
+        /// spawning process's own peak at the exec.
+        var hwmKB = 0
         var samples = 0
 
         /// `(anon 12.3, file 45.6)`, in MiB.
@@ -259,9 +263,11 @@ final class MemorySampler: Sendable {
                 if let text = try? String(contentsOfFile: path, encoding: .utf8) {
                     let anon = Self.field("RssAnon:", in: text)
                     let file = Self.field("RssFile:", in: text)
+                    let hwm = Self.field("VmHWM:", in: text)
                     state.peaks.withLock { peaks in
                         peaks.anonKB = max(peaks.anonKB, anon)
                         peaks.fileKB = max(peaks.fileKB, file)
+                        peaks.hwmKB = max(peaks.hwmKB, hwm)
                         peaks.samples += 1
                     }
                 }

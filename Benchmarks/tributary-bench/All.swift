@@ -106,12 +106,12 @@ struct Summary {
         }
         if agent.rss.count >= 2, let small = agent.rss.first, let large = agent.rss.last {
             let mib = { (kb: Int) in Report.decimal(Double(kb) / 1024, 1) }
-            let growth = Double(large.exit.maxRSSKB) / Double(max(small.exit.maxRSSKB, 1))
-            let met = large.exit.maxRSSKB <= 64 << 10 && growth <= 1.1
+            let growth = Double(large.memory.hwmKB) / Double(max(small.memory.hwmKB, 1))
+            let met = large.memory.hwmKB <= 64 << 10 && growth <= 1.1
             rows.append([
                 "agent peak RSS (anon), \(Report.grouped(Double(large.backlog))) backlog",
-                "\(mib(large.exit.maxRSSKB)) (\(mib(large.memory.anonKB))) MiB",
-                "\(Report.grouped(Double(small.backlog))): \(mib(small.exit.maxRSSKB)) (\(mib(small.memory.anonKB))) MiB",
+                "\(mib(large.memory.hwmKB)) (\(mib(large.memory.anonKB))) MiB",
+                "\(Report.grouped(Double(small.backlog))): \(mib(small.memory.hwmKB)) (\(mib(small.memory.anonKB))) MiB",
                 Report.decimal(growth, 2), "<= 64 MiB, no growth", met ? "yes" : "no",
             ])
         }

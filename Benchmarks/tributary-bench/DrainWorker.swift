@@ -62,11 +62,11 @@ enum ResourceUsage {
         return nanos(usage.ru_utime) + nanos(usage.ru_stime)
     }
 
-    /// Peak resident set size so far, in KiB (Linux's `ru_maxrss` unit; /proc's VmHWM).
+    /// This process's own peak resident set size so far, in KiB: VmHWM of /proc/self/status. Not
+    /// `ru_maxrss`, which after a `posix_spawn` (vfork + exec) also holds the parent's peak at the exec.
     static func maxRSSKB() -> Int {
-        var usage = rusage()
-        getrusage(Int32(RUSAGE_SELF.rawValue), &usage)
-        return usage.ru_maxrss
+        let status = (try? String(contentsOfFile: "/proc/self/status", encoding: .utf8)) ?? ""
+        return MemorySampler.field("VmHWM:", in: status)
     }
 
     static func nanos(_ time: timeval) -> UInt64 {
