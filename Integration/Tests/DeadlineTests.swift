@@ -35,9 +35,10 @@ struct DeadlineTests {
             try await Self.produce(group, 400, ledger: ledger)
             try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(latencyMillis: 300, hangRate: 0.5))) { collector in
                 // The deadline runs from the agent's own start, before it opens the store and outbox and sends
-                // READY=1: READY → exit must stay under 3 s plus the exit itself. Timing from READY keeps the
-                // launch of a debug binary on a loaded 2-core machine out of the figure (the request timeout
-                // is 30 s, the hang forever).
+                // READY=1; the agent plans to be done a second early (about 2 s after READY when idle). READY →
+                // exit must stay under the 3 s deadline plus 0.5 s for the exit of a debug binary starved by the
+                // rest of the suite on 2 cores. Timing from READY keeps the launch (up to 1.7 s seen there) out
+                // of the figure. The request timeout is 30 s, the hang forever.
                 let notify = try NotifySocket(path: group + "-notify")
                 let opened = Date()
                 let agent = try ChildProcess(
@@ -47,7 +48,7 @@ struct DeadlineTests {
                 let exited = Date().timeIntervalSince(opened)
                 #expect(run.status == 0, "\(run.stderr)")
                 let ready = try #require(notify.received.first { $0.text.contains("READY=1") }, "no READY=1 from the agent")
-                #expect(exited - ready.at < 3.25, "READY=1 to exit took \(exited - ready.at) s")
+                #expect(exited - ready.at < 3.5, "READY=1 to exit took \(exited - ready.at) s")
                 #expect(Self.groupLockIsFree(group))
                 let track = try await ChildProcess.run("tributary", ["track", "--group", group, "AfterDeadline"])
                 #expect(track.status == 0, "a producer must be able to write at once: \(track.stderr)")
