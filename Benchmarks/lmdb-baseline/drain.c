@@ -15,12 +15,12 @@
  *      before the closing brace (byte for byte what JSONFields.appending produces, which the driver
  *      checks by comparing the two outboxes);
  *   3. one SQLite transaction (BEGIN IMMEDIATE, as GRDB's DatabasePool.write) doing what
- *      Outbox.insertDrained does: read `last_drained_seq`, INSERT OR IGNORE every row (UNIQUE seq
- *      and event_id), set `last_drained_seq`, add to the `drained` counter, COMMIT;
+ *      Outbox.insertDrained does: read `last_drained_seq`, INSERT OR IGNORE every row (UNIQUE seq),
+ *      set `last_drained_seq`, add to the `drained` counter, COMMIT;
  *   4. one durable LMDB write transaction deleting the chunk (cursor from the first key, as
  *      Transaction.deleteThrough does).
  *
- * The outbox has the Swift outbox's schema (Outbox.swift, migration v1), journal_mode=WAL and
+ * The outbox has the Swift outbox's schema (Outbox.swift, migrations v1 and v3), journal_mode=WAL and
  * synchronous=FULL (--synchronous normal is there to show what that setting costs). Only app events
  * are expected (the driver fills the store with them): extension events, whose enrichment re-encodes
  * the JSON with Foundation, and corrupt records (dead letters) are refused, since no benchmark
@@ -50,22 +50,21 @@
 /* Record format version 1 (EventRecord.swift). */
 enum { FORMAT_VERSION = 1, HEADER_FIXED = 54 };
 
-/* Outbox.swift, migration "v1". */
+/* Outbox.swift, migrations "v1" and "v3" (the outbox table as v3 rebuilds it, and in_flight). */
 static const char *const SCHEMA =
     "CREATE TABLE outbox ("
     "    id INTEGER PRIMARY KEY,"
     "    seq INTEGER NOT NULL UNIQUE,"
-    "    event_id TEXT NOT NULL UNIQUE,"
+    "    event_id TEXT NOT NULL,"
     "    producer TEXT NOT NULL,"
     "    producer_kind INTEGER NOT NULL,"
     "    producer_seq INTEGER NOT NULL,"
     "    wall_ms INTEGER NOT NULL,"
     "    boot_ns INTEGER NOT NULL,"
     "    boot_id BLOB NOT NULL,"
-    "    body BLOB NOT NULL,"
-    "    batch_id TEXT"
+    "    body BLOB NOT NULL"
     ");"
-    "CREATE INDEX outbox_batch ON outbox(batch_id) WHERE batch_id IS NOT NULL;"
+    "CREATE TABLE in_flight (batch_id TEXT NOT NULL, first_id INTEGER NOT NULL, last_id INTEGER NOT NULL);"
     "CREATE TABLE dead_letters ("
     "    id INTEGER PRIMARY KEY,"
     "    seq INTEGER NOT NULL,"

@@ -181,7 +181,7 @@ struct OutboxContents {
         }
     }
 
-    /// Checks that two outboxes hold the same rows (every column but `batch_id`, which is unset).
+    /// Checks that two outboxes hold the same rows, column by column.
     static func verifySame(_ a: String, _ b: String, events: Int) throws {
         let queue = try DatabaseQueue(path: a)
         let same = try queue.inDatabase { db -> Int in

@@ -137,6 +137,42 @@ public final class Outbox: Sendable {
                     SELECT 'pending_bytes', COALESCE(SUM(LENGTH(body)), 0) FROM outbox;
                 """)
         }
+        m.registerMigration("v3: no event_id index, the batch in flight as an id range") { db in
+            // Two per-event costs go (docs/outbox.md, "Schema history"):
+            // - the UNIQUE index on event_id: random ids dirtied index pages all over the file on every
+            //   insert and delete. The drain is idempotent on the store's seq (UNIQUE, and
+            //   `last_drained_seq` checked in the same transaction); the collector dedups on event_id.
+            // - `batch_id` on every row: each batch rewrote its rows and their partial index once more.
+            //   A batch is always a run of consecutive ids, and at most one is in flight: `in_flight`
+            //   holds it.
+            // SQLite cannot drop a column constraint, so the table is rebuilt, rows and ids unchanged.
+            try db.execute(sql: """
+                CREATE TABLE in_flight (
+                    batch_id TEXT NOT NULL,
+                    first_id INTEGER NOT NULL,
+                    last_id INTEGER NOT NULL
+                );
+                INSERT INTO in_flight (batch_id, first_id, last_id)
+                    SELECT batch_id, MIN(id), MAX(id) FROM outbox WHERE batch_id IS NOT NULL
+                    GROUP BY batch_id ORDER BY MIN(id) LIMIT 1;
+                CREATE TABLE outbox_v3 (
+                    id INTEGER PRIMARY KEY,
+                    seq INTEGER NOT NULL UNIQUE,
+                    event_id TEXT NOT NULL,
+                    producer TEXT NOT NULL,
+                    producer_kind INTEGER NOT NULL,
+                    producer_seq INTEGER NOT NULL,
+                    wall_ms INTEGER NOT NULL,
+                    boot_ns INTEGER NOT NULL,
+                    boot_id BLOB NOT NULL,
+                    body BLOB NOT NULL
+                );
+                INSERT INTO outbox_v3 SELECT id, seq, event_id, producer, producer_kind, producer_seq, wall_ms,
+                    boot_ns, boot_id, body FROM outbox;
+                DROP TABLE outbox;
+                ALTER TABLE outbox_v3 RENAME TO outbox;
+                """)
+        }
         return m
     }
 
@@ -155,9 +191,9 @@ public final class Outbox: Sendable {
 
     /// Inserts drained entries and advances `last_drained_seq` in one durable transaction.
     ///
-    /// Idempotent: entries at or below `last_drained_seq`, or whose event id is already present, are
-    /// skipped (counted as `duplicatesSkipped`), so a drain repeated after a crash never copies an
-    /// event twice. `beforeCommit` runs inside the transaction (crash-point tests use it).
+    /// Idempotent on the store's seq: entries at or below `last_drained_seq`, or whose seq is already
+    /// present, are skipped (counted as `duplicatesSkipped`), so a drain repeated after a crash never
+    /// copies a store record twice. `beforeCommit` runs inside the transaction (crash-point tests use it).
     @discardableResult
     public func insertDrained(_ entries: [Incoming], beforeCommit: () -> Void = {}) throws -> Int {
         var chunk = DrainedChunk()
@@ -368,42 +404,38 @@ public final class Outbox: Sendable {
         maxCount: Int, maxBytes: Int, each: (BatchEvent) throws -> Void
     ) throws -> BatchInfo? {
         try writer.write { db in
-            // INDEXED BY: without it SQLite prefers scanning the whole table in id order.
-            if let inFlight = try String.fetchOne(
-                db, sql: "SELECT batch_id FROM outbox INDEXED BY outbox_batch WHERE batch_id IS NOT NULL ORDER BY id LIMIT 1")
-            {
-                let statement = try db.cachedStatement(
-                    sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox WHERE batch_id = ? ORDER BY id")
-                sqlite3_reset(statement.sqliteStatement)
-                sqlite3_bind_text(statement.sqliteStatement, 1, inFlight, -1, sqliteTransient)
-                let scanned = try Self.scan(statement, in: db, maxBytes: .max, each)
-                return BatchInfo(id: inFlight, count: scanned.count)
+            let select = try db.cachedStatement(
+                sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox WHERE id >= ? ORDER BY id LIMIT ?")
+            let handle = select.sqliteStatement
+            sqlite3_reset(handle)
+            if let inFlight = try Self.inFlight(db) {
+                sqlite3_bind_int64(handle, 1, inFlight.firstID)
+                sqlite3_bind_int64(handle, 2, inFlight.lastID - inFlight.firstID + 1)
+                let scanned = try Self.scan(select, in: db, maxBytes: .max, upTo: inFlight.lastID, each)
+                return BatchInfo(id: inFlight.id, count: scanned.count)
             }
-            let statement = try db.cachedStatement(
-                sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox ORDER BY id LIMIT ?")
-            sqlite3_reset(statement.sqliteStatement)
-            sqlite3_bind_int64(statement.sqliteStatement, 1, Int64(maxCount))
-            let scanned = try Self.scan(statement, in: db, maxBytes: maxBytes, each)
+            sqlite3_bind_int64(handle, 1, .min)
+            sqlite3_bind_int64(handle, 2, Int64(maxCount))
+            let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, upTo: .max, each)
             guard scanned.count > 0 else { return nil }
             let batchID = UUID().uuidString.lowercased()
-            try db.execute(
-                sql: "UPDATE outbox SET batch_id = ? WHERE id BETWEEN ? AND ?",
-                arguments: [batchID, scanned.firstID, scanned.lastID])
+            try Self.setInFlight(db, InFlight(id: batchID, firstID: scanned.firstID, lastID: scanned.lastID))
             return BatchInfo(id: batchID, count: scanned.count)
         }
     }
 
     /// Steps a `SELECT id, wall_ms, boot_ns, boot_id, body` statement, handing each row to `each` until
-    /// the rows run out or the next body would pass `maxBytes` (the first row always goes).
+    /// the rows run out, a row's id passes `lastID`, or the next body would pass `maxBytes` (the first row
+    /// always goes).
     private static func scan(
-        _ statement: Statement, in db: Database, maxBytes: Int, _ each: (BatchEvent) throws -> Void
+        _ statement: Statement, in db: Database, maxBytes: Int, upTo lastID: Int64, _ each: (BatchEvent) throws -> Void
     ) throws -> (count: Int, firstID: Int64, lastID: Int64) {
         let handle = statement.sqliteStatement
         defer { sqlite3_reset(handle) }
         var count = 0
         var bytes = 0
         var firstID: Int64 = 0
-        var lastID: Int64 = 0
+        var scannedLastID: Int64 = 0
         while true {
             let rc = sqlite3_step(handle)
             if rc == SQLITE_DONE { break }
@@ -417,45 +449,54 @@ public final class Outbox: Sendable {
             if count > 0 && bytes + body.count > maxBytes { break }
             let bootID = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 3), count: Int(sqlite3_column_bytes(handle, 3)))
             let id = sqlite3_column_int64(handle, 0)
+            if id > lastID { break }
             if count == 0 { firstID = id }
-            lastID = id
+            scannedLastID = id
             try each(BatchEvent(
                 wallMillis: sqlite3_column_int64(handle, 1), bootNanos: UInt64(bitPattern: sqlite3_column_int64(handle, 2)),
                 bootID: bootID, body: body))
             count += 1
             bytes += body.count
         }
-        return (count, firstID, lastID)
+        return (count, firstID, scannedLastID)
     }
 
-    /// The rows of batch `batchID`, in upload order (to bisect or dead-letter a batch the collector refused).
+    /// The rows of batch `batchID`, in upload order (to bisect or dead-letter a batch the collector refused);
+    /// empty unless `batchID` is the batch in flight.
     public func rows(inBatch batchID: String) throws -> [Row] {
-        try writer.read { db in try Self.rows(db, sql: "SELECT * FROM outbox WHERE batch_id = ? ORDER BY id", [batchID]) }
+        try writer.read { db in
+            guard let inFlight = try Self.inFlight(db), inFlight.id == batchID else { return [] }
+            return try Self.rows(db, inFlight)
+        }
     }
 
-    /// Makes `rows` (a subset of a failed batch) a new batch of their own with a new id; the other
-    /// rows of their old batch go back to the pool of unbatched rows.
-    public func rebatch(_ rows: [Row], from old: String) throws -> [Row] {
+    /// Makes `rows` (consecutive rows of a failed batch, in upload order) a new batch of their own with a
+    /// new id; the other rows of the batch in flight go back to the pool of unbatched rows.
+    public func rebatch(_ rows: [Row]) throws -> [Row] {
         try writer.write { db in
-            try db.execute(sql: "UPDATE outbox SET batch_id = NULL WHERE batch_id = ?", arguments: [old])
-            return try Self.assign(db, rows, batchID: UUID().uuidString.lowercased())
+            try db.execute(sql: "DELETE FROM in_flight")
+            guard let first = rows.first, let last = rows.last else { return [] }
+            let batch = InFlight(id: UUID().uuidString.lowercased(), firstID: first.id, lastID: last.id)
+            try Self.setInFlight(db, batch)
+            return try Self.rows(db, batch)
         }
     }
 
     /// Returns a batch's rows to the pool of unbatched rows.
     public func unbatch(_ batchID: String) throws {
-        try writer.write { db in
-            try db.execute(sql: "UPDATE outbox SET batch_id = NULL WHERE batch_id = ?", arguments: [batchID])
-        }
+        try writer.write { db in try db.execute(sql: "DELETE FROM in_flight WHERE batch_id = ?", arguments: [batchID]) }
     }
 
     /// Deletes an acknowledged batch.
-    public func acknowledge(_ batchID: String, count: Int) throws {
+    public func acknowledge(_ batchID: String) throws {
         try writer.write { db in
+            guard let inFlight = try Self.inFlight(db), inFlight.id == batchID else { return }
+            let range: StatementArguments = [inFlight.firstID, inFlight.lastID]
             let bytes = try Int.fetchOne(
-                db, sql: "SELECT COALESCE(SUM(LENGTH(body)), 0) FROM outbox WHERE batch_id = ?", arguments: [batchID]) ?? 0
-            try db.execute(sql: "DELETE FROM outbox WHERE batch_id = ?", arguments: [batchID])
+                db, sql: "SELECT COALESCE(SUM(LENGTH(body)), 0) FROM outbox WHERE id BETWEEN ? AND ?", arguments: range) ?? 0
+            try db.execute(sql: "DELETE FROM outbox WHERE id BETWEEN ? AND ?", arguments: range)
             let deleted = db.changesCount
+            try db.execute(sql: "DELETE FROM in_flight")
             try Self.bump(db, "delivered", deleted)
             try Self.bump(db, "pending_count", -deleted)
             try Self.bump(db, "pending_bytes", -bytes)
@@ -479,6 +520,10 @@ public final class Outbox: Sendable {
                 ])
             try db.execute(sql: "DELETE FROM outbox WHERE id = ?", arguments: [row.id])
             let deleted = db.changesCount
+            // A batch in flight holding the row is over: its other rows go back to the pool. (No row of a
+            // batch in flight is deleted while it stays in flight, so a new row's id, one past the
+            // largest, never falls inside one.)
+            try db.execute(sql: "DELETE FROM in_flight WHERE ? BETWEEN first_id AND last_id", arguments: [row.id])
             try Self.bump(db, "pending_count", -deleted)
             try Self.bump(db, "pending_bytes", -row.body.count * deleted)
             try Self.bump(db, "dead_letters", 1)
@@ -566,25 +611,38 @@ public final class Outbox: Sendable {
 
     // MARK: Helpers
 
-    private static func rows(_ db: Database, sql: String, _ arguments: StatementArguments) throws -> [Row] {
-        try GRDB.Row.fetchAll(db, sql: sql, arguments: arguments).map { r in
+    /// The batch in flight: its id and the ids of its first and last rows (every row between them
+    /// belongs to it).
+    private struct InFlight {
+        var id: String
+        var firstID: Int64
+        var lastID: Int64
+    }
+
+    private static func inFlight(_ db: Database) throws -> InFlight? {
+        try GRDB.Row.fetchOne(db, sql: "SELECT batch_id, first_id, last_id FROM in_flight LIMIT 1").map { r in
+            InFlight(id: r[0], firstID: r[1], lastID: r[2])
+        }
+    }
+
+    private static func setInFlight(_ db: Database, _ batch: InFlight) throws {
+        try db.execute(sql: "DELETE FROM in_flight")
+        try db.execute(
+            sql: "INSERT INTO in_flight (batch_id, first_id, last_id) VALUES (?, ?, ?)",
+            arguments: [batch.id, batch.firstID, batch.lastID])
+    }
+
+    /// The rows of the batch in flight, with its id.
+    private static func rows(_ db: Database, _ batch: InFlight) throws -> [Row] {
+        try GRDB.Row.fetchAll(
+            db, sql: "SELECT * FROM outbox WHERE id BETWEEN ? AND ? ORDER BY id", arguments: [batch.firstID, batch.lastID]
+        ).map { r in
             Row(
                 id: r["id"], seq: UInt64(r["seq"] as Int64), eventID: r["event_id"], producer: r["producer"],
                 producerKind: ProducerKind(rawValue: UInt8(r["producer_kind"] as Int)),
                 producerSeq: UInt64(r["producer_seq"] as Int64), wallMillis: r["wall_ms"],
                 bootNanos: UInt64(bitPattern: r["boot_ns"] as Int64), bootID: BootID(bytes: (r["boot_id"] as Data)),
-                body: Array(r["body"] as Data), batchID: r["batch_id"])
-        }
-    }
-
-    private static func assign(_ db: Database, _ rows: [Row], batchID: String) throws -> [Row] {
-        guard let first = rows.first, let last = rows.last else { return [] }
-        try db.execute(
-            sql: "UPDATE outbox SET batch_id = ? WHERE id BETWEEN ? AND ?", arguments: [batchID, first.id, last.id])
-        return rows.map { row in
-            var row = row
-            row.batchID = batchID
-            return row
+                body: Array(r["body"] as Data), batchID: batch.id)
         }
     }
 

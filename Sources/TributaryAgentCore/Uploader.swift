@@ -129,7 +129,7 @@ final class UploadSession: @unchecked Sendable {
             if let suspectHalf {
                 half = suspectHalf
             } else {
-                half = try outbox.rebatch(Array(suspect.prefix(suspect.count / 2)), from: suspect[0].batchID ?? "")
+                half = try outbox.rebatch(Array(suspect.prefix(suspect.count / 2)))
                 suspectHalf = half
             }
             guard let id = half.first?.batchID else { return .empty }
@@ -149,7 +149,7 @@ final class UploadSession: @unchecked Sendable {
         switch outcome {
         case .delivered:
             CrashPoint.hit("upload.after-ack")
-            try outbox.acknowledge(batchID, count: count)
+            try outbox.acknowledge(batchID)
             if let suspect {
                 // The first half was fine, so the rejected event is in the second half.
                 self.suspect = Array(suspect.dropFirst(count)).map { row in
@@ -186,15 +186,7 @@ final class UploadSession: @unchecked Sendable {
                 return .progressed(delivered: 0, deadLettered: 1)
             }
             batchLimit = max(1, count / 2)
-            if var suspect {
-                // Keep bisecting the known-bad range, with smaller requests.
-                suspect = suspect.map { row in
-                    var row = row
-                    row.batchID = batchID
-                    return row
-                }
-                self.suspect = suspect
-            }
+            // While bisecting, `suspect` stays the known-bad range; its next half becomes a new batch.
             try outbox.unbatch(batchID)
             logger.info("collector said 413; halving the batch size", metadata: [
                 "tributary.batch.id": "\(batchID)", "tributary.batch.limit": "\(batchLimit)",

@@ -104,13 +104,13 @@ struct DrainAheadTests {
             // Not acknowledged: the next read is the same batch, same id and bytes, whatever the limits.
             let (again, againBodies) = try read(maxCount: 2, maxBytes: 1)
             #expect(again == batch && againBodies == bodies)
-            try outbox.acknowledge(batch.id, count: batch.count)
+            try outbox.acknowledge(batch.id)
             // The byte limit: the first row always goes, then only rows that fit.
             let size = rows[0].body.count
             let (limited, limitedBodies) = try read(maxCount: 100, maxBytes: size * 2 + 1)
             #expect(limited?.count == 2 && limitedBodies.count == 2)
-            try outbox.acknowledge(try #require(limited).id, count: 2)
-            try outbox.acknowledge(try #require(try read(maxCount: 100, maxBytes: .max).0).id, count: 4)
+            try outbox.acknowledge(try #require(limited).id)
+            try outbox.acknowledge(try #require(try read(maxCount: 100, maxBytes: .max).0).id)
             #expect(try read(maxCount: 100, maxBytes: .max).0 == nil)
         }
     }

@@ -50,7 +50,7 @@ struct OutboxTests {
             try outbox.insertDrained((15...25).map { .event(Self.row($0)) })
             try expectConsistent()
             let batch = try outbox.nextBatch(maxCount: 5, maxBytes: .max)
-            try outbox.acknowledge(batch[0].batchID!, count: batch.count)
+            try outbox.acknowledge(batch[0].batchID!)
             try expectConsistent()
             let next = try outbox.nextBatch(maxCount: 5, maxBytes: .max)
             try outbox.deadLetter(next[2], status: 400, reason: "HTTP 400")
@@ -70,10 +70,93 @@ struct OutboxTests {
             #expect(first.map(\.seq) == [1, 2, 3, 4])
             let again = try outbox.nextBatch(maxCount: 4, maxBytes: 1 << 20)
             #expect(again.map(\.seq) == [1, 2, 3, 4] && again[0].batchID == first[0].batchID)
-            try outbox.acknowledge(first[0].batchID!, count: 4)
+            try outbox.acknowledge(first[0].batchID!)
             let bytesBound = try outbox.nextBatch(maxCount: 100, maxBytes: 40)
             #expect(bytesBound.map(\.seq) == [5, 6])
             #expect(try outbox.counters().delivered == 4)
+        }
+    }
+
+    @Test("the batch in flight is a range of ids: later rows, replays and dead letters never change it")
+    func inFlightRange() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            try outbox.insertDrained((1...5).map { .event(Self.row($0)) })
+            let first = try outbox.nextBatch(maxCount: 3, maxBytes: .max)
+            let firstID = try #require(first.first?.batchID)
+            #expect(first.map(\.seq) == [1, 2, 3])
+            // Rows drained while the batch is in flight go after it, not into it.
+            try outbox.insertDrained((6...8).map { .event(Self.row($0)) })
+            #expect(try outbox.nextBatch(maxCount: 100, maxBytes: .max).map(\.seq) == [1, 2, 3])
+            #expect(try outbox.rows(inBatch: firstID).map(\.seq) == [1, 2, 3])
+
+            // Bisection: one row becomes a batch of its own; the old batch is over.
+            let alone = try outbox.rebatch([first[0]])
+            #expect(alone.map(\.seq) == [1] && alone[0].batchID != firstID)
+            #expect(try outbox.rows(inBatch: firstID).isEmpty)
+            // Dead-lettering that row ends its batch: the next batch is new, from the oldest row left.
+            try outbox.deadLetter(alone[0], status: 422, reason: "HTTP 422")
+            let next = try outbox.nextBatch(maxCount: 100, maxBytes: .max)
+            #expect(next.map(\.seq) == Array(2...8) && next[0].batchID != alone[0].batchID)
+
+            // A replayed dead letter goes to the end, outside the batch in flight.
+            #expect(try outbox.replayDeadLetters() == 1)
+            #expect(try outbox.rows(inBatch: try #require(next[0].batchID)).map(\.seq) == Array(2...8))
+            try outbox.acknowledge(try #require(next[0].batchID))
+            #expect(try outbox.nextBatch(maxCount: 100, maxBytes: .max).map(\.seq) == [1])
+            #expect(try outbox.pending().count == 1 && outbox.integrityCheck() == "ok")
+        }
+    }
+
+    @Test("an outbox written before v3 is upgraded in place: rows, ids and the batch in flight kept")
+    func migrateToV3() throws {
+        try withTemporaryGroup { dir in
+            let path = dir + "/outbox.sqlite"
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            // The schema and state an agent before migration v3 left: batch b-old in flight over seq 1…3.
+            let old = try DatabaseQueue(path: path)
+            try old.write { db in
+                try db.execute(sql: """
+                    CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
+                    INSERT INTO grdb_migrations VALUES ('v1'), ('v2: pending counters');
+                    CREATE TABLE outbox (
+                        id INTEGER PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, event_id TEXT NOT NULL UNIQUE,
+                        producer TEXT NOT NULL, producer_kind INTEGER NOT NULL, producer_seq INTEGER NOT NULL,
+                        wall_ms INTEGER NOT NULL, boot_ns INTEGER NOT NULL, boot_id BLOB NOT NULL, body BLOB NOT NULL,
+                        batch_id TEXT);
+                    CREATE INDEX outbox_batch ON outbox(batch_id) WHERE batch_id IS NOT NULL;
+                    CREATE TABLE dead_letters (
+                        id INTEGER PRIMARY KEY, seq INTEGER NOT NULL, event_id TEXT, producer TEXT, producer_kind INTEGER,
+                        producer_seq INTEGER, wall_ms INTEGER, boot_ns INTEGER, boot_id BLOB, status INTEGER NOT NULL,
+                        reason TEXT NOT NULL, batch_id TEXT, dead_at_ms INTEGER NOT NULL, body BLOB NOT NULL);
+                    CREATE TABLE agent_state (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                    """)
+                for seq in 1...6 {
+                    try db.execute(
+                        sql: """
+                            INSERT INTO outbox (id, seq, event_id, producer, producer_kind, producer_seq, wall_ms, boot_ns,
+                                boot_id, body, batch_id)
+                            VALUES (?, ?, ?, 'app', 0, ?, 1, 2, zeroblob(16), ?, ?)
+                            """,
+                        arguments: [seq + 10, seq, "e\(seq)", seq, Data("{\"event_id\":\"e\(seq)\"}".utf8), seq <= 3 ? "b-old" : nil])
+                }
+                try db.execute(sql: """
+                    INSERT INTO agent_state VALUES ('last_drained_seq', 6), ('drained', 6), ('pending_count', 6),
+                        ('pending_bytes', (SELECT SUM(LENGTH(body)) FROM outbox));
+                    """)
+            }
+            try old.close()
+
+            let outbox = try Outbox(path: path)
+            let inFlight = try outbox.nextBatch(maxCount: 100, maxBytes: .max)
+            #expect(inFlight.map(\.seq) == [1, 2, 3] && inFlight.map(\.id) == [11, 12, 13])
+            #expect(inFlight.allSatisfy { $0.batchID == "b-old" }, "the batch in flight keeps its id")
+            #expect(try outbox.pending().count == 6 && outbox.lastDrainedSeq() == 6)
+            try outbox.acknowledge("b-old")
+            #expect(try outbox.nextBatch(maxCount: 100, maxBytes: .max).map(\.seq) == [4, 5, 6])
+            // No UNIQUE event_id any more: two store records with one event id are two rows.
+            #expect(try outbox.insertDrained([.event(Self.row(7, eventID: "e1")), .event(Self.row(8, eventID: "e1"))]) == 2)
+            #expect(try outbox.integrityCheck() == "ok")
         }
     }
 
