@@ -12,15 +12,18 @@ struct WakeupTests {
 
     @Test("a signal given before the wait ends it at once; cancellation ends it too")
     func signalAndCancel() async {
+        // Each wait would last 60 s if the signal or the cancellation were missed. The bound is far below
+        // that but far above scheduling: in `make test` every suite runs at once on a cooperative pool of
+        // two threads here, and a task can wait seconds for one (alone, this test takes 16 ms).
         let wakeup = Wakeup()
         wakeup.signal()
         let clock = ContinuousClock()
         let began = clock.now
-        await wakeup.wait(timeout: .seconds(30))
-        #expect(clock.now - began < .seconds(5))
-        let waiting = Task { await wakeup.wait(timeout: .seconds(30)) }
+        await wakeup.wait(timeout: .seconds(60))
+        #expect(clock.now - began < .seconds(20))
+        let waiting = Task { await wakeup.wait(timeout: .seconds(60)) }
         waiting.cancel()
         await waiting.value
-        #expect(clock.now - began < .seconds(5))
+        #expect(clock.now - began < .seconds(20))
     }
 }
