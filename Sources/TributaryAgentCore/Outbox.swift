@@ -3,8 +3,6 @@ import GRDB
 import GRDBSQLite
 import TributaryStore
 
-/// SQLite's `SQLITE_TRANSIENT` destructor (a C macro Swift cannot import): "copy the value now".
-private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 /// SQLite's `SQLITE_STATIC` (nil): "the value stays valid and unchanged until rebound or cleared".
 private let sqliteStatic: sqlite3_destructor_type? = nil
 
@@ -412,7 +410,10 @@ public final class Outbox: Sendable {
                 sqlite3_bind_int64(handle, 1, inFlight.firstID)
                 sqlite3_bind_int64(handle, 2, inFlight.lastID - inFlight.firstID + 1)
                 let scanned = try Self.scan(select, in: db, maxBytes: .max, upTo: inFlight.lastID, each)
-                return BatchInfo(id: inFlight.id, count: scanned.count)
+                if scanned.count > 0 { return BatchInfo(id: inFlight.id, count: scanned.count) }
+                // No row left in its range (every ending of a batch also ends `in_flight`, so this is an
+                // outbox edited by hand): never send an empty batch; start a new one.
+                try db.execute(sql: "DELETE FROM in_flight")
             }
             sqlite3_bind_int64(handle, 1, .min)
             sqlite3_bind_int64(handle, 2, Int64(maxCount))

@@ -108,6 +108,21 @@ struct OutboxTests {
         }
     }
 
+    @Test("a batch in flight whose range holds no rows any more is never sent empty")
+    func emptyInFlightRange() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            try outbox.insertDrained((1...3).map { .event(Self.row($0)) })
+            // As an outbox edited by hand could be: in_flight names ids that no row has.
+            try outbox.writer.write { db in
+                try db.execute(sql: "INSERT INTO in_flight (batch_id, first_id, last_id) VALUES ('gone', 100, 200)")
+            }
+            let batch = try outbox.nextBatch(maxCount: 10, maxBytes: .max)
+            #expect(batch.map(\.seq) == [1, 2, 3] && batch[0].batchID != "gone")
+            #expect(try outbox.rows(inBatch: "gone").isEmpty)
+        }
+    }
+
     @Test("an outbox written before v3 is upgraded in place: rows, ids and the batch in flight kept")
     func migrateToV3() throws {
         try withTemporaryGroup { dir in
