@@ -36,12 +36,14 @@ let package = Package(
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
 
+        // JSON string literals, written one way by every component (no dependencies).
+        .target(name: "TributaryJSON", swiftSettings: strict),
         // The shared store: safe LMDB layer and the on-disk record format.
         .target(name: "TributaryStore", dependencies: ["CLMDB", "CZlib"], swiftSettings: strict),
         // The producer library every process links.
         .target(
             name: "Tributary",
-            dependencies: ["TributaryStore", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["TributaryStore", "TributaryJSON", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strict
         ),
         // Crash capture: async-signal-safe signal handlers that write crash records (plain C, no Swift).
@@ -53,19 +55,19 @@ let package = Package(
         .target(
             name: "TributaryBridge",
             dependencies: [
-                "Tributary", "TributaryStore",
+                "Tributary", "TributaryStore", "TributaryJSON",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: strict
         ),
         // Wire formats shared by the agent and the collector: gzip, Sensors form, NDJSON.
-        .target(name: "TributaryWire", dependencies: ["CZlib"], swiftSettings: strict),
+        .target(name: "TributaryWire", dependencies: ["CZlib", "TributaryJSON"], swiftSettings: strict),
         // The sync agent: drain, enrich, outbox, batching, upload, retry, flush policies.
         .target(
             name: "TributaryAgentCore",
             dependencies: [
-                "TributaryStore", "TributaryWire", "CSystemd",
+                "TributaryStore", "TributaryWire", "TributaryJSON", "CSystemd",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -156,6 +158,7 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(name: "TributaryWireTests", dependencies: ["TributaryWire"], swiftSettings: strict),
+        .testTarget(name: "TributaryJSONTests", dependencies: ["TributaryJSON"], swiftSettings: strict),
         .testTarget(
             name: "TributaryCollectorTests",
             dependencies: ["TributaryCollector", "TributaryTestSupport",

@@ -1,4 +1,5 @@
 import Foundation
+import TributaryJSON
 
 /// A small, allocation-light JSON writer for event bodies.
 ///
@@ -19,37 +20,8 @@ public struct JSONWriter {
     /// Appends raw, already-valid JSON bytes.
     public mutating func raw<C: Collection>(_ other: C) where C.Element == UInt8 { bytes.append(contentsOf: other) }
 
-    /// Appends a JSON string literal.
-    public mutating func string(_ s: String) {
-        bytes.append(UInt8(ascii: "\""))
-        var s = s
-        s.withUTF8 { utf8 in
-            var runStart = 0
-            for (i, b) in utf8.enumerated() where b < 0x20 || b == UInt8(ascii: "\"") || b == UInt8(ascii: "\\") {
-                bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart..<i]))
-                escape(b)
-                runStart = i + 1
-            }
-            bytes.append(contentsOf: UnsafeBufferPointer(rebasing: utf8[runStart...]))
-        }
-        bytes.append(UInt8(ascii: "\""))
-    }
-
-    private mutating func escape(_ b: UInt8) {
-        bytes.append(UInt8(ascii: "\\"))
-        switch b {
-        case UInt8(ascii: "\""): bytes.append(UInt8(ascii: "\""))
-        case UInt8(ascii: "\\"): bytes.append(UInt8(ascii: "\\"))
-        case 0x0A: bytes.append(UInt8(ascii: "n"))
-        case 0x0D: bytes.append(UInt8(ascii: "r"))
-        case 0x09: bytes.append(UInt8(ascii: "t"))
-        case 0x08: bytes.append(UInt8(ascii: "b"))
-        case 0x0C: bytes.append(UInt8(ascii: "f"))
-        default:
-            let hex: [UInt8] = Array("0123456789abcdef".utf8)
-            bytes.append(contentsOf: [UInt8(ascii: "u"), 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 0xF)]])
-        }
-    }
+    /// Appends a JSON string literal (``JSONString``).
+    public mutating func string(_ s: String) { JSONString.append(s, to: &bytes) }
 
     /// Appends a whole number.
     public mutating func int(_ v: Int64) { bytes.append(contentsOf: String(v).utf8) }

@@ -1,5 +1,6 @@
 import Foundation
 import TributaryStore
+import TributaryJSON
 import TributaryWire
 
 /// The enrich stage of the drain: what the container app does for extension events in the iOS SDK.
@@ -73,7 +74,7 @@ public struct Enricher: Sendable {
         member.reserveCapacity(96 + view.producerID.count)
         appendDecimal(seq, to: &member)
         member.append(contentsOf: #","producer":"#.utf8)
-        appendJSONQuoted(view.producerID, to: &member)
+        JSONString.append(view.producerID, to: &member)
         member.append(contentsOf: #","producer_kind":""#.utf8)
         member.append(contentsOf: view.producerKind.description.utf8)
         member.append(contentsOf: #"","producer_seq":"#.utf8)
@@ -127,24 +128,6 @@ public struct EnrichError: Error, CustomStringConvertible, Sendable {
     public var seq: UInt64
     public var reason: String
     public var description: String { "event seq \(seq): \(reason)" }
-}
-
-/// Appends `bytes` (valid UTF-8) as a JSON string literal (RFC 8259 escaping) to `out`.
-func appendJSONQuoted(_ bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) {
-    let hex = Array("0123456789abcdef".utf8)
-    out.append(UInt8(ascii: "\""))
-    for byte in bytes {
-        switch byte {
-        case UInt8(ascii: "\""): out.append(contentsOf: #"\""#.utf8)
-        case UInt8(ascii: "\\"): out.append(contentsOf: #"\\"#.utf8)
-        case UInt8(ascii: "\n"): out.append(contentsOf: #"\n"#.utf8)
-        case UInt8(ascii: "\r"): out.append(contentsOf: #"\r"#.utf8)
-        case UInt8(ascii: "\t"): out.append(contentsOf: #"\t"#.utf8)
-        case ..<0x20: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), 0x30, 0x30, hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
-        default: out.append(byte)
-        }
-    }
-    out.append(UInt8(ascii: "\""))
 }
 
 /// Appends the decimal digits of `value` to `out`.

@@ -1,4 +1,5 @@
 import Foundation
+import TributaryJSON
 
 /// A JSON value, `Sendable`, for bridge messages and DevTools protocol traffic.
 public enum JSON: Sendable, Equatable, Decodable {
@@ -85,21 +86,6 @@ public enum JSON: Sendable, Equatable, Decodable {
         }
     }
 
-    static func quoted(_ s: String) -> String {
-        var out = "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20 || scalar == "\u{2028}" || scalar == "\u{2029}":
-                let hex = String(scalar.value, radix: 16)
-                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-            default: out.unicodeScalars.append(scalar)
-            }
-        }
-        return out + "\""
-    }
+    /// A JSON string literal that is also safe inside a script (U+2028 and U+2029 escaped).
+    static func quoted(_ s: String) -> String { JSONString.quoted(s, escapingLineSeparators: true) }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import TributaryJSON
 
 /// Compact JSON text of the values `JSONSerialization` produces (`[String: Any]`, `[Any]`, `String`,
 /// `NSNumber`, `NSNull`), with sorted keys: what the collector stores and the agent writes for
@@ -89,25 +90,7 @@ public enum JSONText {
             || type == ObjectIdentifier(Int64.self) || type == ObjectIdentifier(Double.self)
     }
 
-    private static let hexDigits = Array("0123456789abcdef".utf8)
-
-    /// A JSON string literal: `"` and `\\` escaped, control characters as `\\uXXXX` (or their short forms).
     private static func writeString(_ string: String, to output: inout [UInt8]) {
-        output.append(UInt8(ascii: "\""))
-        for byte in string.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
-            case UInt8(ascii: "\n"): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case UInt8(ascii: "\r"): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case UInt8(ascii: "\t"): output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0..<0x20:
-                output.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
-                output.append(hexDigits[Int(byte >> 4)])
-                output.append(hexDigits[Int(byte & 0xF)])
-            default: output.append(byte)
-            }
-        }
-        output.append(UInt8(ascii: "\""))
+        JSONString.append(string, to: &output)
     }
 }

@@ -115,14 +115,6 @@ struct DrainAheadTests {
         }
     }
 
-    @Test("producer ids are quoted as JSON strings", arguments: ["app", "quote\"back\\slash", "tab\tnew\nline\u{1}", "é-ü-😀"])
-    func quoted(id: String) throws {
-        var out: [UInt8] = []
-        Array(id.utf8).withUnsafeBytes { appendJSONQuoted($0, to: &out) }
-        let decoded = try JSONSerialization.jsonObject(with: Data(Array("[".utf8) + out + Array("]".utf8))) as? [String]
-        #expect(decoded == [id])
-    }
-
     @Test("decimal digits", arguments: [UInt64(0), 7, 10, 1_234_567_890, .max])
     func decimal(value: UInt64) {
         var out: [UInt8] = []
