@@ -403,21 +403,24 @@ public final class Outbox: Sendable {
     ) throws -> BatchInfo? {
         try writer.write { db in
             let select = try db.cachedStatement(
-                sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox WHERE id >= ? ORDER BY id LIMIT ?")
+                sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?")
             let handle = select.sqliteStatement
-            sqlite3_reset(handle)
+            func bind(from firstID: Int64, through lastID: Int64, limit: Int) {
+                sqlite3_reset(handle)
+                sqlite3_bind_int64(handle, 1, firstID)
+                sqlite3_bind_int64(handle, 2, lastID)
+                sqlite3_bind_int64(handle, 3, Int64(limit))
+            }
             if let inFlight = try Self.inFlight(db) {
-                sqlite3_bind_int64(handle, 1, inFlight.firstID)
-                sqlite3_bind_int64(handle, 2, inFlight.lastID - inFlight.firstID + 1)
-                let scanned = try Self.scan(select, in: db, maxBytes: .max, upTo: inFlight.lastID, each)
+                bind(from: inFlight.firstID, through: inFlight.lastID, limit: .max)
+                let scanned = try Self.scan(select, in: db, maxBytes: .max, each)
                 if scanned.count > 0 { return BatchInfo(id: inFlight.id, count: scanned.count) }
                 // No row left in its range (every ending of a batch also ends `in_flight`, so this is an
                 // outbox edited by hand): never send an empty batch; start a new one.
                 try db.execute(sql: "DELETE FROM in_flight")
             }
-            sqlite3_bind_int64(handle, 1, .min)
-            sqlite3_bind_int64(handle, 2, Int64(maxCount))
-            let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, upTo: .max, each)
+            bind(from: .min, through: .max, limit: maxCount)
+            let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, each)
             guard scanned.count > 0 else { return nil }
             let batchID = UUID().uuidString.lowercased()
             try Self.setInFlight(db, InFlight(id: batchID, firstID: scanned.firstID, lastID: scanned.lastID))
@@ -426,17 +429,16 @@ public final class Outbox: Sendable {
     }
 
     /// Steps a `SELECT id, wall_ms, boot_ns, boot_id, body` statement, handing each row to `each` until
-    /// the rows run out, a row's id passes `lastID`, or the next body would pass `maxBytes` (the first row
-    /// always goes).
+    /// the rows run out or the next body would pass `maxBytes` (the first row always goes).
     private static func scan(
-        _ statement: Statement, in db: Database, maxBytes: Int, upTo lastID: Int64, _ each: (BatchEvent) throws -> Void
+        _ statement: Statement, in db: Database, maxBytes: Int, _ each: (BatchEvent) throws -> Void
     ) throws -> (count: Int, firstID: Int64, lastID: Int64) {
         let handle = statement.sqliteStatement
         defer { sqlite3_reset(handle) }
         var count = 0
         var bytes = 0
         var firstID: Int64 = 0
-        var scannedLastID: Int64 = 0
+        var lastID: Int64 = 0
         while true {
             let rc = sqlite3_step(handle)
             if rc == SQLITE_DONE { break }
@@ -450,16 +452,15 @@ public final class Outbox: Sendable {
             if count > 0 && bytes + body.count > maxBytes { break }
             let bootID = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 3), count: Int(sqlite3_column_bytes(handle, 3)))
             let id = sqlite3_column_int64(handle, 0)
-            if id > lastID { break }
             if count == 0 { firstID = id }
-            scannedLastID = id
+            lastID = id
             try each(BatchEvent(
                 wallMillis: sqlite3_column_int64(handle, 1), bootNanos: UInt64(bitPattern: sqlite3_column_int64(handle, 2)),
                 bootID: bootID, body: body))
             count += 1
             bytes += body.count
         }
-        return (count, firstID, scannedLastID)
+        return (count, firstID, lastID)
     }
 
     /// The rows of batch `batchID`, in upload order (to bisect or dead-letter a batch the collector refused);
@@ -475,8 +476,10 @@ public final class Outbox: Sendable {
     /// new id; the other rows of the batch in flight go back to the pool of unbatched rows.
     public func rebatch(_ rows: [Row]) throws -> [Row] {
         try writer.write { db in
-            try db.execute(sql: "DELETE FROM in_flight")
-            guard let first = rows.first, let last = rows.last else { return [] }
+            guard let first = rows.first, let last = rows.last else {
+                try db.execute(sql: "DELETE FROM in_flight")
+                return []
+            }
             let batch = InFlight(id: UUID().uuidString.lowercased(), firstID: first.id, lastID: last.id)
             try Self.setInFlight(db, batch)
             return try Self.rows(db, batch)

@@ -24,13 +24,13 @@ public enum JSONText {
     private static func write(_ value: Any, to output: inout [UInt8]) -> Bool {
         switch value {
         case let string as String:
-            writeString(string, to: &output)
+            JSONString.append(string, to: &output)
         case let object as [String: Any]:
             output.append(UInt8(ascii: "{"))
             let keys = object.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
             for (i, key) in keys.enumerated() {
                 if i > 0 { output.append(UInt8(ascii: ",")) }
-                writeString(key, to: &output)
+                JSONString.append(key, to: &output)
                 output.append(UInt8(ascii: ":"))
                 guard write(object[key]!, to: &output) else { return false }
             }
@@ -88,9 +88,5 @@ public enum JSONText {
         let type = ObjectIdentifier(Swift.type(of: value))
         return type == ObjectIdentifier(Bool.self) || type == ObjectIdentifier(Int.self)
             || type == ObjectIdentifier(Int64.self) || type == ObjectIdentifier(Double.self)
-    }
-
-    private static func writeString(_ string: String, to output: inout [UInt8]) {
-        JSONString.append(string, to: &output)
     }
 }
