@@ -108,7 +108,7 @@ let package = Package(
         .executableTarget(
             name: "tributary-agent",
             dependencies: [
-                "TributaryAgentCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "TributaryAgentCore", "TributaryWire", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],
@@ -117,7 +117,8 @@ let package = Package(
         .executableTarget(
             name: "tributary-collector",
             dependencies: [
-                "TributaryCollector", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "TributaryCollector", "TributaryWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict
         ),
@@ -157,7 +158,7 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "TributaryWireTests", dependencies: ["TributaryWire"], swiftSettings: strict),
+        .testTarget(name: "TributaryWireTests", dependencies: ["TributaryWire", "CZlib"], swiftSettings: strict),
         .testTarget(name: "TributaryJSONTests", dependencies: ["TributaryJSON"], swiftSettings: strict),
         .testTarget(
             name: "TributaryCollectorTests",

@@ -101,7 +101,7 @@ enum EventEncoder {
         head.int(wallTimeMillis)
         head.raw(",")
 
-        let eventID = eventID ?? randomUUIDString()
+        let eventID = eventID ?? timeOrderedUUIDString(unixMillis: wallTimeMillis)
         let trackID = Int64(randomInteger(upTo: UInt64(Int32.max)))
         var tail = JSONWriter(capacity: 512)
         tail.raw("\"_track_id\":")

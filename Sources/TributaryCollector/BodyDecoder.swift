@@ -90,7 +90,12 @@ enum BodyDecoder {
         var dataList: [UInt8]?
 
         init(_ body: [UInt8]) {
-            for pair in body.split(separator: UInt8(ascii: "&")) {
+            var start = body.startIndex
+            while start < body.endIndex {
+                let end = body[start...].firstIndex(of: UInt8(ascii: "&")) ?? body.endIndex
+                defer { start = end + 1 }
+                guard end > start else { continue }
+                let pair = body[start..<end]
                 let equals = pair.firstIndex(of: UInt8(ascii: "="))
                 let key = Self.percentDecoded(pair[pair.startIndex..<(equals ?? pair.endIndex)])
                 let value = equals.map { pair[($0 + 1)...] } ?? []
@@ -104,9 +109,8 @@ enum BodyDecoder {
         }
 
         static func percentDecoded(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
-            var out = [UInt8](repeating: 0, count: bytes.count)
-            let written = out.withUnsafeMutableBufferPointer { out in
-                bytes.withUnsafeBufferPointer { input in
+            [UInt8](unsafeUninitializedCapacity: bytes.count) { out, initialized in
+                initialized = bytes.withUnsafeBufferPointer { input in
                     var read = 0
                     var written = 0
                     while read < input.count {
@@ -125,8 +129,6 @@ enum BodyDecoder {
                     return written
                 }
             }
-            out.removeLast(out.count - written)
-            return out
         }
 
         private static func hexValue(_ byte: UInt8) -> UInt8? {

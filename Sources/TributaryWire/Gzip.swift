@@ -31,44 +31,67 @@ public enum Gzip {
 
     /// Decompresses a gzip (or zlib) stream, refusing output larger than `limit` bytes.
     ///
-    /// Inflates straight into the output array, grown as needed (never past `limit + 1` bytes), rather
-    /// than through a chunk buffer copied out after each call.
+    /// Inflates straight into the output array. Its first capacity is the size a gzip member's trailer
+    /// states (ISIZE), so a body sent whole is inflated without growing or zero-filling a buffer;
+    /// otherwise (a zlib stream, a trailer that understates) it starts at five times the input and
+    /// doubles, never past `limit + 1` bytes. The trailer is only a hint: the inflated bytes decide.
     public static func decompress(_ input: [UInt8], limit: Int = 64 << 20) throws(WireError) -> [UInt8] {
         var stream = z_stream()
         guard tributary_inflate_init_auto(&stream) == Z_OK else {
             throw WireError(.compression, "zlib could not start an inflate stream.")
         }
         defer { inflateEnd(&stream) }
-        var output = [UInt8](repeating: 0, count: min(limit + 1, max(input.count * 5, 1024)))
-        var produced = 0
-        var rc: Int32 = Z_OK
+        let hint = statedSize(ofGzip: input).map { $0 + 1 } ?? max(input.count * 5, 1024)
+        var capacity = min(limit + 1, max(hint, 64))
+        var output: [UInt8] = []
+        var outcome: Result<Bool, WireError> = .success(false)
         try input.withUnsafeBufferPointer { inBuf throws(WireError) in
             stream.next_in = UnsafeMutablePointer(mutating: inBuf.baseAddress)
             stream.avail_in = uInt(inBuf.count)
-            repeat {
-                if produced == output.count {
-                    output.append(contentsOf: repeatElement(0, count: min(limit + 1 - output.count, output.count)))
+            while true {
+                let previous = output
+                output = [UInt8](unsafeUninitializedCapacity: capacity) { outBuf, produced in
+                    produced = previous.withUnsafeBufferPointer { outBuf.initialize(fromContentsOf: $0) }
+                    outcome = inflate(&stream, into: outBuf, produced: &produced)
                 }
-                let before = produced
-                rc = output.withUnsafeMutableBufferPointer { outBuf in
-                    stream.next_out = outBuf.baseAddress! + produced
-                    stream.avail_out = uInt(outBuf.count - produced)
-                    let rc = inflate(&stream, Z_NO_FLUSH)
-                    produced = outBuf.count - Int(stream.avail_out)
-                    return rc
-                }
-                guard rc == Z_OK || rc == Z_STREAM_END else {
-                    throw WireError(.malformedBody, "The body is not valid gzip (zlib \(rc)).")
-                }
-                guard produced <= limit else {
+                let finished = try outcome.get()
+                guard output.count <= limit else {
                     throw WireError(.tooLarge, "The decompressed body exceeds \(limit) bytes.")
                 }
-                if rc == Z_OK && produced == before && stream.avail_in == 0 {
-                    throw WireError(.malformedBody, "The gzip body is truncated.")
-                }
-            } while rc != Z_STREAM_END
+                if finished { return }
+                capacity = min(limit + 1, capacity * 2)
+            }
         }
-        output.removeLast(output.count - produced)
         return output
+    }
+
+    /// Inflates from `stream` into `buffer` after its first `produced` bytes until the stream ends
+    /// (true) or the buffer is full (false).
+    private static func inflate(
+        _ stream: inout z_stream, into buffer: UnsafeMutableBufferPointer<UInt8>, produced: inout Int
+    ) -> Result<Bool, WireError> {
+        while produced < buffer.count {
+            stream.next_out = buffer.baseAddress! + produced
+            stream.avail_out = uInt(buffer.count - produced)
+            let rc = CZlib.inflate(&stream, Z_NO_FLUSH)
+            let before = produced
+            produced = buffer.count - Int(stream.avail_out)
+            switch rc {
+            case Z_STREAM_END: return .success(true)
+            case Z_OK where produced == before && stream.avail_in == 0, Z_BUF_ERROR where stream.avail_in == 0:
+                return .failure(WireError(.malformedBody, "The gzip body is truncated."))
+            case Z_OK: continue
+            default: return .failure(WireError(.malformedBody, "The body is not valid gzip (zlib \(rc))."))
+            }
+        }
+        return .success(false)
+    }
+
+    /// The uncompressed size a single gzip member states in its trailer (ISIZE, RFC 1952: the size
+    /// modulo 2^32), or nil when `bytes` does not start like a gzip member.
+    static func statedSize(ofGzip bytes: [UInt8]) -> Int? {
+        guard bytes.count >= 18, bytes[0] == 0x1f, bytes[1] == 0x8b else { return nil }
+        let end = bytes.count
+        return Int(bytes[end - 4]) | Int(bytes[end - 3]) << 8 | Int(bytes[end - 2]) << 16 | Int(bytes[end - 1]) << 24
     }
 }

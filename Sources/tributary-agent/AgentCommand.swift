@@ -117,7 +117,7 @@ struct AgentCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        MallocPolicy.apply()
+        MallocPolicy.reuseLargeBuffers(singleArena: true)
         let level = Logger.Level(rawValue: logLevel) ?? .info
         if metricsAddress != nil { MetricsEndpoint.bootstrap() }
         LoggingSystem.bootstrap { label in

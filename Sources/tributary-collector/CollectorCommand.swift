@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import ServiceLifecycle
 import TributaryCollector
+import TributaryWire
 
 /// `tributary-collector`: the reference collector as a process. Wiring only; the behaviour lives in
 /// the `TributaryCollector` library.
@@ -103,6 +104,7 @@ struct CollectorCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        MallocPolicy.reuseLargeBuffers(singleArena: false)
         let logLevel = self.logLevel
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)

@@ -4,7 +4,7 @@ import TributaryStore
 
 @Suite("Randomness")
 struct RandomnessTests {
-    @Test("event ids are version-4 UUIDs in lowercase canonical form, all distinct across pool refills")
+    @Test("random ids are version-4 UUIDs in lowercase canonical form, all distinct across pool refills")
     func uuids() throws {
         let count = 20_000  // 78 refills of the 4 KiB pool
         var seen = Set<String>()
@@ -19,6 +19,32 @@ struct RandomnessTests {
             seen.insert(id)
         }
         #expect(seen.count == count)
+    }
+
+    @Test("time-ordered ids are version-7 UUIDs holding their millisecond, sorting by it, all distinct")
+    func timeOrderedUUIDs() throws {
+        let start: Int64 = 1_795_000_000_000  // 2026-11-18
+        var seen = Set<String>()
+        var previous = ""
+        for step in 0..<5_000 {
+            let millis = start + Int64(step / 10)  // ten ids per millisecond
+            let id = timeOrderedUUIDString(unixMillis: millis)
+            let uuid = try #require(UUID(uuidString: id), "\(id) is not a UUID")
+            #expect(uuid.uuidString.lowercased() == id)
+            let bytes = Array(id.utf8)
+            #expect(bytes[14] == UInt8(ascii: "7"))  // version 7
+            #expect("89ab".utf8.contains(bytes[19]))  // RFC 9562 variant
+            let hexMillis = String(id.prefix(8)) + String(id.dropFirst(9).prefix(4))
+            #expect(Int64(hexMillis, radix: 16) == millis)
+            if step % 10 == 0 { #expect(id > previous, "an id of a later millisecond sorts after the earlier ones") }
+            previous = max(previous, id)
+            seen.insert(id)
+        }
+        #expect(seen.count == 5_000)
+        let now = BootClock.wallMillis()
+        let current = timeOrderedUUIDString()
+        let currentMillis = try #require(Int64(String(current.prefix(8)) + String(current.dropFirst(9).prefix(4)), radix: 16))
+        #expect(abs(currentMillis - now) < 60_000, "the default is the wall clock")
     }
 
     @Test("random integers stay within their bound and use all of it")

@@ -1,3 +1,4 @@
+import CZlib
 import Foundation
 import Testing
 import TributaryWire
@@ -24,6 +25,43 @@ struct WireFormatTests {
         #expect(throws: WireError.self) { try Gzip.decompress(Array(compressed.prefix(compressed.count / 2))) }
         let error = #expect(throws: WireError.self) { try Gzip.decompress(compressed, limit: 1000) }
         #expect(error?.code == .tooLarge)
+    }
+
+    @Test("gunzip treats the trailer's stated size as a hint only: understated, overstated, absent (zlib)")
+    func gunzipSizeHint() throws {
+        let input = (0..<200_000).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 13) }
+        let compressed = try Gzip.compress(input, level: 1)
+        func stating(_ size: UInt32) -> [UInt8] {
+            var lying = compressed
+            for index in 0..<4 { lying[lying.count - 4 + index] = UInt8(truncatingIfNeeded: size >> (8 * index)) }
+            return lying
+        }
+        // The trailer's ISIZE is outside the CRC-32; inflate checks it against the output, so a wrong
+        // one is an error; but the buffer must never be what refuses a valid body.
+        #expect(try Gzip.decompress(compressed, limit: input.count) == input)
+        #expect(throws: WireError.self) { try Gzip.decompress(stating(10)) }
+        #expect(throws: WireError.self) { try Gzip.decompress(stating(UInt32.max), limit: input.count * 2) }
+        #expect(throws: WireError.self) { try Gzip.decompress(compressed, limit: input.count - 1) }
+        // A zlib stream states no size: the output grows from five times the input, doubling.
+        let repeated = [UInt8](repeating: 42, count: 300_000)
+        var zlibStream = [UInt8](repeating: 0, count: Int(compressBound(uLong(repeated.count))))
+        var length = uLong(zlibStream.count)
+        #expect(compress2(&zlibStream, &length, repeated, uLong(repeated.count), 9) == Z_OK)
+        zlibStream.removeLast(zlibStream.count - Int(length))
+        #expect(zlibStream.count * 5 < repeated.count / 8, "several doublings")
+        #expect(try Gzip.decompress(zlibStream) == repeated)
+        #expect(try Gzip.decompress(zlibStream, limit: repeated.count) == repeated)
+        let error = #expect(throws: WireError.self) { try Gzip.decompress(zlibStream, limit: repeated.count - 1) }
+        #expect(error?.code == .tooLarge)
+    }
+
+    @Test("a truncated gzip body says so")
+    func gunzipTruncated() throws {
+        let compressed = try Gzip.compress(Array(repeating: Array("abc".utf8), count: 10_000).flatMap { $0 })
+        for cut in [compressed.count - 1, compressed.count - 8, compressed.count / 2] {
+            let error = #expect(throws: WireError.self) { try Gzip.decompress(Array(compressed.prefix(cut))) }
+            #expect(error?.message.contains("truncated") == true, "\(cut): \(String(describing: error))")
+        }
     }
 
     @Test("Java String.hashCode matches Java's values", arguments: [
