@@ -281,6 +281,7 @@ int drain_main(int argc, char **argv) {
     if (sqlite3_open_v2(o.outbox, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK)
         die("cannot open %s: %s", o.outbox, db ? sqlite3_errmsg(db) : "out of memory");
     sqlite3_busy_timeout(db, 10000);
+    sql_exec(db, "PRAGMA page_size = 16384");  // as the agent's outbox (before WAL, on a new file)
     sql_exec(db, "PRAGMA journal_mode = WAL");
     char pragma[64];
     snprintf(pragma, sizeof pragma, "PRAGMA synchronous = %s", o.synchronous);

@@ -172,7 +172,27 @@ struct OutboxTests {
             // No UNIQUE event_id any more: two store records with one event id are two rows.
             #expect(try outbox.insertDrained([.event(Self.row(7, eventID: "e1")), .event(Self.row(8, eventID: "e1"))]) == 2)
             #expect(try outbox.integrityCheck() == "ok")
+            #expect(try Self.pageSize(outbox) == 4_096, "an existing outbox keeps its page size")
         }
+    }
+
+    @Test("a new outbox has 16 KiB pages, kept when it is opened again")
+    func pageSize() throws {
+        try withTemporaryGroup { dir in
+            let path = dir + "/outbox.sqlite"
+            do {
+                let outbox = try Outbox(path: path)
+                #expect(try Self.pageSize(outbox) == 16_384)
+                #expect(try outbox.insertDrained((1...50).map { .event(Self.row($0)) }) == 50)
+            }
+            let outbox = try Outbox(path: path)
+            #expect(try Self.pageSize(outbox) == 16_384)
+            #expect(try outbox.pending().count == 50 && outbox.integrityCheck() == "ok")
+        }
+    }
+
+    static func pageSize(_ outbox: Outbox) throws -> Int? {
+        try outbox.writer.read { db in try Int.fetchOne(db, sql: "PRAGMA page_size") }
     }
 
     @Test("dead letters are kept, listed and replayable")
