@@ -124,6 +124,33 @@ struct MultiProcessTests {
         }
     }
 
+    @Test("a process whose map another one outgrew between open and its first transaction adopts the new size")
+    func mapGrownDuringOpen() async throws {
+        try await withTemporaryGroup { group in
+            _ = try SharedStore(groupDirectory: group)  // the files exist, nearly empty
+            // `tributary status` sizes its map (32 MiB, the default) at mdb_env_open and stops there...
+            let opener = try ChildProcess(
+                "tributary", ["status", "--group", group, "--json"], environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.open"])
+            #expect(await opener.waitForLine(startingWith: "PAUSED") == "PAUSED store.open")
+            // ...while this process writes 40 MiB, growing the map past it...
+            let store = try SharedStore(groupDirectory: group)
+            let producer = SharedStore.Producer(kind: .app, id: "grower")
+            let body = [UInt8](repeating: UInt8(ascii: "x"), count: 4_000)
+            for _ in 0..<10 {
+                _ = try store.append(producer: producer, count: 1_000) { _, _ in
+                    SharedStore.Draft(wallTimeMillis: BootClock.wallMillis(), bootTimeNanos: BootClock.nowNanos(), body: body)
+                }
+            }
+            #expect(try store.status().mapSize > 32 << 20)
+            // ...so its first write transaction gets MDB_MAP_RESIZED: it must adopt the size and go on.
+            opener.send(SIGCONT)
+            let result = await opener.finish()
+            #expect(result.status == 0, "\(result.stderr)")
+            #expect(result.stdout.contains("\"pending_events\":10000") || result.stdout.contains("\"pending_events\" : 10000"),
+                    "\(result.stdout)")
+        }
+    }
+
     @Test("identity is shared between processes")
     func identityAcrossProcesses() async throws {
         try await withTemporaryGroup { group in

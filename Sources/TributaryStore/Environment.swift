@@ -86,6 +86,7 @@ final class Environment: @unchecked Sendable {
             var dead: Int32 = 0
             try Environment.mapError(mdb_reader_check(handle, &dead), "mdb_reader_check", path: path)
             staleReadersCleared = dead
+            TestPause.hit("store.open")
             tables = try Environment.openTables(handle, path: path)
         } catch {
             mdb_env_close(handle)
@@ -100,7 +101,15 @@ final class Environment: @unchecked Sendable {
 
     private static func openTables(_ env: OpaquePointer, path: String) throws(StoreError) -> Tables {
         var txn: OpaquePointer?
-        try mapError(mdb_txn_begin(env, nil, 0, &txn), "mdb_txn_begin", path: path)
+        var rc = mdb_txn_begin(env, nil, 0, &txn)
+        // Another process may have grown the map and written past this one's since mdb_env_open sized
+        // it: adopt the new size (lmdb.h, MDB_MAP_RESIZED) and begin again. Each round needs another
+        // growth, which the quota bounds.
+        while rc == MDB_MAP_RESIZED {
+            try mapError(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize", path: path)
+            rc = mdb_txn_begin(env, nil, 0, &txn)
+        }
+        try mapError(rc, "mdb_txn_begin", path: path)
         var tables = Tables()
         let names: [(String, WritableKeyPath<Tables, MDB_dbi>)] = [
             ("events", \.events), ("meta", \.meta), ("identity", \.identity), ("config", \.config),

@@ -2,16 +2,20 @@
 import Glibc
 #endif
 
-/// Named points where a process freezes inside a transaction, so a crash test can kill it there.
+/// Named points where a process freezes, so a test can kill it there or act while it waits.
 ///
 /// `TRIBUTARY_TEST_PAUSE_AT=name` (or `name:N`, the N-th time) makes the process write
-/// `PAUSED name` to stdout and sleep forever at that point; the test then sends SIGKILL. Points:
-/// `store.read` (inside a read transaction: a reader slot is taken) and `store.append` (inside a
-/// write transaction, records put, not committed: the writer lock is held). Unset in production:
-/// one cached lookup.
+/// `PAUSED name` to stdout at that point and then:
+/// - at `store.read` (inside a read transaction: a reader slot is taken) and `store.append` (inside a
+///   write transaction, records put, not committed: the writer lock is held), sleep forever; the
+///   test sends SIGKILL;
+/// - at `store.open` (the LMDB environment open, its map sized, no transaction begun yet), stop
+///   itself with SIGSTOP; the test acts (grows the store from another process) and sends SIGCONT.
+///
+/// Unset in production: one cached lookup.
 public enum TestPause {
     /// The names a test may use.
-    public static let names = ["store.read", "store.append"]
+    public static let names = ["store.read", "store.append", "store.open"]
 
     private static let target: (name: String, hit: Int)? = {
         guard let raw = getenv("TRIBUTARY_TEST_PAUSE_AT").map({ String(cString: $0) }), !raw.isEmpty else { return nil }
@@ -29,7 +33,10 @@ public enum TestPause {
         guard current == target.name, counter.increment() == target.hit else { return }
         let line = Array("PAUSED \(current)\n".utf8)
         _ = line.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
-        while true { pause() }
+        guard current == "store.open" else {
+            while true { pause() }
+        }
+        raise(SIGSTOP)
     }
 }
 
