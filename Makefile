@@ -8,7 +8,7 @@ RELEASE_DIR  := .build-release
 # Debian packages the build and tests need (C libraries wrapped as .systemLibrary targets).
 # systemd gives systemd-analyze (unit checks); faketime the clock-jump tests; chromium the hybrid-page browser.
 # strace injects ENOSPC/EIO into the agent's writes and fsyncs (docs/reliability.md).
-DEB_PACKAGES := liblmdb-dev zlib1g-dev libsqlite3-dev libsystemd-dev pkg-config systemd faketime chromium strace
+DEB_PACKAGES := liblmdb-dev zlib1g-dev libdeflate-dev libsqlite3-dev libsystemd-dev pkg-config systemd faketime chromium strace
 SYSCONFDIR   ?= /etc
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 DOCDIR       ?= $(PREFIX)/share/doc/tributary

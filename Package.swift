@@ -34,12 +34,13 @@ let package = Package(
         // C libraries from Debian, wrapped as system libraries (see each shim.h).
         .systemLibrary(name: "CLMDB", pkgConfig: "lmdb", providers: [.apt(["liblmdb-dev"])]),
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
+        .systemLibrary(name: "CDeflate", pkgConfig: "libdeflate", providers: [.apt(["libdeflate-dev"])]),
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
 
         // JSON string literals, written one way by every component (no dependencies).
         .target(name: "TributaryJSON", swiftSettings: strict),
         // The shared store: safe LMDB layer and the on-disk record format.
-        .target(name: "TributaryStore", dependencies: ["CLMDB", "CZlib"], swiftSettings: strict),
+        .target(name: "TributaryStore", dependencies: ["CLMDB", "CDeflate"], swiftSettings: strict),
         // The producer library every process links.
         .target(
             name: "Tributary",
@@ -62,7 +63,7 @@ let package = Package(
             swiftSettings: strict
         ),
         // Wire formats shared by the agent and the collector: gzip, Sensors form, NDJSON.
-        .target(name: "TributaryWire", dependencies: ["CZlib", "TributaryJSON"], swiftSettings: strict),
+        .target(name: "TributaryWire", dependencies: ["CZlib", "CDeflate", "TributaryJSON"], swiftSettings: strict),
         // The sync agent: drain, enrich, outbox, batching, upload, retry, flush policies.
         .target(
             name: "TributaryAgentCore",

@@ -1,31 +1,39 @@
+import CDeflate
 import CZlib
 
-/// gzip (RFC 1952) through the system zlib.
+/// gzip (RFC 1952): compression through libdeflate, decompression through zlib.
+///
+/// libdeflate compresses a whole buffer at once, about twice as fast as zlib's `deflate` at the
+/// same level on batch bodies, and computes the gzip CRC-32 with carry-less multiplies. zlib's
+/// streaming `inflate` stays for decompression: it reads a body of unknown size into a growing
+/// buffer and tells a truncated body from a corrupt one.
 public enum Gzip {
-    /// zlib's default level (`Z_DEFAULT_COMPRESSION`).
+    /// zlib's default level (`Z_DEFAULT_COMPRESSION`), which libdeflate's scale shares.
     public static let defaultLevel: Int32 = 6
 
-    /// Compresses `input` into a gzip member at `level` (1 fastest … 9 smallest; 0 stores).
+    /// Compresses `input` into a gzip member at `level` (1 fastest … 9 smallest, as zlib's; libdeflate
+    /// also takes 10 … 12, slower and smaller; 0 stores).
     public static func compress(_ input: [UInt8], level: Int32 = defaultLevel) throws(WireError) -> [UInt8] {
-        var stream = z_stream()
-        guard tributary_deflate_init_gzip(&stream, level) == Z_OK else {
-            throw WireError(.compression, "zlib could not start a gzip stream at level \(level).")
+        guard (0...12).contains(level) else {
+            throw WireError(.compression, "There is no gzip compression level \(level); levels are 0 … 12.")
         }
-        defer { deflateEnd(&stream) }
-        let bound = Int(deflateBound(&stream, uLong(input.count))) + 32
-        var rc: Int32 = Z_OK
-        // deflate only reads next_in (zlib's z_const): no copy of the input is needed.
+        guard let compressor = libdeflate_alloc_compressor(level) else {
+            throw WireError(.compression, "libdeflate could not allocate a compressor (out of memory).")
+        }
+        defer { libdeflate_free_compressor(compressor) }
+        let bound = libdeflate_gzip_compress_bound(compressor, input.count)
         let output = [UInt8](unsafeUninitializedCapacity: bound) { outBuf, written in
-            input.withUnsafeBufferPointer { inBuf in
-                stream.next_in = UnsafeMutablePointer(mutating: inBuf.baseAddress)
-                stream.avail_in = uInt(inBuf.count)
-                stream.next_out = outBuf.baseAddress
-                stream.avail_out = uInt(outBuf.count)
-                rc = deflate(&stream, Z_FINISH)
+            written = input.withUnsafeBytes { inBuf in
+                // libdeflate reads nothing of an empty input, but wants a pointer all the same.
+                libdeflate_gzip_compress(
+                    compressor, inBuf.baseAddress ?? UnsafeRawPointer(outBuf.baseAddress!), inBuf.count,
+                    outBuf.baseAddress, outBuf.count)
             }
-            written = rc == Z_STREAM_END ? Int(stream.total_out) : 0
         }
-        guard rc == Z_STREAM_END else { throw WireError(.compression, "zlib deflate failed (\(rc)).") }
+        // The bound is libdeflate's worst case: 0 (no room) cannot happen short of a libdeflate bug.
+        guard !output.isEmpty else {
+            throw WireError(.compression, "libdeflate could not compress \(input.count) bytes into \(bound).")
+        }
         return output
     }
 

@@ -18,6 +18,23 @@ struct WireFormatTests {
         #expect(try Gzip.decompress(compressed) == input)
     }
 
+    @Test("every compression level 0 … 12 round trips through zlib's inflate; others are refused")
+    func compressionLevels() throws {
+        let input = Array(String(repeating: #"{"event":"BuyProduct","price":9.99},"#, count: 500).utf8)
+        var sizes: [Int32: Int] = [:]
+        for level in Int32(0)...12 {
+            let compressed = try Gzip.compress(input, level: level)
+            #expect(try Gzip.decompress(compressed) == input, "level \(level)")
+            sizes[level] = compressed.count
+        }
+        #expect(sizes[0]! > input.count, "level 0 stores")
+        #expect(sizes[1]! < input.count / 10 && sizes[9]! <= sizes[1]!)
+        for level: Int32 in [-1, 13] {
+            let error = #expect(throws: WireError.self) { try Gzip.compress(input, level: level) }
+            #expect(error?.code == .compression)
+        }
+    }
+
     @Test("gunzip refuses garbage, truncation and bombs")
     func gunzipErrors() throws {
         #expect(throws: WireError.self) { try Gzip.decompress(Array("not gzip".utf8)) }
