@@ -27,7 +27,7 @@ public struct ProducerKind: RawRepresentable, Hashable, Sendable, CustomStringCo
 /// One event as stored in the shared store: a fixed header and the event JSON.
 ///
 /// The byte layout is specified in `docs/store-format.md` (record format version 2). All integers are
-/// big-endian. The CRC-32 (zlib polynomial) covers every byte but the CRC field itself (version,
+/// big-endian. The CRC-32 (IEEE 802.3 polynomial, as zlib's) covers every byte but the CRC field itself (version,
 /// producer kind, header length, the rest of the header and the whole body), so a torn or flipped
 /// byte anywhere is detected. Version 1 records, whose CRC left out the first four bytes, are still read.
 public struct EventRecord: Sendable, Equatable {

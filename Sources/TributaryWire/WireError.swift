@@ -6,7 +6,7 @@ public struct WireError: Error, CustomStringConvertible, Sendable {
         public init(rawValue: String) { self.rawValue = rawValue }
         public var description: String { rawValue }
 
-        /// zlib failed while compressing.
+        /// Compression failed (an invalid level, or no memory for the compressor).
         public static let compression = Code(rawValue: "compression")
         /// The body is not what its format says (bad gzip, bad base64, bad JSON, missing field).
         public static let malformedBody = Code(rawValue: "malformedBody")

@@ -35,6 +35,21 @@ struct WireFormatTests {
         }
     }
 
+    @Test("concurrent compressions at one level each get a compressor of their own and round trip")
+    func concurrentCompression() async throws {
+        let results = try await withThrowingTaskGroup(of: Bool.self) { group in
+            for task in 0..<8 {
+                group.addTask {
+                    let input = (0..<50_000).map { UInt8(truncatingIfNeeded: $0 &* (task + 3) >> 4) }
+                    for _ in 0..<20 where try Gzip.decompress(Gzip.compress(input, level: 1)) != input { return false }
+                    return true
+                }
+            }
+            return try await group.reduce(into: [Bool]()) { $0.append($1) }
+        }
+        #expect(results == Array(repeating: true, count: 8))
+    }
+
     @Test("gunzip refuses garbage, truncation and bombs")
     func gunzipErrors() throws {
         #expect(throws: WireError.self) { try Gzip.decompress(Array("not gzip".utf8)) }
