@@ -109,7 +109,8 @@ let package = Package(
         .executableTarget(
             name: "tributary-agent",
             dependencies: [
-                "TributaryAgentCore", "TributaryWire", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "TributaryAgentCore", "TributaryWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ],

@@ -130,15 +130,20 @@ struct MultiProcessTests {
             _ = try SharedStore(groupDirectory: group)  // the files exist, nearly empty
             // `tributary status` sizes its map (32 MiB, the default) at mdb_env_open and stops there...
             let opener = try ChildProcess(
-                "tributary", ["status", "--group", group, "--json"], environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.open"])
+                "tributary", ["status", "--group", group, "--json"],
+                environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.open"])
             #expect(await opener.waitForLine(startingWith: "PAUSED") == "PAUSED store.open")
+            // It prints PAUSED, then raises SIGSTOP: a SIGCONT sent in between would be lost.
+            let stopped = await Self.waitUntilStopped(opener.pid)
+            try #require(stopped, "the opener never stopped")
             // ...while this process writes 40 MiB, growing the map past it...
             let store = try SharedStore(groupDirectory: group)
             let producer = SharedStore.Producer(kind: .app, id: "grower")
             let body = [UInt8](repeating: UInt8(ascii: "x"), count: 4_000)
             for _ in 0..<10 {
                 _ = try store.append(producer: producer, count: 1_000) { _, _ in
-                    SharedStore.Draft(wallTimeMillis: BootClock.wallMillis(), bootTimeNanos: BootClock.nowNanos(), body: body)
+                    SharedStore.Draft(
+                        wallTimeMillis: BootClock.wallMillis(), bootTimeNanos: BootClock.nowNanos(), body: body)
                 }
             }
             #expect(try store.status().mapSize > 32 << 20)
@@ -146,9 +151,22 @@ struct MultiProcessTests {
             opener.send(SIGCONT)
             let result = await opener.finish()
             #expect(result.status == 0, "\(result.stderr)")
-            #expect(result.stdout.contains("\"pending_events\":10000") || result.stdout.contains("\"pending_events\" : 10000"),
-                    "\(result.stdout)")
+            let pending = ["\"pending_events\":10000", "\"pending_events\" : 10000"]
+            #expect(pending.contains { result.stdout.contains($0) }, "\(result.stdout)")
         }
+    }
+
+    /// Waits up to 10 s for `pid` to be in the stopped state (`T` in /proc/PID/stat).
+    static func waitUntilStopped(_ pid: Int32) async -> Bool {
+        for _ in 0..<1_000 {
+            if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                let state = stat.split(separator: ")").last?.split(separator: " ").first, state == "T"
+            {
+                return true
+            }
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+        return false
     }
 
     @Test("identity is shared between processes")

@@ -93,7 +93,7 @@ extension Tracker {
         head.int(page.timeMillis)
         head.raw(",")
 
-        let eventID = timeOrderedUUIDString()
+        let eventID = timeOrderedUUIDString(unixMillis: configuration.wallMillis())
         let trackID = Int64(randomInteger(upTo: UInt64(Int32.max)))
         var tail = JSONWriter(capacity: 512)
         tail.raw("\"_track_id\":")

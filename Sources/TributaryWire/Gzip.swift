@@ -9,7 +9,7 @@ import Synchronization
 /// streaming `inflate` stays for decompression: it reads a body of unknown size into a growing
 /// buffer and tells a truncated body from a corrupt one.
 public enum Gzip {
-    /// zlib's default level (`Z_DEFAULT_COMPRESSION`), which libdeflate's scale shares.
+    /// The default level, 6: zlib's default on the scale zlib and libdeflate share.
     public static let defaultLevel: Int32 = 6
 
     /// Compresses `input` into a gzip member at `level` (1 fastest … 9 smallest, as zlib's; libdeflate
@@ -68,17 +68,21 @@ public enum Gzip {
 
     /// Decompresses a gzip (or zlib) stream, refusing output larger than `limit` bytes.
     ///
-    /// Inflates straight into the output array. Its first capacity is the size a gzip member's trailer
-    /// states (ISIZE), so a body sent whole is inflated without growing or zero-filling a buffer;
-    /// otherwise (a zlib stream, a trailer that understates) it starts at five times the input and
-    /// doubles, never past `limit + 1` bytes. The trailer is only a hint: the inflated bytes decide.
+    /// Inflates straight into the output array, never zero-filled. Its first capacity is the size a
+    /// gzip member's trailer states (ISIZE), when that is one DEFLATE can reach from this input, so a
+    /// body sent whole is inflated without growing a buffer; a zlib stream (no trailer) starts at
+    /// five times the input. The buffer doubles as needed, never past `limit + 1` bytes. The trailer
+    /// is only a hint: the inflated bytes decide, and zlib checks them against it.
     public static func decompress(_ input: [UInt8], limit: Int = 64 << 20) throws(WireError) -> [UInt8] {
         var stream = z_stream()
         guard tributary_inflate_init_auto(&stream) == Z_OK else {
             throw WireError(.compression, "zlib could not start an inflate stream.")
         }
         defer { inflateEnd(&stream) }
-        let hint = statedSize(ofGzip: input).map { $0 + 1 } ?? max(input.count * 5, 1024)
+        // DEFLATE expands at most about 1032:1, so a larger stated size is a lie (or a truncated body's
+        // random tail) that must not reserve `limit` bytes.
+        let stated = statedSize(ofGzip: input).flatMap { $0 <= input.count * 1_032 ? $0 + 1 : nil }
+        let hint = stated ?? max(input.count * 5, 1024)
         var capacity = min(limit + 1, max(hint, 64))
         var output: [UInt8] = []
         var outcome: Result<Bool, WireError> = .success(false)

@@ -10,11 +10,12 @@ import Glibc
 /// when freed, and returns free memory above its trim threshold at the top of the heap to the
 /// kernel: every batch then pays a page fault and a zeroed page per 4 KiB of each buffer. Thresholds
 /// of 64 MiB keep such buffers in the heap and reuse them. What the heap keeps is bounded by the
-/// largest buffers alive at once, which the batch limits bound, not by the backlog.
+/// largest buffers alive at once, not by the backlog: in the agent by the chunk and batch limits, in
+/// the collector by its concurrent requests times `--max-body-bytes`.
 ///
-/// Measured (docs/performance.md): in the agent about 5 µs of CPU per event (20 % of it), peak anon
-/// 11.1 MiB with 100,000 events waiting and 11.4 MiB with 1,000,000; in the collector about 8 % of
-/// its CPU.
+/// Measured (docs/performance.md): in the agent about 5 µs of CPU per event (a fifth of it when
+/// introduced), its peak anon memory flat from 100,000 to 1,000,000 events waiting; in the
+/// collector about 8 % of its CPU.
 public enum MallocPolicy {
     /// `M_TRIM_THRESHOLD`, `M_MMAP_THRESHOLD` and `M_ARENA_MAX` of glibc's `<malloc.h>` (which Swift
     /// does not import).

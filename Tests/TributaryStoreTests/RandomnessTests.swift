@@ -34,8 +34,7 @@ struct RandomnessTests {
             let bytes = Array(id.utf8)
             #expect(bytes[14] == UInt8(ascii: "7"))  // version 7
             #expect("89ab".utf8.contains(bytes[19]))  // RFC 9562 variant
-            let hexMillis = String(id.prefix(8)) + String(id.dropFirst(9).prefix(4))
-            #expect(Int64(hexMillis, radix: 16) == millis)
+            #expect(Self.millis(of: id) == millis)
             if step % 10 == 0 { #expect(id > previous, "an id of a later millisecond sorts after the earlier ones") }
             previous = max(previous, id)
             seen.insert(id)
@@ -43,8 +42,13 @@ struct RandomnessTests {
         #expect(seen.count == 5_000)
         let now = BootClock.wallMillis()
         let current = timeOrderedUUIDString()
-        let currentMillis = try #require(Int64(String(current.prefix(8)) + String(current.dropFirst(9).prefix(4)), radix: 16))
+        let currentMillis = try #require(Self.millis(of: current))
         #expect(abs(currentMillis - now) < 60_000, "the default is the wall clock")
+    }
+
+    /// The 48-bit millisecond of a version-7 UUID's text: its first 12 hex digits.
+    static func millis(of id: String) -> Int64? {
+        Int64(String(id.prefix(8)) + String(id.dropFirst(9).prefix(4)), radix: 16)
     }
 
     @Test("random integers stay within their bound and use all of it")
