@@ -433,6 +433,40 @@ public final class Outbox: Sendable {
         }
     }
 
+    /// A batch read ahead by ``peekBatch(after:maxCount:maxBytes:each:)``: the rows right after the
+    /// batch in flight. Nothing records it until ``acknowledge(_:then:)`` makes it the batch in flight.
+    public struct PreparedBatch: Sendable, Hashable {
+        /// The id it will have (the `Idempotency-Key`).
+        public var id: String
+        /// Its number of events.
+        public var count: Int
+        /// Its first and last row ids.
+        public var firstID: Int64
+        public var lastID: Int64
+    }
+
+    /// The rows that follow the batch in flight `batchID`, chosen as ``nextBatch(maxCount:maxBytes:each:)``
+    /// would choose them once that batch is acknowledged, handed to `each` on a reader connection (the
+    /// drain and the uploader may write meanwhile: only rows after these are ever added, and only the
+    /// uploader removes rows). Nil when `batchID` is not in flight or no row follows it.
+    public func peekBatch(
+        after batchID: String, maxCount: Int, maxBytes: Int, each: (BatchEvent) throws -> Void
+    ) throws -> PreparedBatch? {
+        try writer.read { db in
+            guard let inFlight = try Self.inFlight(db), inFlight.id == batchID else { return nil }
+            let select = try db.cachedStatement(
+                sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox WHERE id > ? ORDER BY id LIMIT ?")
+            sqlite3_reset(select.sqliteStatement)
+            sqlite3_bind_int64(select.sqliteStatement, 1, inFlight.lastID)
+            sqlite3_bind_int64(select.sqliteStatement, 2, Int64(maxCount))
+            let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, each)
+            guard scanned.count > 0 else { return nil }
+            return PreparedBatch(
+                id: UUID().uuidString.lowercased(), count: scanned.count,
+                firstID: scanned.firstID, lastID: scanned.lastID)
+        }
+    }
+
     /// Steps a `SELECT id, wall_ms, boot_ns, boot_id, body` statement, handing each row to `each` until
     /// the rows run out or the next body would pass `maxBytes` (the first row always goes).
     private static func scan(
@@ -498,19 +532,40 @@ public final class Outbox: Sendable {
 
     /// Deletes an acknowledged batch.
     public func acknowledge(_ batchID: String) throws {
+        _ = try acknowledge(batchID, then: nil)
+    }
+
+    /// Deletes an acknowledged batch and, in the same transaction, makes `next` (read ahead while
+    /// `batchID` was out) the batch in flight, if its rows are still exactly the oldest ones.
+    ///
+    /// - Returns: whether `next` is now the batch in flight (false: build the next batch anew).
+    @discardableResult
+    public func acknowledge(_ batchID: String, then next: PreparedBatch?) throws -> Bool {
         try writer.write { db in
-            guard let inFlight = try Self.inFlight(db), inFlight.id == batchID else { return }
-            let range: StatementArguments = [inFlight.firstID, inFlight.lastID]
-            let bytes = try Int.fetchOne(
-                db, sql: "SELECT COALESCE(SUM(LENGTH(body)), 0) FROM outbox WHERE id BETWEEN ? AND ?", arguments: range) ?? 0
-            try db.execute(sql: "DELETE FROM outbox WHERE id BETWEEN ? AND ?", arguments: range)
-            let deleted = db.changesCount
-            try db.execute(sql: "DELETE FROM in_flight")
-            try Self.bump(db, "delivered", deleted)
-            try Self.bump(db, "pending_count", -deleted)
-            try Self.bump(db, "pending_bytes", -bytes)
-            try Self.bump(db, "batches", 1)
+            guard try Self.acknowledge(batchID, in: db) else { return false }
+            guard let next else { return false }
+            let oldest = try GRDB.Row.fetchOne(
+                db, sql: "SELECT MIN(id), COUNT(*) FROM outbox WHERE id <= ?", arguments: [next.lastID])
+            guard let oldest, oldest[0] as Int64? == next.firstID, oldest[1] as Int == next.count else { return false }
+            try Self.setInFlight(db, InFlight(id: next.id, firstID: next.firstID, lastID: next.lastID))
+            return true
         }
+    }
+
+    /// Deletes the batch in flight if it is `batchID`; false when it is not.
+    private static func acknowledge(_ batchID: String, in db: Database) throws -> Bool {
+        guard let inFlight = try Self.inFlight(db), inFlight.id == batchID else { return false }
+        let range: StatementArguments = [inFlight.firstID, inFlight.lastID]
+        let bytes = try Int.fetchOne(
+            db, sql: "SELECT COALESCE(SUM(LENGTH(body)), 0) FROM outbox WHERE id BETWEEN ? AND ?", arguments: range) ?? 0
+        try db.execute(sql: "DELETE FROM outbox WHERE id BETWEEN ? AND ?", arguments: range)
+        let deleted = db.changesCount
+        try db.execute(sql: "DELETE FROM in_flight")
+        try Self.bump(db, "delivered", deleted)
+        try Self.bump(db, "pending_count", -deleted)
+        try Self.bump(db, "pending_bytes", -bytes)
+        try Self.bump(db, "batches", 1)
+        return true
     }
 
     /// Moves one event to the dead-letter table with the collector's status and reason.

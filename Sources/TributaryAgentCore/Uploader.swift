@@ -61,6 +61,8 @@ public enum UploadOutcome: Sendable, Equatable {
 /// retries (the `Idempotency-Key`). 413 halves the batch size (a single event still too large is
 /// dead-lettered); 400/422 bisects the batch, sending only the first half of a known-bad range each
 /// time, so one poison event in n is isolated in about log₂ n requests and only it is dead-lettered.
+/// While a request is out (and no batch is being bisected), the next batch is read and encoded
+/// ahead (``readAhead(after:limit:)``); it is sent only once the batch before it is acknowledged.
 ///
 /// Owned by the agent's loop; it is handed to one child task at a time (so that a deadline can cancel
 /// the request in flight), never used concurrently — hence `@unchecked Sendable`.
@@ -84,6 +86,18 @@ final class UploadSession: @unchecked Sendable {
     private(set) var lastError: String?
     /// Set while the collector refuses us (401/403/404…).
     private(set) var haltReason: String?
+    /// The batch after the one in flight, read and encoded while that one was out (see ``readAhead``).
+    private var readAheadBatch: ReadAhead?
+    /// A read-ahead batch that became the batch in flight when its predecessor was acknowledged: the
+    /// next step sends it as it is.
+    private var ready: ReadAhead?
+
+    /// A batch built ahead of its turn.
+    private struct ReadAhead {
+        var batch: Outbox.PreparedBatch
+        var encoded: EncodedBatch
+        var sentAt: Int64
+    }
 
     init(outbox: Outbox, client: HTTPClient, configuration: UploadConfiguration, logger: Logger) {
         self.outbox = outbox
@@ -109,6 +123,15 @@ final class UploadSession: @unchecked Sendable {
     /// Sends at most one request (of at most `maxEvents` events, ending within `timeout`) and applies
     /// its outcome. A request still running at `timeout` is cancelled; its batch stays in the outbox.
     func step(maxEvents: Int? = nil, timeout: Duration? = nil) async throws -> Step {
+        let limit = min(batchLimit, maxEvents ?? .max)
+        let timeout = timeout ?? configuration.requestTimeout
+        if suspect == nil, let ready = self.ready.take() {
+            // Read ahead during the previous request and made the batch in flight by its acknowledgement.
+            let outcome = await post(ready.encoded, batchID: ready.batch.id, sentAt: ready.sentAt, timeout: timeout) {
+                self.readAhead(after: ready.batch.id, limit: limit)
+            }
+            return try apply(outcome, batchID: ready.batch.id, count: ready.batch.count)
+        }
         let clock = WireClock(wallMillis: BootClock.wallMillis(), bootNanos: BootClock.nowNanos())
         var body = BatchBodyBuilder(format: configuration.format, capacity: min(configuration.maxBatchBytes, 16 << 20))
         let batchID: String
@@ -137,19 +160,55 @@ final class UploadSession: @unchecked Sendable {
             (batchID, count) = (id, half.count)
         } else {
             // The common case: the request body is built straight from the outbox's rows.
-            let limit = min(batchLimit, maxEvents ?? .max)
             guard let batch = try outbox.nextBatch(maxCount: limit, maxBytes: configuration.maxBatchBytes, each: { event in
                 Self.append(event, at: clock, to: &body)
             }) else { return .empty }
             (batchID, count) = (batch.id, batch.count)
         }
 
-        let outcome = await send(body, batchID: batchID, sentAt: clock.wallMillis, timeout: timeout ?? configuration.requestTimeout)
+        let encoded: EncodedBatch
+        do {
+            encoded = try body.finish(gzipLevel: configuration.gzipLevel)
+        } catch {
+            let failure = UploadOutcome.retry(reason: "could not encode the batch: \(error)", retryAfter: nil)
+            return try apply(failure, batchID: batchID, count: count)
+        }
+        let bisecting = suspect != nil
+        let outcome = await post(encoded, batchID: batchID, sentAt: clock.wallMillis, timeout: timeout) {
+            if !bisecting { self.readAhead(after: batchID, limit: limit) }
+        }
+        return try apply(outcome, batchID: batchID, count: count)
+    }
+
+    /// Reads and encodes the batch after `batchID` (in flight, its request out) so that, once it is
+    /// acknowledged, the next request goes at once: the agent builds and compresses batch n + 1 while
+    /// the collector stores batch n. Batch n + 1 is still sent only after batch n is acknowledged,
+    /// and becomes the batch in flight in the acknowledgement's own transaction. A failure here only
+    /// means no batch is ready.
+    private func readAhead(after batchID: String, limit: Int) {
+        readAheadBatch = nil
+        let clock = WireClock(wallMillis: BootClock.wallMillis(), bootNanos: BootClock.nowNanos())
+        var body = BatchBodyBuilder(format: configuration.format, capacity: min(configuration.maxBatchBytes, 16 << 20))
+        do {
+            let maxBytes = configuration.maxBatchBytes
+            guard let batch = try outbox.peekBatch(after: batchID, maxCount: limit, maxBytes: maxBytes, each: { event in
+                Self.append(event, at: clock, to: &body)
+            }) else { return }
+            let encoded = try body.finish(gzipLevel: configuration.gzipLevel)
+            readAheadBatch = ReadAhead(batch: batch, encoded: encoded, sentAt: clock.wallMillis)
+        } catch {
+            logger.debug("could not read the next batch ahead", metadata: ["tributary.reason": "\(error)"])
+        }
+    }
+
+    /// Applies the outcome of the request for `batchID` (`count` events).
+    private func apply(_ outcome: UploadOutcome, batchID: String, count: Int) throws -> Step {
+        let next = readAheadBatch.take()
         if case .retry = outcome {} else { suspectHalf = nil }
         switch outcome {
         case .delivered:
             CrashPoint.hit("upload.after-ack")
-            try outbox.acknowledge(batchID)
+            if try outbox.acknowledge(batchID, then: next?.batch) { ready = next }
             if let suspect {
                 // The first half was fine, so the rejected event is in the second half.
                 self.suspect = Array(suspect.dropFirst(count)).map { row in
@@ -210,16 +269,10 @@ final class UploadSession: @unchecked Sendable {
         }
     }
 
-    /// Encodes and POSTs one batch.
-    private func send(_ body: consuming BatchBodyBuilder, batchID: String, sentAt nowWall: Int64, timeout: Duration) async
-        -> UploadOutcome
-    {
-        let encoded: EncodedBatch
-        do {
-            encoded = try body.finish(gzipLevel: configuration.gzipLevel)
-        } catch {
-            return .retry(reason: "could not encode the batch: \(error)", retryAfter: nil)
-        }
+    /// POSTs one encoded batch, running `whileWaiting` while the request is out.
+    private func post(
+        _ encoded: EncodedBatch, batchID: String, sentAt nowWall: Int64, timeout: Duration, whileWaiting: () -> Void
+    ) async -> UploadOutcome {
         var request = HTTPClientRequest(url: configuration.serverURL)
         request.method = .POST
         for header in encoded.headers { request.headers.add(name: header.name, value: header.value) }
@@ -228,8 +281,10 @@ final class UploadSession: @unchecked Sendable {
         request.headers.add(name: "Date", value: httpDate(nowWall))
         if let token = configuration.bearerToken { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         request.body = .bytes(ByteBuffer(bytes: encoded.body))
+        async let answer = client.execute(request, timeout: .init(timeout))
+        whileWaiting()
         do {
-            let response = try await client.execute(request, timeout: .init(timeout))
+            let response = try await answer
             CrashPoint.hit("upload.after-send")
             let body = try await response.body.collect(upTo: 64 << 10)
             return UploadOutcome.classify(

@@ -77,6 +77,55 @@ struct OutboxTests {
         }
     }
 
+    @Test("a batch read ahead follows the one in flight and becomes it only in that one's acknowledgement")
+    func readAhead() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            try outbox.insertDrained((1...10).map { .event(Self.row($0)) })
+            let first = try outbox.nextBatch(maxCount: 4, maxBytes: 1 << 20)
+            let firstID = try #require(first.first?.batchID)
+            var bodies: [String] = []
+            let next = try #require(try outbox.peekBatch(after: firstID, maxCount: 4, maxBytes: 1 << 20) { event in
+                bodies.append(String(decoding: event.body, as: UTF8.self))
+            })
+            #expect(next.count == 4 && bodies == (5...8).map { #"{"event_id":"e\#($0)"}"# })
+            #expect(try outbox.peekBatch(after: "not-in-flight", maxCount: 4, maxBytes: 1 << 20) { _ in } == nil)
+            // Read ahead, nothing changed: the batch in flight is still the first, with its rows.
+            #expect(try outbox.nextBatch(maxCount: 4, maxBytes: 1 << 20).map(\.seq) == [1, 2, 3, 4])
+            #expect(try outbox.acknowledge("not-in-flight", then: next) == false)
+            #expect(try outbox.acknowledge(firstID, then: next))
+            let second = try outbox.nextBatch(maxCount: 100, maxBytes: 1 << 20)
+            #expect(second.map(\.seq) == [5, 6, 7, 8] && second.allSatisfy { $0.batchID == next.id })
+            #expect(try outbox.counters().delivered == 4)
+            // Bounded by bytes like any batch; nil when nothing follows.
+            let byBytes = try #require(try outbox.peekBatch(after: next.id, maxCount: 100, maxBytes: 30) { _ in })
+            #expect(byBytes.count == 1)
+            try outbox.acknowledge(next.id)
+            let last = try outbox.nextBatch(maxCount: 100, maxBytes: 1 << 20)
+            let lastID = try #require(last.first?.batchID)
+            #expect(try outbox.peekBatch(after: lastID, maxCount: 100, maxBytes: 1 << 20) { _ in } == nil)
+        }
+    }
+
+    @Test("a batch read ahead whose rows changed meanwhile is not made the batch in flight")
+    func staleReadAhead() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            try outbox.insertDrained((1...10).map { .event(Self.row($0)) })
+            let first = try outbox.nextBatch(maxCount: 4, maxBytes: 1 << 20)
+            let firstID = try #require(first.first?.batchID)
+            let next = try #require(try outbox.peekBatch(after: firstID, maxCount: 4, maxBytes: 1 << 20) { _ in })
+            // One of its rows leaves the outbox before the acknowledgement (a dead letter).
+            var row6 = Self.row(6)
+            row6.id = first[0].id + 5  // ids are consecutive from the first batch's
+            try outbox.deadLetter(row6, status: 400, reason: "test")
+            #expect(try outbox.acknowledge(firstID, then: next) == false, "the first is acknowledged all the same")
+            #expect(try outbox.counters().delivered == 4)
+            let rebuilt = try outbox.nextBatch(maxCount: 4, maxBytes: 1 << 20)
+            #expect(rebuilt.map(\.seq) == [5, 7, 8, 9] && rebuilt[0].batchID != next.id)
+        }
+    }
+
     @Test("the batch in flight is a range of ids: later rows, replays and dead letters never change it")
     func inFlightRange() throws {
         try withTemporaryGroup { dir in
