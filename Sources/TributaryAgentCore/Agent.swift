@@ -271,6 +271,10 @@ public final class Agent: Service, Sendable {
                 if loop.flushing && !once && !isStopping { loop.flushing = false }
             }
 
+            // Past the deadline, straight to the top of the loop, which stops: the periodic checkpoint
+            // and status write below cost tens to hundreds of ms under load, and the stop checkpoints
+            // and writes the status anyway.
+            if let task = budget.current, task.remaining(at: loop.clock.now) <= .zero { continue }
             if loop.clock.now - loop.lastStatusWrite >= .seconds(1) {
                 // The outbox never checkpoints by itself (SQLite would ignore a failed fsync there):
                 // checkpoint here, where an I/O error reaches the fail-stop rule (FatalIO).
