@@ -407,24 +407,15 @@ public final class Outbox: Sendable {
         maxCount: Int, maxBytes: Int, each: (BatchEvent) throws -> Void
     ) throws -> BatchInfo? {
         try writer.write { db in
-            let select = try db.cachedStatement(
-                sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?")
-            let handle = select.sqliteStatement
-            func bind(from firstID: Int64, through lastID: Int64, limit: Int) {
-                sqlite3_reset(handle)
-                sqlite3_bind_int64(handle, 1, firstID)
-                sqlite3_bind_int64(handle, 2, lastID)
-                sqlite3_bind_int64(handle, 3, Int64(limit))
-            }
             if let inFlight = try Self.inFlight(db) {
-                bind(from: inFlight.firstID, through: inFlight.lastID, limit: .max)
+                let select = try Self.selectBatch(db, from: inFlight.firstID, through: inFlight.lastID, limit: .max)
                 let scanned = try Self.scan(select, in: db, maxBytes: .max, each)
                 if scanned.count > 0 { return BatchInfo(id: inFlight.id, count: scanned.count) }
                 // No row left in its range (every ending of a batch also ends `in_flight`, so this is an
                 // outbox edited by hand): never send an empty batch; start a new one.
                 try db.execute(sql: "DELETE FROM in_flight")
             }
-            bind(from: .min, through: .max, limit: maxCount)
+            let select = try Self.selectBatch(db, from: .min, through: .max, limit: maxCount)
             let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, each)
             guard scanned.count > 0 else { return nil }
             let batchID = UUID().uuidString.lowercased()
@@ -454,17 +445,28 @@ public final class Outbox: Sendable {
     ) throws -> PreparedBatch? {
         try writer.read { db in
             guard let inFlight = try Self.inFlight(db), inFlight.id == batchID else { return nil }
-            let select = try db.cachedStatement(
-                sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox WHERE id > ? ORDER BY id LIMIT ?")
-            sqlite3_reset(select.sqliteStatement)
-            sqlite3_bind_int64(select.sqliteStatement, 1, inFlight.lastID)
-            sqlite3_bind_int64(select.sqliteStatement, 2, Int64(maxCount))
+            let select = try Self.selectBatch(db, from: inFlight.lastID + 1, through: .max, limit: maxCount)
             let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, each)
             guard scanned.count > 0 else { return nil }
             return PreparedBatch(
                 id: UUID().uuidString.lowercased(), count: scanned.count,
                 firstID: scanned.firstID, lastID: scanned.lastID)
         }
+    }
+
+    /// The cached statement that reads a batch's rows for ``scan(_:in:maxBytes:_:)``: at most `limit`
+    /// rows with ids from `firstID` through `lastID`, in upload order, bound and ready to step.
+    private static func selectBatch(_ db: Database, from firstID: Int64, through lastID: Int64, limit: Int) throws
+        -> Statement
+    {
+        let select = try db.cachedStatement(
+            sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?")
+        let handle = select.sqliteStatement
+        sqlite3_reset(handle)
+        sqlite3_bind_int64(handle, 1, firstID)
+        sqlite3_bind_int64(handle, 2, lastID)
+        sqlite3_bind_int64(handle, 3, Int64(limit))
+        return select
     }
 
     /// Steps a `SELECT id, wall_ms, boot_ns, boot_id, body` statement, handing each row to `each` until

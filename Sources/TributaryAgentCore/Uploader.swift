@@ -132,8 +132,8 @@ final class UploadSession: @unchecked Sendable {
             }
             return try apply(outcome, batchID: ready.batch.id, count: ready.batch.count)
         }
-        let clock = WireClock(wallMillis: BootClock.wallMillis(), bootNanos: BootClock.nowNanos())
-        var body = BatchBodyBuilder(format: configuration.format, capacity: min(configuration.maxBatchBytes, 16 << 20))
+        let (clock, empty) = newBody()
+        var body = empty
         let batchID: String
         let count: Int
         if let suspect {
@@ -187,8 +187,8 @@ final class UploadSession: @unchecked Sendable {
     /// means no batch is ready.
     private func readAhead(after batchID: String, limit: Int) {
         readAheadBatch = nil
-        let clock = WireClock(wallMillis: BootClock.wallMillis(), bootNanos: BootClock.nowNanos())
-        var body = BatchBodyBuilder(format: configuration.format, capacity: min(configuration.maxBatchBytes, 16 << 20))
+        let (clock, empty) = newBody()
+        var body = empty
         do {
             let maxBytes = configuration.maxBatchBytes
             guard let batch = try outbox.peekBatch(after: batchID, maxCount: limit, maxBytes: maxBytes, each: { event in
@@ -199,6 +199,12 @@ final class UploadSession: @unchecked Sendable {
         } catch {
             logger.debug("could not read the next batch ahead", metadata: ["tributary.reason": "\(error)"])
         }
+    }
+
+    /// The clock a request body is built at (`_flush_time`, time correction) and an empty body.
+    private func newBody() -> (WireClock, BatchBodyBuilder) {
+        (WireClock(wallMillis: BootClock.wallMillis(), bootNanos: BootClock.nowNanos()),
+         BatchBodyBuilder(format: configuration.format, capacity: min(configuration.maxBatchBytes, 16 << 20)))
     }
 
     /// Applies the outcome of the request for `batchID` (`count` events).

@@ -86,7 +86,7 @@ final class Environment: @unchecked Sendable {
             var dead: Int32 = 0
             try Environment.mapError(mdb_reader_check(handle, &dead), "mdb_reader_check", path: path)
             staleReadersCleared = dead
-            TestPause.hit("store.open")
+            TestPause.hit("store.open", wait: .untilContinued)
             tables = try Environment.openTables(handle, path: path)
         } catch {
             mdb_env_close(handle)

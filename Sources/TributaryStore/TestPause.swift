@@ -26,17 +26,25 @@ public enum TestPause {
     private static let counter = PauseCounter()
 
     /// Freezes the process if `name` is the configured point and its hit has come.
+    /// What the process does once paused.
+    enum Wait {
+        /// Sleeps forever, for the test to kill it.
+        case untilKilled
+        /// Stops itself (SIGSTOP), for the test to act and send SIGCONT.
+        case untilContinued
+    }
+
     @inline(__always)
-    static func hit(_ name: StaticString) {
+    static func hit(_ name: StaticString, wait: Wait = .untilKilled) {
         guard let target else { return }
         let current = "\(name)"
         guard current == target.name, counter.increment() == target.hit else { return }
         let line = Array("PAUSED \(current)\n".utf8)
         _ = line.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
-        guard current == "store.open" else {
-            while true { pause() }
+        switch wait {
+        case .untilKilled: while true { pause() }
+        case .untilContinued: raise(SIGSTOP)
         }
-        raise(SIGSTOP)
     }
 }
 
