@@ -69,6 +69,46 @@ struct DeadlineTests {
         }
     }
 
+    @Test("a producer appending every millisecond holds up neither a --once deadline nor a SIGTERM stop")
+    func steadyProducer() async throws {
+        try await withTemporaryGroup { group in
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(latencyMillis: 100))) { collector in
+                // Every drain chunk finds new events. A drain that ran until it found the store empty kept going,
+                // chunk after chunk, past both deadlines: the --once run below took 10 to 17 s, delivering nothing.
+                let producer = try ChildProcess("tributary-sim", ["load", "--group", group, "--count", "1000000", "--interval-ms", "1"])
+                try await Task.sleep(for: .milliseconds(300))
+
+                let onceNotify = try NotifySocket(path: group + "-notify-once")
+                let opened = Date()
+                let once = try ChildProcess(
+                    "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "2", "--grace", "0.5"]),
+                    environment: ["NOTIFY_SOCKET": onceNotify.path])
+                let onceRun = await once.finish()
+                let onceExited = Date().timeIntervalSince(opened)
+                #expect(onceRun.status == 0, "\(onceRun.stderr)")
+                let ready = try #require(onceNotify.received.first { $0.text.contains("READY=1") }, "no READY=1 from the agent")
+                // As in onceDeadline: READY → exit within the deadline, plus 0.5 s for a debug binary's exit.
+                #expect(onceExited - ready.at < 2.5, "--once --deadline 2: READY=1 to exit took \(onceExited - ready.at) s")
+                #expect(try await collector.stats().unique > 0, "the run delivered nothing")
+
+                let notify = try NotifySocket(path: group + "-notify-daemon")
+                let agent = try ChildProcess(
+                    "tributary-agent", Self.args(group, collector.url, ["--stop-timeout", "2"]),
+                    environment: ["NOTIFY_SOCKET": notify.path])
+                #expect(await notify.wait(for: "READY=1") != nil)
+                try await Task.sleep(for: .milliseconds(700))
+                let sent = Date()
+                agent.send(SIGTERM)
+                let stopped = await agent.finish()
+                let took = Date().timeIntervalSince(sent)
+                #expect(stopped.status == 0, "\(stopped.stderr)")
+                #expect(took < 2.5, "SIGTERM with --stop-timeout 2: the stop took \(took) s")
+                producer.send(SIGKILL)
+                await producer.finish()
+            }
+        }
+    }
+
     @Test("systemd notify: READY after recovery, WATCHDOG at half the interval only while the loop runs, STOPPING on SIGTERM")
     func notifyProtocol() async throws {
         try await withTemporaryGroup { group in

@@ -369,20 +369,28 @@ public final class Agent: Service, Sendable {
     }
 
     /// Drains chunk by chunk while `condition` holds (at most 10 chunks, as one loop's drain), until a
-    /// chunk comes back partial (the store is empty), the outbox reaches its quota or the agent stops.
+    /// chunk comes back partial (the drain caught up with the store), the outbox reaches its quota or
+    /// the agent stops.
     private func drainWhile(_ condition: () -> Bool, _ loop: inout LoopState) throws -> Int {
         var drained = 0
-        while condition(), drained < configuration.drainChunk * 10, !stopping.load(ordering: .acquiring) {
+        while condition(), drained < configuration.drainChunk * 10, mayDrain() {
             let moved = try drainRespectingQuota(&loop, maxEvents: configuration.drainChunk)
             drained += moved
-            // A partial chunk emptied the store: stop rather than commit a tiny transaction per new event.
+            // A partial chunk caught up with the store: stop rather than commit a tiny transaction per new event.
             if moved < configuration.drainChunk { break }
         }
         return drained
     }
 
+    /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in
+    /// the store for the next run) nor past the deadline.
+    private func mayDrain() -> Bool {
+        !stopping.load(ordering: .acquiring) && (budget.current.map { $0.remaining() > .zero } ?? true)
+    }
+
     /// Drains what the store holds, unless the outbox is at its quota, or (while the collector answers)
-    /// holds ``AgentConfiguration/drainAhead`` events.
+    /// holds ``AgentConfiguration/drainAhead`` events. Stops between chunks when a stop is requested
+    /// or the deadline passes.
     private func drainRespectingQuota(_ loop: inout LoopState, maxEvents: Int? = nil) throws -> Int {
         let (count, bytes) = try outbox.pending()
         let ahead = configuration.effectiveDrainAhead
@@ -400,7 +408,7 @@ public final class Agent: Service, Sendable {
         let drainer = Drainer(store: store, outbox: outbox, chunkSize: configuration.drainChunk, logger: logger)
         var limit = maxEvents ?? configuration.drainChunk * 10
         if loop.uploadsAnswered { limit = min(limit, ahead - count) }
-        let drained = try drainer.drainAvailable(maxEvents: limit)
+        let drained = try drainer.drainAvailable(maxEvents: limit, while: mayDrain)
         metrics.drained.increment(by: drained)
         return drained
     }

@@ -281,6 +281,36 @@ struct OutboxTests {
         }
     }
 
+    @Test("a drain returns once it has caught up with the store, though a producer keeps appending")
+    func drainCatchesUp() throws {
+        try withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            for _ in 0..<250 { try tracker.track("Early") }
+            let outbox = try Outbox(path: group + "-outbox/outbox.sqlite")
+            let drainer = Drainer(store: tracker.store, outbox: outbox, chunkSize: 100, logger: Self.logger)
+            // A producer that appends 5 events before every chunk, as a steady trickle does while chunks commit.
+            var asked = 0
+            let trickle = {
+                asked += 1
+                for _ in 0..<5 { _ = try? tracker.track("Late") }
+                return true
+            }
+            // 255 → 100; 160 → 100; 65 → a partial chunk: caught up, though 5 more are waiting by now.
+            #expect(try drainer.drainAvailable(while: trickle) == 265)
+            #expect(asked == 3)
+            #expect(try drainer.drainAvailable(while: trickle) == 5, "5 appended before its one chunk, none after")
+            #expect(try tracker.store.status().pendingEvents == 0)
+            #expect(try outbox.nextBatch(maxCount: 300, maxBytes: .max).map(\.seq) == Array(1...270))
+
+            // Told to stop, it stops between chunks; the rest stays in the store.
+            for _ in 0..<250 { try tracker.track("Later") }
+            var chunks = 0
+            #expect(try drainer.drainAvailable(while: { chunks += 1; return chunks <= 1 }) == 100)
+            #expect(try tracker.store.status().pendingEvents == 150)
+            #expect(try drainer.drainAvailable(maxEvents: 150) == 150)
+        }
+    }
+
     @Test("extension events get the app's presets and the current identity but keep their time")
     func enrichExtension() throws {
         try withTemporaryGroup { group in
