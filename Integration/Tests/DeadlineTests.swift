@@ -19,6 +19,18 @@ struct DeadlineTests {
          "--backoff-base", "0.05", "--backoff-cap", "0.2", "--log-level", "warning"] + extra
     }
 
+    /// Runs the agent to its end with a notify socket; returns its result and the seconds from its
+    /// READY=1 to its exit (the launch, up to 1.7 s on a loaded machine, left out).
+    static func runOnce(_ group: String, _ url: String, _ extra: [String]) async throws -> ((status: Int32, stdout: String, stderr: String), Double) {
+        let notify = try NotifySocket(path: group + "-notify-\(UUID().uuidString.prefix(8))")
+        let opened = Date()
+        let agent = try ChildProcess("tributary-agent", args(group, url, extra), environment: ["NOTIFY_SOCKET": notify.path])
+        let run = await agent.finish()
+        let exited = Date().timeIntervalSince(opened)
+        let ready = try #require(notify.received.first { $0.text.contains("READY=1") }, "no READY=1 from the agent")
+        return (run, exited - ready.at)
+    }
+
     /// Whether another process could take the agent's group lock right now.
     static func groupLockIsFree(_ group: String) -> Bool {
         let fd = open(group + "/" + AgentChannel.lockFile, O_RDWR | O_CREAT, 0o660)
@@ -39,16 +51,10 @@ struct DeadlineTests {
                 // exit must stay under the 3 s deadline plus 0.5 s for the exit of a debug binary starved by the
                 // rest of the suite on 2 cores. Timing from READY keeps the launch (up to 1.7 s seen there) out
                 // of the figure. The request timeout is 30 s, the hang forever.
-                let notify = try NotifySocket(path: group + "-notify")
-                let opened = Date()
-                let agent = try ChildProcess(
-                    "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "3", "--request-timeout", "30"]),
-                    environment: ["NOTIFY_SOCKET": notify.path])
-                let run = await agent.finish()
-                let exited = Date().timeIntervalSince(opened)
+                let (run, readyToExit) = try await Self.runOnce(
+                    group, collector.url, ["--once", "--deadline", "3", "--request-timeout", "30"])
                 #expect(run.status == 0, "\(run.stderr)")
-                let ready = try #require(notify.received.first { $0.text.contains("READY=1") }, "no READY=1 from the agent")
-                #expect(exited - ready.at < 3.5, "READY=1 to exit took \(exited - ready.at) s")
+                #expect(readyToExit < 3.5, "READY=1 to exit took \(readyToExit) s")
                 #expect(Self.groupLockIsFree(group))
                 let track = try await ChildProcess.run("tributary", ["track", "--group", group, "AfterDeadline"])
                 #expect(track.status == 0, "a producer must be able to write at once: \(track.stderr)")
@@ -78,17 +84,11 @@ struct DeadlineTests {
                 let producer = try ChildProcess("tributary-sim", ["load", "--group", group, "--count", "1000000", "--interval-ms", "1"])
                 try await Task.sleep(for: .milliseconds(300))
 
-                let onceNotify = try NotifySocket(path: group + "-notify-once")
-                let opened = Date()
-                let once = try ChildProcess(
-                    "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "2", "--grace", "0.5"]),
-                    environment: ["NOTIFY_SOCKET": onceNotify.path])
-                let onceRun = await once.finish()
-                let onceExited = Date().timeIntervalSince(opened)
+                let (onceRun, readyToExit) = try await Self.runOnce(
+                    group, collector.url, ["--once", "--deadline", "2", "--grace", "0.5"])
                 #expect(onceRun.status == 0, "\(onceRun.stderr)")
-                let ready = try #require(onceNotify.received.first { $0.text.contains("READY=1") }, "no READY=1 from the agent")
                 // As in onceDeadline: READY → exit within the deadline, plus 0.5 s for a debug binary's exit.
-                #expect(onceExited - ready.at < 2.5, "--once --deadline 2: READY=1 to exit took \(onceExited - ready.at) s")
+                #expect(readyToExit < 2.5, "--once --deadline 2: READY=1 to exit took \(readyToExit) s")
                 #expect(try await collector.stats().unique > 0, "the run delivered nothing")
 
                 let notify = try NotifySocket(path: group + "-notify-daemon")
