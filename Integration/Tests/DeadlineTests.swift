@@ -75,7 +75,7 @@ struct DeadlineTests {
         }
     }
 
-    @Test("a producer appending every millisecond holds up neither a --once deadline nor a SIGTERM stop")
+    @Test("a producer appending every millisecond holds up neither a --once run, with or without a deadline, nor a SIGTERM stop")
     func steadyProducer() async throws {
         try await withTemporaryGroup { group in
             try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(latencyMillis: 100))) { collector in
@@ -89,7 +89,22 @@ struct DeadlineTests {
                 #expect(onceRun.status == 0, "\(onceRun.stderr)")
                 // As in onceDeadline: READY → exit within the deadline, plus 0.5 s for a debug binary's exit.
                 #expect(readyToExit < 2.5, "--once --deadline 2: READY=1 to exit took \(readyToExit) s")
-                #expect(try await collector.stats().unique > 0, "the run delivered nothing")
+                let afterDeadlineRun = try await collector.stats().unique
+                #expect(afterDeadlineRun > 0, "the run delivered nothing")
+
+                // Without a deadline, --once sends what the store held when it started, then exits: it does not
+                // wait for a store that a producer keeps filling to be found empty (it never is).
+                let plain = try ChildProcess("tributary-agent", Self.args(group, collector.url, ["--once"]))
+                let began = Date()
+                while plain.process.isRunning && Date().timeIntervalSince(began) < 20 {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+                let endedByItself = !plain.process.isRunning
+                if !endedByItself { plain.send(SIGTERM) }
+                let plainRun = await plain.finish()
+                #expect(endedByItself, "--once was still running after 20 s: \(plainRun.stderr)")
+                #expect(plainRun.status == 0, "\(plainRun.stderr)")
+                #expect(try await collector.stats().unique > afterDeadlineRun)
 
                 let notify = try NotifySocket(path: group + "-notify-daemon")
                 let agent = try ChildProcess(

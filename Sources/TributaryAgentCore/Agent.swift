@@ -6,7 +6,8 @@ import Synchronization
 import TributaryStore
 
 /// The sync agent: drains the group's shared store into the outbox, in order, and uploads batches to
-/// the collector under the flush policies, until stopped (or, with `once`, until everything is sent).
+/// the collector under the flush policies, until stopped (or, with `once`, until everything stored
+/// when it started is sent).
 ///
 /// Run it as a swift-service-lifecycle `Service` (graceful shutdown stops it cleanly after the step
 /// in progress), or call ``runOnce()``.
@@ -199,6 +200,10 @@ public final class Agent: Service, Sendable {
 
     private func loopBody(session: UploadSession, loop: inout LoopState, once: Bool) async throws -> Report {
         let stallAfter = ProcessInfo.processInfo.environment["TRIBUTARY_TEST_STALL_AFTER_MS"].flatMap(Int.init)
+        // A one-shot run sends what is stored when it starts; what producers append meanwhile goes along
+        // as the drain meets it, but is not waited for (with a producer appending steadily, the store
+        // is never found empty).
+        let onceThrough = once ? max(try store.status().newestSeq ?? 0, try outbox.lastDrainedSeq()) : 0
         let started = loop.clock.now
         while !Task.isCancelled {
             heartbeat.beat()
@@ -283,7 +288,7 @@ public final class Agent: Service, Sendable {
                 loop.lastStatusWrite = loop.clock.now
             }
             if isStopping && pending == 0 { break }
-            if once && pending == 0 && drained == 0, try store.status().pendingEvents == 0 { break }
+            if once, try sent(through: onceThrough) { break }
             if progressed { continue }
             var timeout = configuration.pollInterval
             if let notBefore = loop.notBefore, loop.flushing { timeout = min(timeout, notBefore - loop.clock.now) }
@@ -380,6 +385,13 @@ public final class Agent: Service, Sendable {
             if moved < configuration.drainChunk { break }
         }
         return drained
+    }
+
+    /// Whether every event up to store sequence number `seq` has been drained and then delivered (or
+    /// dead-lettered).
+    private func sent(through seq: UInt64) throws -> Bool {
+        guard try outbox.lastDrainedSeq() >= seq else { return false }
+        return try outbox.oldestPendingSeq().map { $0 > seq } ?? true
     }
 
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in

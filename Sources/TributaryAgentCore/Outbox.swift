@@ -373,6 +373,11 @@ public final class Outbox: Sendable {
         }
     }
 
+    /// The store sequence number of the oldest event waiting to be sent, or nil when none waits.
+    public func oldestPendingSeq() throws -> UInt64? {
+        try writer.read { db in try UInt64.fetchOne(db, sql: "SELECT seq FROM outbox ORDER BY id LIMIT 1") }
+    }
+
     /// The batch to send next: the batch already in flight (same rows, same id) if a previous attempt
     /// did not finish, else the oldest rows up to `maxCount` events and `maxBytes` body bytes, given a
     /// new batch id. Returns an empty array when the outbox is empty.

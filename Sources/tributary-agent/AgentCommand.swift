@@ -13,7 +13,7 @@ struct AgentCommand: AsyncParsableCommand {
         abstract: "Drain an app group's shared store, in order, and upload gzip batches to a collector.",
         discussion: """
             Runs until SIGTERM or SIGINT (a systemd service), or with --once drains and uploads \
-            everything there is and exits. Events move store → outbox (SQLite, private to the agent) → \
+            everything stored when it starts and exits. Events move store → outbox (SQLite, private to the agent) → \
             collector; nothing is dropped: rejected events go to the outbox's dead-letter table \
             (see `tributary dead-letters`).
 
@@ -35,7 +35,7 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The outbox file (default: $STATE_DIRECTORY/outbox.sqlite, else under ~/.local/state/tributary).", valueName: "path"))
     var outbox: String?
 
-    @Flag(help: "Drain and upload everything there is, then exit (the background-fetch run a timer starts).")
+    @Flag(help: "Drain and upload everything stored when it starts, then exit (the background-fetch run a timer starts).")
     var once = false
 
     @Option(help: "With --once: exit 0 within this many seconds, whether or not the backlog is empty.")
