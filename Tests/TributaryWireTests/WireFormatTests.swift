@@ -89,6 +89,24 @@ struct WireFormatTests {
         #expect(error?.code == .tooLarge)
     }
 
+    @Test("a body whose size is right but whose CRC-32 or data is not is refused as malformed, by name")
+    func gunzipDamaged() throws {
+        let input = Array(String(repeating: #"{"event":"BuyProduct","price":9.99},"#, count: 2_000).utf8)
+        let compressed = try Gzip.compress(input, level: 1)
+        // The CRC-32 is the 4 bytes before ISIZE: libdeflate refuses the body, zlib then names the fault.
+        var badCheck = compressed
+        badCheck[badCheck.count - 8] ^= 0x01
+        let checkError = #expect(throws: WireError.self) { try Gzip.decompress(badCheck) }
+        #expect(checkError?.code == .malformedBody && checkError?.message.contains("not valid gzip") == true)
+        // A flipped bit in the middle of the DEFLATE data.
+        var badData = compressed
+        badData[badData.count / 2] ^= 0x10
+        let dataError = #expect(throws: WireError.self) { try Gzip.decompress(badData) }
+        #expect(dataError?.code == .malformedBody)
+        // Undamaged, the same bytes inflate.
+        #expect(try Gzip.decompress(compressed) == input)
+    }
+
     @Test("a truncated gzip body says so")
     func gunzipTruncated() throws {
         let compressed = try Gzip.compress(Array(repeating: Array("abc".utf8), count: 10_000).flatMap { $0 })
