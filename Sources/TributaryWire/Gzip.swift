@@ -70,6 +70,9 @@ public enum Gzip {
 
     /// Decompresses a gzip (or zlib) stream, refusing output larger than `limit` bytes.
     ///
+    /// A gzip body of several members (RFC 1952 §2.2) inflates to their concatenation, as gunzip's
+    /// output; any other bytes after the compressed data are refused.
+    ///
     /// Inflates straight into the output array, never zero-filled. A gzip member whose trailer states
     /// a size (ISIZE) that DEFLATE can reach from this input, within `limit`, is inflated by libdeflate
     /// into exactly that many bytes, and accepted only if it fills them and its CRC-32 and size check
@@ -85,21 +88,23 @@ public enum Gzip {
         return try inflateStreaming(input, sizeHint: stated.map { $0 + 1 }, limit: limit)
     }
 
-    /// The first gzip member of `input` inflated by libdeflate into exactly `size` bytes, or nil if it
-    /// is not exactly that long, its CRC-32 or size does not match, or it is damaged.
+    /// `input`, a single gzip member, inflated by libdeflate into exactly `size` bytes; nil if it is
+    /// not exactly that long, its CRC-32 or size does not match, it is damaged, or bytes follow it
+    /// (a second member, whose trailer the stated size came from, goes to zlib).
     private static func inflateWhole(_ input: [UInt8], size: Int) -> [UInt8]? {
         guard let decompressor = libdeflate_alloc_decompressor() else { return nil }
         defer { libdeflate_free_decompressor(decompressor) }
         var result = LIBDEFLATE_BAD_DATA
+        var consumed = 0
         let output = [UInt8](unsafeUninitializedCapacity: size) { outBuf, written in
             result = input.withUnsafeBytes { inBuf in
                 // A nil actual size: success only when the member fills the buffer exactly.
-                libdeflate_gzip_decompress(
-                    decompressor, inBuf.baseAddress, inBuf.count, outBuf.baseAddress, outBuf.count, nil)
+                libdeflate_gzip_decompress_ex(
+                    decompressor, inBuf.baseAddress, inBuf.count, outBuf.baseAddress, outBuf.count, &consumed, nil)
             }
             written = result == LIBDEFLATE_SUCCESS ? size : 0
         }
-        return result == LIBDEFLATE_SUCCESS ? output : nil
+        return result == LIBDEFLATE_SUCCESS && consumed == input.count ? output : nil
     }
 
     /// zlib's streaming inflate, starting at `sizeHint` bytes (five times the input without one).
@@ -145,7 +150,16 @@ public enum Gzip {
             let before = produced
             produced = buffer.count - Int(stream.avail_out)
             switch rc {
-            case Z_STREAM_END: return .success(true)
+            case Z_STREAM_END where stream.avail_in == 0:
+                return .success(true)
+            case Z_STREAM_END:
+                // RFC 1952 §2.2: a gzip file is a series of members; as gunzip does, inflate them all.
+                guard stream.avail_in >= 2, stream.next_in[0] == 0x1f, stream.next_in[1] == 0x8b else {
+                    return .failure(WireError(.malformedBody, "The body has \(stream.avail_in) bytes after its compressed data."))
+                }
+                guard inflateReset(&stream) == Z_OK else {
+                    return .failure(WireError(.compression, "zlib could not start the body's next gzip member."))
+                }
             case Z_OK where produced == before && stream.avail_in == 0, Z_BUF_ERROR where stream.avail_in == 0:
                 return .failure(WireError(.malformedBody, "The gzip body is truncated."))
             case Z_OK: continue

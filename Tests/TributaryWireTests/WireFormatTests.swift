@@ -107,6 +107,29 @@ struct WireFormatTests {
         #expect(try Gzip.decompress(compressed) == input)
     }
 
+    @Test("a gzip body of several members inflates to all of them, as gunzip's; other trailing bytes are refused")
+    func gunzipMembers() throws {
+        let first = Array(String(repeating: #"{"event":"A"},"#, count: 700).utf8)
+        let second = Array(String(repeating: #"{"event":"B"},"#, count: 700).utf8)
+        let third = Array("tail".utf8)
+        let members = try Gzip.compress(first) + Gzip.compress(second)
+        // Both members are as long, so the last trailer states the first member's size exactly: the
+        // first member alone must not pass for the body.
+        #expect(first.count == second.count)
+        #expect(try Gzip.decompress(members) == first + second)
+        #expect(try Gzip.decompress(members + Gzip.compress(third)) == first + second + third)
+        #expect(try Gzip.decompress(members, limit: first.count * 2) == first + second)
+        let tooLarge = #expect(throws: WireError.self) { try Gzip.decompress(members, limit: first.count * 2 - 1) }
+        #expect(tooLarge?.code == .tooLarge)
+        for trailing: [UInt8] in [[0], [0x1f], Array("garbage".utf8)] {
+            let error = #expect(throws: WireError.self) { try Gzip.decompress(Gzip.compress(first) + trailing) }
+            #expect(error?.code == .malformedBody && error?.message.contains("after its compressed data") == true,
+                    "\(trailing): \(String(describing: error))")
+        }
+        let cut = #expect(throws: WireError.self) { try Gzip.decompress(Array(members.dropLast(5))) }
+        #expect(cut?.message.contains("truncated") == true, "\(String(describing: cut))")
+    }
+
     @Test("a truncated gzip body says so")
     func gunzipTruncated() throws {
         let compressed = try Gzip.compress(Array(repeating: Array("abc".utf8), count: 10_000).flatMap { $0 })
