@@ -56,6 +56,19 @@ struct UploadTests {
         #expect(events.compactMap(\.seq) == Array(1...UInt64(count)), "global order", sourceLocation: sourceLocation)
     }
 
+    @Test("the Date header is an IMF-fixdate, the same as DateFormatter writes", arguments: [
+        Int64(784_111_777_000), 0, -1, 951_782_400_999, 1_767_225_599_500, 1_795_480_394_571, 253_402_300_799_000,
+    ])
+    func httpDateMatchesFormatter(millis: Int64) {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "GMT")
+        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
+        let seconds = (Double(millis) / 1000).rounded(.down)
+        #expect(httpDate(millis) == formatter.string(from: Date(timeIntervalSince1970: seconds)))
+        if millis == 784_111_777_000 { #expect(httpDate(millis) == "Sun, 06 Nov 1994 08:49:37 GMT") }
+    }
+
     @Test("clean delivery in order", arguments: WireFormat.allCases)
     func cleanDelivery(format: WireFormat) async throws {
         try await withTemporaryGroup { group in

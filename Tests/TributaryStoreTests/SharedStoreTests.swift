@@ -81,6 +81,27 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("releasing the mapped pages still finds the map after this process resized it")
+    func releaseMappedPagesAfterGrowth() throws {
+        try withTemporaryGroup { group in
+            var options = SharedStore.Options()
+            options.initialMapSize = 1 << 20
+            let store = try SharedStore(groupDirectory: group, options: options)
+            let file = group + "/" + SharedStore.fileName
+            try Self.append(store, 100, size: 2000)
+            _ = try store.events(limit: 5000)
+            store.releaseMappedPages()  // the map's place, read once and kept
+            #expect(try Self.residentKB(ofMapping: file) == 0)
+            let initialMap = try store.status().mapSize
+            try Self.append(store, 2000, size: 2000)  // 4 MB: the map grows (and may move)
+            #expect(try store.status().mapSize > initialMap)
+            #expect(try store.events(limit: 5000).count == 2100)
+            #expect(try Self.residentKB(ofMapping: file) > 1000)
+            store.releaseMappedPages()
+            #expect(try Self.residentKB(ofMapping: file) == 0, "the pages of the map as it is now must be released")
+        }
+    }
+
     /// The `Rss:` of this process's mappings of the file at `path` (`/proc/self/smaps`, matched by inode), in kB.
     static func residentKB(ofMapping path: String) throws -> Int {
         var st = stat()
