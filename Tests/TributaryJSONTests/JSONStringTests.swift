@@ -50,6 +50,8 @@ struct JSONStringTests {
         var inputs = [""] + alphabet
         for first in alphabet { for second in alphabet { inputs.append(first + second) } }
         inputs += alphabet.map { "plain " + $0 + " text" }
+        // Each character at every offset of a word read eight bytes at a time, in longer plain text.
+        inputs += alphabet.flatMap { c in (0...16).map { String(repeating: "a", count: $0) + c + String(repeating: "b", count: 17 - $0) } }
         for input in inputs {
             for escaping in [false, true] {
                 let literal = JSONString.quoted(input, escapingLineSeparators: escaping)
