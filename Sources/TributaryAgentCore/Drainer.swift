@@ -57,8 +57,7 @@ public struct Drainer: Sendable {
     }
 
     /// Drains chunk by chunk until it has caught up with the store, `maxEvents` were moved, or
-    /// `shouldContinue` (asked before every chunk) returns false; returns how many
-    /// were moved.
+    /// `shouldContinue` (asked before every chunk) returns false; returns how many were moved.
     ///
     /// Caught up means a chunk came back partial: the store held fewer than a chunk when it was read.
     /// Events a producer appends meanwhile wait for the next call: draining "until the store is

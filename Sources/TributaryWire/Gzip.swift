@@ -7,9 +7,9 @@ import Synchronization
 /// libdeflate compresses a whole buffer at once, about twice as fast as zlib's `deflate` at the
 /// same level on batch bodies, and computes the gzip CRC-32 with carry-less multiplies. It also
 /// inflates a gzip member whose size is known (its trailer states it) in one call, twice as fast as
-/// zlib's `inflate`. zlib's streaming `inflate` takes everything else: a zlib stream, a body whose
-/// trailer does not state its size, and every damaged body, since it reads into a growing buffer
-/// and tells a truncated body from a corrupt one.
+/// zlib's `inflate`. zlib's streaming `inflate` takes everything else: a zlib stream, a body of
+/// several gzip members, a body whose trailer does not state its size, and every damaged body, since
+/// it reads into a growing buffer and tells a truncated body from a corrupt one.
 public enum Gzip {
     /// The default level, 6: zlib's default on the scale zlib and libdeflate share.
     public static let defaultLevel: Int32 = 6
