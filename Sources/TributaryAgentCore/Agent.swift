@@ -258,18 +258,23 @@ public final class Agent: Service, Sendable {
                     loop.state = isStopping ? "stopping" : "uploading"
                     let timeout = min(configuration.upload.requestTimeout, remaining)
                     heartbeat.requestStarted(timeout: timeout)
-                    let began = loop.clock.now
-                    let uploaded = UploadDone()
-                    async let upload = uploadStep(session, maxEvents: maxEvents, timeout: timeout, done: uploaded)
-                    // While the collector works on the batch, keep draining, chunk by chunk, until it answers.
+                    let uploaded = DoneFlag()
+                    let drainOver = DoneFlag()
+                    async let upload = uploadSteps(
+                        session, maxEvents: maxEvents, timeout: timeout, while: { !drainOver.isSet }, done: uploaded)
+                    // While the collector works on the batch, keep draining, chunk by chunk, until it answers
+                    // (and the next batches, if they follow at once, are answered too).
                     let drainedDuring = isStopping ? 0 : try drainWhile({ !uploaded.isSet }, &loop)
+                    drainOver.set()
                     loop.report.drained += drainedDuring
-                    let step = try await upload
+                    let steps = try await upload
                     heartbeat.requestEnded()
-                    loop.report.requests += 1
-                    metrics.requests.increment()
-                    progressed = try apply(step, took: loop.clock.now - began, session: session, loop: &loop, once: once)
-                        || drainedDuring > 0
+                    progressed = drainedDuring > 0
+                    for (step, took) in steps {
+                        loop.report.requests += 1
+                        metrics.requests.increment()
+                        progressed = try apply(step, took: took, session: session, loop: &loop, once: once) || progressed
+                    }
                 }
             } else if pending == 0 {
                 loop.state = isStopping ? "stopping" : "idle"
@@ -300,12 +305,32 @@ public final class Agent: Service, Sendable {
         return loop.report
     }
 
-    /// ``stepCancelledAtExpiry(_:maxEvents:timeout:)``, then sets `done`.
-    private func uploadStep(
-        _ session: UploadSession, maxEvents: Int, timeout: Duration, done: UploadDone
-    ) async throws -> UploadSession.Step {
+    /// Runs upload steps (``stepCancelledAtExpiry(_:maxEvents:timeout:)``) beside the loop's drain,
+    /// then sets `done`; returns each step with how long it took.
+    ///
+    /// After the first step, the next follows at once while the last one delivered, the batch after
+    /// it was read ahead (and became the batch in flight when it was acknowledged), `more` holds (the
+    /// loop is still draining) and no deadline runs: the next request need not wait for the loop to
+    /// finish its drain chunk (an LMDB and an SQLite commit) and come round. The loop's drain stops
+    /// after 10 chunks, so the loop still comes round several times a second. Under a deadline, one
+    /// step per round, so that each is planned against the time left.
+    private func uploadSteps(
+        _ session: UploadSession, maxEvents: Int, timeout: Duration, while more: @Sendable () -> Bool, done: DoneFlag
+    ) async throws -> [(step: UploadSession.Step, took: Duration)] {
         defer { done.set() }
-        return try await stepCancelledAtExpiry(session, maxEvents: maxEvents, timeout: timeout)
+        let clock = ContinuousClock()
+        var steps: [(step: UploadSession.Step, took: Duration)] = []
+        var timeout = timeout
+        while true {
+            let began = clock.now
+            let step = try await stepCancelledAtExpiry(session, maxEvents: maxEvents, timeout: timeout)
+            steps.append((step, clock.now - began))
+            guard case .progressed(let delivered, _) = step, delivered > 0, session.hasReadyBatch,
+                budget.current == nil, more(), !Task.isCancelled
+            else { return steps }
+            timeout = configuration.upload.requestTimeout
+            heartbeat.requestStarted(timeout: timeout)
+        }
     }
 
     /// Runs one upload step, cancelling its request if a deadline (present, or started by a SIGTERM
@@ -469,8 +494,9 @@ final class Heartbeat: Sendable {
     }
 }
 
-/// Set once an upload step has finished, so the drain running beside it stops after its chunk.
-final class UploadDone: Sendable {
+/// Set once when some work has finished, for the work running beside it: the upload steps (the drain
+/// stops after its chunk) and the drain (the upload steps stop after the request in flight).
+final class DoneFlag: Sendable {
     private let done = Atomic<Bool>(false)
     var isSet: Bool { done.load(ordering: .acquiring) }
     func set() { done.store(true, ordering: .releasing) }

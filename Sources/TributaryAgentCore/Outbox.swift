@@ -545,18 +545,41 @@ public final class Outbox: Sendable {
     /// Deletes an acknowledged batch and, in the same transaction, makes `next` (read ahead while
     /// `batchID` was out) the batch in flight, if its rows are still exactly the oldest ones.
     ///
+    /// The transaction commits with `synchronous=NORMAL`: its WAL frames are written but not synced
+    /// (the next `FULL` commit, a drain's, syncs them with its own). A power loss can only undo an
+    /// acknowledgement, never a drain: the batch is then sent again under its id and the collector's
+    /// dedup drops it (delivery is at least once on the wire). A process crash loses nothing: the
+    /// frames are in the kernel's page cache. The sync was 5 of the acknowledgement's 7.5 ms per
+    /// 2,000-event batch, on the path between one request and the next.
+    ///
     /// - Returns: whether `next` is now the batch in flight (false: build the next batch anew).
     @discardableResult
     public func acknowledge(_ batchID: String, then next: PreparedBatch?) throws -> Bool {
-        try writer.write { db in
-            guard try Self.acknowledge(batchID, in: db) else { return false }
-            guard let next else { return false }
-            let oldest = try GRDB.Row.fetchOne(
-                db, sql: "SELECT MIN(id), COUNT(*) FROM outbox WHERE id <= ?", arguments: [next.lastID])
-            guard let oldest, oldest[0] as Int64? == next.firstID, oldest[1] as Int == next.count else { return false }
-            try Self.setInFlight(db, InFlight(id: next.id, firstID: next.firstID, lastID: next.lastID))
-            return true
+        try writer.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
+            var madeInFlight = false
+            let outcome = Result {
+                try db.inTransaction {
+                    madeInFlight = try Self.acknowledge(batchID, in: db, then: next)
+                    return .commit
+                }
+            }
+            // Every other transaction commits FULL: set it back before anything else can run here.
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+            try outcome.get()
+            return madeInFlight
         }
+    }
+
+    /// ``acknowledge(_:then:)``'s transaction.
+    private static func acknowledge(_ batchID: String, in db: Database, then next: PreparedBatch?) throws -> Bool {
+        guard try acknowledge(batchID, in: db) else { return false }
+        guard let next else { return false }
+        let oldest = try GRDB.Row.fetchOne(
+            db, sql: "SELECT MIN(id), COUNT(*) FROM outbox WHERE id <= ?", arguments: [next.lastID])
+        guard let oldest, oldest[0] as Int64? == next.firstID, oldest[1] as Int == next.count else { return false }
+        try setInFlight(db, InFlight(id: next.id, firstID: next.firstID, lastID: next.lastID))
+        return true
     }
 
     /// Deletes the batch in flight if it is `batchID`; false when it is not.

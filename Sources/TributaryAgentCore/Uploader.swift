@@ -92,6 +92,9 @@ final class UploadSession: @unchecked Sendable {
     /// next step sends it as it is.
     private var ready: ReadAhead?
 
+    /// Whether the next step sends a batch read ahead, already in flight, without reading the outbox.
+    var hasReadyBatch: Bool { ready != nil && suspect == nil }
+
     /// A batch built ahead of its turn.
     private struct ReadAhead {
         var batch: Outbox.PreparedBatch

@@ -94,6 +94,8 @@ struct OutboxTests {
             #expect(try outbox.nextBatch(maxCount: 4, maxBytes: 1 << 20).map(\.seq) == [1, 2, 3, 4])
             #expect(try outbox.acknowledge("not-in-flight", then: next) == false)
             #expect(try outbox.acknowledge(firstID, then: next))
+            // The acknowledgement commits with synchronous=NORMAL; everything else stays FULL.
+            #expect(try outbox.synchronousMode() == 2, "synchronous=FULL must be back after an acknowledgement")
             let second = try outbox.nextBatch(maxCount: 100, maxBytes: 1 << 20)
             #expect(second.map(\.seq) == [5, 6, 7, 8] && second.allSatisfy { $0.batchID == next.id })
             #expect(try outbox.counters().delivered == 4)
