@@ -261,7 +261,8 @@ public final class Agent: Service, Sendable {
                     let uploaded = DoneFlag()
                     let drainOver = DoneFlag()
                     async let upload = uploadSteps(
-                        session, maxEvents: maxEvents, timeout: timeout, while: { !drainOver.isSet }, done: uploaded)
+                        session, maxEvents: maxEvents, timeout: timeout, planner: loop.planner, while: { !drainOver.isSet },
+                        done: uploaded)
                     // While the collector works on the batch, keep draining, chunk by chunk, until it answers
                     // (and the next batches, if they follow at once, are answered too).
                     let drainedDuring = isStopping ? 0 : try drainWhile({ !uploaded.isSet }, &loop)
@@ -309,26 +310,38 @@ public final class Agent: Service, Sendable {
     /// then sets `done`; returns each step with how long it took.
     ///
     /// After the first step, the next follows at once while the last one delivered, the batch after
-    /// it was read ahead (and became the batch in flight when it was acknowledged), `more` holds (the
-    /// loop is still draining) and no deadline runs: the next request need not wait for the loop to
-    /// finish its drain chunk (an LMDB and an SQLite commit) and come round. The loop's drain stops
-    /// after 10 chunks, so the loop still comes round several times a second. Under a deadline, one
-    /// step per round, so that each is planned against the time left.
+    /// it was read ahead (and became the batch in flight when it was acknowledged) and `more` holds
+    /// (the loop is still draining): the next request need not wait for the loop to finish its drain
+    /// chunk (an LMDB and an SQLite commit) and come round. The loop's drain stops after 10 chunks, so
+    /// the loop still comes round several times a second. Under a deadline, the next request goes
+    /// only if `planner` (a copy of the loop's, fed with these steps) says its batch can finish in the
+    /// time left, and its timeout ends at the expiration, as the loop plans its own.
     private func uploadSteps(
-        _ session: UploadSession, maxEvents: Int, timeout: Duration, while more: @Sendable () -> Bool, done: DoneFlag
+        _ session: UploadSession, maxEvents: Int, timeout: Duration, planner: UploadPlanner,
+        while more: @Sendable () -> Bool, done: DoneFlag
     ) async throws -> [(step: UploadSession.Step, took: Duration)] {
         defer { done.set() }
         let clock = ContinuousClock()
+        var planner = planner
         var steps: [(step: UploadSession.Step, took: Duration)] = []
         var timeout = timeout
         while true {
             let began = clock.now
             let step = try await stepCancelledAtExpiry(session, maxEvents: maxEvents, timeout: timeout)
-            steps.append((step, clock.now - began))
-            guard case .progressed(let delivered, _) = step, delivered > 0, session.hasReadyBatch,
-                budget.current == nil, more(), !Task.isCancelled
+            let took = clock.now - began
+            steps.append((step, took))
+            guard case .progressed(let delivered, _) = step, delivered > 0, let next = session.readyBatchCount,
+                more(), !Task.isCancelled
             else { return steps }
+            planner.record(events: delivered, took: took)
             timeout = configuration.upload.requestTimeout
+            if let task = budget.current {
+                let remaining = task.remaining()
+                guard planner.maxEvents(within: remaining, limit: configuration.upload.batchSize) >= next else {
+                    return steps
+                }
+                timeout = min(timeout, remaining)
+            }
             heartbeat.requestStarted(timeout: timeout)
         }
     }

@@ -92,8 +92,9 @@ final class UploadSession: @unchecked Sendable {
     /// next step sends it as it is.
     private var ready: ReadAhead?
 
-    /// Whether the next step sends a batch read ahead, already in flight, without reading the outbox.
-    var hasReadyBatch: Bool { ready != nil && suspect == nil }
+    /// The events of the batch the next step sends as it is (read ahead, already in flight), or nil
+    /// when the next step reads the outbox.
+    var readyBatchCount: Int? { suspect == nil ? ready?.batch.count : nil }
 
     /// A batch built ahead of its turn.
     private struct ReadAhead {
