@@ -98,7 +98,8 @@ public final class Agent: Service, Sendable {
         }
     }
 
-    /// Drains and uploads everything there is (within ``AgentConfiguration/deadline`` if set), then returns.
+    /// Drains and uploads everything stored when it starts (within ``AgentConfiguration/deadline`` if
+    /// set), then returns.
     public func runOnce() async throws -> Report {
         try await runLoop(once: true)
     }

@@ -29,7 +29,7 @@ public struct AgentConfiguration: Sendable {
     public var drainAhead = 20_000
     /// The drain-ahead bound in force: ``drainAhead``, raised to two batches and the bulk size.
     var effectiveDrainAhead: Int { max(drainAhead, 2 * upload.batchSize, bulkSize) }
-    /// Drain and upload everything there is, then return. Default false (run until stopped).
+    /// Drain and upload everything stored at the start, then return. Default false (run until stopped).
     public var once = false
     /// With `once`: the whole run's budget (`--deadline`). Nil = no limit.
     public var deadline: Duration?
