@@ -28,6 +28,31 @@ struct FlushAndStatusTests {
         return Int(UInt16(bigEndian: address.sin_port))
     }
 
+    @Test("beside a producer appending every millisecond, a flush ends below the bulk size: requests carry about that many events")
+    func flushEndsUnderTrickle() async throws {
+        try await withTemporaryGroup { group in
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let producer = try ChildProcess("tributary-sim", ["load", "--group", group, "--count", "1000000", "--interval-ms", "1"])
+                let agent = try ChildProcess("tributary-agent", [
+                    "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
+                    "--bulk-size", "100", "--flush-interval", "600", "--log-level", "warning",
+                ])
+                try await Task.sleep(for: .seconds(3))
+                agent.send(SIGTERM)
+                #expect(await agent.finish().status == 0)
+                producer.send(SIGKILL)
+                await producer.finish()
+                // A flush that went on until it found the outbox empty (never, beside this producer) sent a
+                // request every 5 or so events (973 requests for 4,511 events in 6 s); one that ends below the
+                // bulk size sends about 100 a time (57 for 5,052).
+                let stats = try await collector.stats()
+                #expect(stats.unique > 500, "\(stats.unique) events delivered")
+                #expect(stats.batches > 0 && stats.received / stats.batches >= 40,
+                        "\(stats.batches) requests for \(stats.received) events")
+            }
+        }
+    }
+
     @Test("tributary flush wakes an idle agent at once; status and metrics show the deliveries")
     func flushWakesAgent() async throws {
         try await withTemporaryGroup { group in

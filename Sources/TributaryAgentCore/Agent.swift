@@ -245,7 +245,10 @@ public final class Agent: Service, Sendable {
             }
             if now >= loop.nextIntervalFlush { loop.nextIntervalFlush = now.advanced(by: loop.interval) }
 
-            var progressed = drained > 0
+            // A drain that caught up with the store (its last chunk partial) is no reason to come round at
+            // once: with a producer appending steadily, that is a commit (two fsyncs) every few events.
+            // What arrives meanwhile is durable in the store, and the next poll drains it in one chunk.
+            var progressed = drainedMore(drained)
             if loop.flushing && pending > 0 && (loop.notBefore.map { now >= $0 } ?? true) {
                 let remaining = task?.remaining(at: now) ?? .seconds(1 << 30)
                 let maxEvents = loop.planner.maxEvents(within: remaining, limit: configuration.upload.batchSize)
@@ -271,11 +274,22 @@ public final class Agent: Service, Sendable {
                     loop.report.drained += drainedDuring
                     let steps = try await upload
                     heartbeat.requestEnded()
-                    progressed = drainedDuring > 0
+                    progressed = drainedMore(drainedDuring)
+                    var delivered = false
                     for (step, took) in steps {
                         loop.report.requests += 1
                         metrics.requests.increment()
                         progressed = try apply(step, took: took, session: session, loop: &loop, once: once) || progressed
+                        if case .progressed(let count, _) = step, count > 0 { delivered = true }
+                    }
+                    // A flush the bulk size or the interval started ends once fewer than the bulk size are
+                    // left: the rest waits for the next trigger. Going on until the outbox is found empty,
+                    // which a producer appending steadily never lets happen, sent a request (and committed
+                    // a drain) every few events. Stopping, one-shot runs and flush requests send everything.
+                    if delivered && !once && !isStopping && loop.flushUntil == nil,
+                        try outbox.pending().count < configuration.bulkSize
+                    {
+                        loop.flushing = false
                     }
                 }
             } else if pending == 0 {
@@ -424,6 +438,12 @@ public final class Agent: Service, Sendable {
             if moved < configuration.drainChunk { break }
         }
         return drained
+    }
+
+    /// Whether a drain that moved `drained` events may have left more in the store: it ended on a full
+    /// chunk (a partial chunk means it caught up).
+    private func drainedMore(_ drained: Int) -> Bool {
+        drained > 0 && drained % configuration.drainChunk == 0
     }
 
     /// Whether every event up to store sequence number `seq` has been drained and then delivered (or
