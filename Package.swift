@@ -81,7 +81,7 @@ let package = Package(
         .target(
             name: "TributaryCollector",
             dependencies: [
-                "TributaryWire",
+                "TributaryWire", "TributaryJSON",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

@@ -250,8 +250,7 @@ public final class Agent: Service, Sendable {
             // What arrives meanwhile is durable in the store, and the next poll drains it in one chunk.
             var progressed = drainedMore(drained)
             if loop.flushing && pending > 0 && (loop.notBefore.map { now >= $0 } ?? true) {
-                let remaining = task?.remaining(at: now) ?? .seconds(1 << 30)
-                let maxEvents = loop.planner.maxEvents(within: remaining, limit: configuration.upload.batchSize)
+                let (maxEvents, timeout, remaining) = plan(loop.planner, task: task, at: now)
                 if maxEvents == 0 {
                     // Not even one event would make it before the deadline: stop here.
                     logger.info("no time left for another upload before the deadline", metadata: [
@@ -260,7 +259,6 @@ public final class Agent: Service, Sendable {
                     loop.notBefore = task?.expiresAt
                 } else {
                     loop.state = isStopping ? "stopping" : "uploading"
-                    let timeout = min(configuration.upload.requestTimeout, remaining)
                     heartbeat.requestStarted(timeout: timeout)
                     let uploaded = DoneFlag()
                     let drainOver = DoneFlag()
@@ -349,16 +347,22 @@ public final class Agent: Service, Sendable {
                 more(), !Task.isCancelled
             else { return steps }
             planner.record(events: delivered, took: took)
-            timeout = configuration.upload.requestTimeout
-            if let task = budget.current {
-                let remaining = task.remaining()
-                guard planner.maxEvents(within: remaining, limit: configuration.upload.batchSize) >= next else {
-                    return steps
-                }
-                timeout = min(timeout, remaining)
-            }
+            let planned = plan(planner, task: budget.current, at: clock.now)
+            guard planned.maxEvents >= next else { return steps }
+            timeout = planned.timeout
             heartbeat.requestStarted(timeout: timeout)
         }
+    }
+
+    /// How many events the next request may carry and how long it may take: without a deadline the
+    /// batch size and the request timeout; under one, what `planner` says fits in the time left (0:
+    /// not even one event), with a timeout that ends at the expiration. Also the time left.
+    private func plan(_ planner: UploadPlanner, task: BackgroundTask?, at now: ContinuousClock.Instant)
+        -> (maxEvents: Int, timeout: Duration, remaining: Duration)
+    {
+        let remaining = task?.remaining(at: now) ?? .seconds(1 << 30)
+        let maxEvents = planner.maxEvents(within: remaining, limit: configuration.upload.batchSize)
+        return (maxEvents, min(configuration.upload.requestTimeout, remaining), remaining)
     }
 
     /// Runs one upload step, cancelling its request if a deadline (present, or started by a SIGTERM

@@ -1,4 +1,5 @@
 import Foundation
+import TributaryJSON
 
 /// Why a JSON text was refused, and where (a byte offset): for tests and logs, never sent to clients.
 package struct JSONSyntaxError: Error, Equatable, CustomStringConvertible {
@@ -279,7 +280,7 @@ package struct JSONScanner {
             // non-ASCII byte): most of an event's text. In the word that has one, straight to it.
             while end - index >= 8 {
                 let word = UnsafeRawPointer(bytes.baseAddress! + index).loadUnaligned(as: UInt64.self)
-                let attention = Self.attentionBytes(word)
+                let attention = JSONBytes.attention(word, nonASCII: true)
                 guard attention == 0 else {
                     index += attention.trailingZeroBitCount >> 3
                     break
@@ -303,22 +304,6 @@ package struct JSONScanner {
                 try utf8Sequence()
             }
         }
-    }
-
-    /// The high bit of each of the eight bytes of `word` (little-endian: the first byte lowest) that is
-    /// a quote, a backslash, a control or a non-ASCII byte; 0 when none is. Bytes after a flagged one
-    /// may be flagged falsely (a borrow runs upwards), never the first: its position is exact.
-    @inline(__always)
-    private static func attentionBytes(_ word: UInt64) -> UInt64 {
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        let highs: UInt64 = 0x8080_8080_8080_8080
-        // A byte below 0x20: (b - 0x20) borrows into its high bit; also flags bytes >= 0x80.
-        let control = (word &- ones &* 0x20) | word
-        let quote = word ^ (ones &* 0x22)
-        let backslash = word ^ (ones &* 0x5C)
-        let hasQuote = (quote &- ones) & ~quote
-        let hasBackslash = (backslash &- ones) & ~backslash
-        return (control | hasQuote | hasBackslash) & highs
     }
 
     /// An escape at `index` (its backslash), as `JSONSerialization` reads them.

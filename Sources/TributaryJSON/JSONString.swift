@@ -22,7 +22,7 @@ public enum JSONString {
             // Eight bytes at a time while none needs a look; in the word that has one, straight to it.
             if utf8.count - i >= 8 {
                 let word = utf8.loadUnaligned(fromByteOffset: i, as: UInt64.self)
-                let attention = attentionBytes(word, lineSeparators: escapingLineSeparators)
+                let attention = JSONBytes.attention(word, lineSeparators: escapingLineSeparators)
                 guard attention != 0 else {
                     i += 8
                     continue
@@ -74,22 +74,6 @@ public enum JSONString {
         case byte(UInt8)
         /// The last byte of U+2028 (`E2 80 A8`) or U+2029 (`E2 80 A9`).
         case lineSeparator(UInt8)
-    }
-
-    /// The high bit of each of the eight bytes of `word` (little-endian: the first byte lowest) that may
-    /// need an escape: below 0x20, a quote, a backslash, and with `lineSeparators` 0xE2 (the first byte
-    /// of U+2028 and U+2029). Bytes after a flagged one may be flagged falsely (a borrow runs upwards),
-    /// never the first: its position is exact.
-    @inline(__always)
-    private static func attentionBytes(_ word: UInt64, lineSeparators: Bool) -> UInt64 {
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        let highs: UInt64 = 0x8080_8080_8080_8080
-        func hasZero(_ x: UInt64) -> UInt64 { (x &- ones) & ~x & highs }
-        // Below 0x20: (b - 0x20) borrows into the high bit; `& ~word` leaves out bytes >= 0x80.
-        var attention = (word &- ones &* 0x20) & ~word & highs
-        attention |= hasZero(word ^ (ones &* UInt64(quote))) | hasZero(word ^ (ones &* UInt64(backslash)))
-        if lineSeparators { attention |= hasZero(word ^ (ones &* 0xE2)) }
-        return attention
     }
 
     private static let quote = UInt8(ascii: "\"")

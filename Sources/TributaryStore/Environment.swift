@@ -35,11 +35,8 @@ final class Environment: @unchecked Sendable {
     /// Held shared by every transaction, exclusively by a map resize (see ``ReadWriteLock``).
     private let resizeLock = ReadWriteLock()
     /// Where this process mapped the store, as ``releaseMappedPages()`` last read it from
-    /// `/proc/self/maps`, with the ``resizes`` count and map size it was read at (a resize may move
-    /// the map).
-    private let mappedRanges = Mutex<(resizes: Int, mapSize: Int, ranges: [(start: UInt, end: UInt)])?>(nil)
-    /// Map resizes by this process (each under the resize lock).
-    private let resizes = Atomic<Int>(0)
+    /// `/proc/self/maps`, and the map size then (every resize changes the size, and may move the map).
+    private let mappedRanges = Mutex<(mapSize: Int, ranges: [(start: UInt, end: UInt)])?>(nil)
 
     /// Stale reader slots cleared when this environment was opened.
     let staleReadersCleared: Int32
@@ -148,17 +145,16 @@ final class Environment: @unchecked Sendable {
     /// this process's resident set shrinks: a reader that has walked the whole store otherwise keeps
     /// every page it read counted in its RSS. LMDB does not publish where it mapped the file
     /// (`mdb_env_info`'s `me_mapaddr` is only set with `MDB_FIXEDMAP`), so the ranges come from
-    /// `/proc/self/maps`, read again only after a resize (which may move the map) or at another map size:
+    /// `/proc/self/maps`, read again only when the map size changed (a resize may move the map):
     /// reading and parsing it on every drain chunk cost 4 % of the agent's CPU. The resize lock, held
     /// shared, keeps the map where it is meanwhile.
     func releaseMappedPages() {
         resizeLock.withReadLock {
-            let resizes = self.resizes.load(ordering: .acquiring)
             let mapSize = self.mapSize
             let ranges = mappedRanges.withLock { cached in
-                if let cached, cached.resizes == resizes, cached.mapSize == mapSize { return cached.ranges }
+                if let cached, cached.mapSize == mapSize { return cached.ranges }
                 let found = storeMappings()
-                cached = found.isEmpty ? nil : (resizes, mapSize, found)
+                cached = found.isEmpty ? nil : (mapSize, found)
                 return found
             }
             for range in ranges {
@@ -251,7 +247,6 @@ final class Environment: @unchecked Sendable {
             // Another process grew the map: adopt its size (lmdb.h: "call mdb_env_set_mapsize() with
             // a size of zero to adopt the new size").
             try resizeLock.withWriteLock { () throws(StoreError) in
-                resizes.add(1, ordering: .releasing)
                 try Environment.mapError(mdb.setMapSize(env, 0), "mdb_env_set_mapsize", path: path)
             }
         case MDB_MAP_FULL:
@@ -280,7 +275,6 @@ final class Environment: @unchecked Sendable {
                         + "start the agent to drain it, or raise the quota.")
             }
             let target = min(quota, max(current * 2, current + 1 << 20))
-            resizes.add(1, ordering: .releasing)
             try Environment.mapError(mdb.setMapSize(env, target), "mdb_env_set_mapsize", path: path)
         }
     }

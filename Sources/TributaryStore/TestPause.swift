@@ -25,7 +25,6 @@ public enum TestPause {
 
     private static let counter = PauseCounter()
 
-    /// Freezes the process if `name` is the configured point and its hit has come.
     /// What the process does once paused.
     enum Wait {
         /// Sleeps forever, for the test to kill it.
@@ -34,6 +33,7 @@ public enum TestPause {
         case untilContinued
     }
 
+    /// Freezes the process if `name` is the configured point and its hit has come.
     @inline(__always)
     static func hit(_ name: StaticString, wait: Wait = .untilKilled) {
         guard let target else { return }
