@@ -15,12 +15,12 @@
  *      before the closing brace (byte for byte what JSONFields.appending produces, which the driver
  *      checks by comparing the two outboxes);
  *   3. one SQLite transaction (BEGIN IMMEDIATE, as GRDB's DatabasePool.write) doing what
- *      Outbox.insertDrained does: read `last_drained_seq`, INSERT OR IGNORE every row (UNIQUE seq),
- *      set `last_drained_seq`, add to the `drained` counter, COMMIT;
+ *      Outbox.insertDrained does: read `last_drained_seq`, INSERT every row whose seq is above it and
+ *      above the rows before it, set `last_drained_seq`, add to the `drained` counter, COMMIT;
  *   4. one durable LMDB write transaction deleting the chunk (cursor from the first key, as
  *      Transaction.deleteThrough does).
  *
- * The outbox has the Swift outbox's schema (Outbox.swift, migrations v1 and v3), journal_mode=WAL and
+ * The outbox has the Swift outbox's schema (Outbox.swift, migrations v1, v3 and v4), journal_mode=WAL and
  * synchronous=FULL (--synchronous normal is there to show what that setting costs). Only app events
  * are expected (the driver fills the store with them): extension events, whose enrichment re-encodes
  * the JSON with Foundation, and corrupt records (dead letters) are refused, since no benchmark
@@ -50,11 +50,11 @@
 /* Record format version 1 (EventRecord.swift). */
 enum { FORMAT_VERSION = 1, HEADER_FIXED = 54 };
 
-/* Outbox.swift, migrations "v1" and "v3" (the outbox table as v3 rebuilds it, and in_flight). */
+/* Outbox.swift, migrations "v1", "v3" and "v4" (the outbox table as v4 rebuilds it, and in_flight). */
 static const char *const SCHEMA =
     "CREATE TABLE outbox ("
     "    id INTEGER PRIMARY KEY,"
-    "    seq INTEGER NOT NULL UNIQUE,"
+    "    seq INTEGER NOT NULL,"
     "    event_id TEXT NOT NULL,"
     "    producer TEXT NOT NULL,"
     "    producer_kind INTEGER NOT NULL,"
@@ -295,7 +295,7 @@ int drain_main(int argc, char **argv) {
     sqlite3_stmt *commit = sql_prepare(db, "COMMIT");
     sqlite3_stmt *state = sql_prepare(db, "SELECT value FROM agent_state WHERE key = ?");
     sqlite3_stmt *insert = sql_prepare(db,
-        "INSERT OR IGNORE INTO outbox "
+        "INSERT INTO outbox "
         "(seq, event_id, producer, producer_kind, producer_seq, wall_ms, boot_ns, boot_id, body) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
     sqlite3_stmt *set_state = sql_prepare(db,
@@ -363,9 +363,10 @@ int drain_main(int argc, char **argv) {
         if (step != SQLITE_ROW && step != SQLITE_DONE) sql_check(db, step, SQLITE_ROW, "SELECT last_drained_seq");
         sqlite3_reset(state);
         int64_t inserted = 0, skipped = 0;
+        uint64_t highest = already;
         for (size_t i = 0; i < count; i++) {
             const struct row *r = &rows[i];
-            if (r->seq <= already) {
+            if (r->seq <= highest) {
                 skipped++;
                 continue;
             }
@@ -380,12 +381,12 @@ int drain_main(int argc, char **argv) {
             sqlite3_bind_blob(insert, 9, arena.bytes + r->body_at, (int)r->body_length, SQLITE_STATIC);
             sql_check(db, sqlite3_step(insert), SQLITE_DONE, "INSERT INTO outbox");
             sqlite3_reset(insert);
-            if (sqlite3_changes(db) == 1) inserted++;
-            else skipped++;
+            highest = r->seq;
+            inserted++;
         }
-        if (last > already) {
+        if (highest > already) {
             sqlite3_bind_text(set_state, 1, "last_drained_seq", -1, SQLITE_STATIC);
-            sqlite3_bind_int64(set_state, 2, (sqlite3_int64)last);
+            sqlite3_bind_int64(set_state, 2, (sqlite3_int64)highest);
             sql_check(db, sqlite3_step(set_state), SQLITE_DONE, "set last_drained_seq");
             sqlite3_reset(set_state);
         }

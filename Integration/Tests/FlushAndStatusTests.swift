@@ -37,14 +37,19 @@ struct FlushAndStatusTests {
                     "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
                     "--bulk-size", "100", "--flush-interval", "600", "--log-level", "warning",
                 ])
-                try await Task.sleep(for: .seconds(3))
+                // Until 600 events are delivered (about 1.5 s on an idle machine; the bound is for a loaded
+                // one, where the producer itself runs slower).
+                let start = ContinuousClock.now
+                while try await collector.stats().unique < 600 && ContinuousClock.now - start < .seconds(30) {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
                 agent.send(SIGTERM)
                 #expect(await agent.finish().status == 0)
                 producer.send(SIGKILL)
                 await producer.finish()
                 // A flush that went on until it found the outbox empty (never, beside this producer) sent a
                 // request every 5 or so events (973 requests for 4,511 events in 6 s); one that ends below the
-                // bulk size sends about 100 a time (57 for 5,052).
+                // bulk size sends about 100 a time (57 for 5,052). The SIGTERM flush may add a smaller one.
                 let stats = try await collector.stats()
                 #expect(stats.unique > 500, "\(stats.unique) events delivered")
                 #expect(stats.batches > 0 && stats.received / stats.batches >= 40,

@@ -30,6 +30,11 @@ struct OutboxTests {
             #expect(try outbox.insertDrained((4...8).map { .event(Self.row($0)) }) == 3)
             #expect(try outbox.pending().count == 8)
             #expect(try outbox.counters().duplicatesSkipped == 7)
+            // Within one chunk too, a seq not above every one before it is skipped (no index makes seq
+            // unique in the table: last_drained_seq and store order do).
+            #expect(try outbox.insertDrained([9, 9, 8, 10].map { .event(Self.row($0)) }) == 2)
+            #expect(try outbox.lastDrainedSeq() == 10 && outbox.counters().duplicatesSkipped == 9)
+            #expect(try Self.outboxIndexes(outbox).isEmpty, "the outbox table has no index besides its row ids")
             #expect(try outbox.integrityCheck() == "ok")
             #expect(try outbox.synchronousMode() == 2, "the outbox must commit with synchronous=FULL")
         }
@@ -224,6 +229,14 @@ struct OutboxTests {
             #expect(try outbox.insertDrained([.event(Self.row(7, eventID: "e1")), .event(Self.row(8, eventID: "e1"))]) == 2)
             #expect(try outbox.integrityCheck() == "ok")
             #expect(try Self.pageSize(outbox) == 4_096, "an existing outbox keeps its page size")
+            #expect(try Self.outboxIndexes(outbox).isEmpty, "v3 dropped the event_id index, v4 the seq index")
+        }
+    }
+
+    /// The names of the indexes on the outbox table (SQLite's automatic ones for UNIQUE included).
+    static func outboxIndexes(_ outbox: Outbox) throws -> [String] {
+        try outbox.writer.read { db in
+            try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'outbox'")
         }
     }
 
