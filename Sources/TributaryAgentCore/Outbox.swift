@@ -299,8 +299,8 @@ public final class Outbox: Sendable {
     func insertDrained(_ chunk: DrainedChunk, beforeCommit: () -> Void = {}) throws -> Int {
         guard !chunk.entries.isEmpty else { return 0 }
         return try writer.write { db in
-            // The highest seq in the outbox so far: every entry must be above it (nothing else makes a
-            // seq unique in the table; see migration v4).
+            // The highest seq ever drained, then the highest of this chunk so far: an entry must be above
+            // it to be inserted (no index makes a seq unique in the table; see migration v4).
             let already = UInt64(try Self.state(db, "last_drained_seq"))
             var highest = already
             var inserted = 0
