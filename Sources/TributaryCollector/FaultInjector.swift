@@ -64,7 +64,7 @@ package struct SplitMix64: RandomNumberGenerator, Sendable {
     }
 
     /// A uniform value in `0..<1` (53 random bits), so that a rate of 1 always fires and 0 never does.
-    mutating func nextUnitInterval() -> Double {
+    package mutating func nextUnitInterval() -> Double {
         Double(next() >> 11) * 0x1p-53
     }
 }

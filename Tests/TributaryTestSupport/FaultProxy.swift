@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import TributaryCollector
 
 #if canImport(Glibc)
 import Glibc
@@ -51,20 +52,13 @@ public final class FaultProxy: Sendable {
         let liveThreads = Atomic<Int>(0)
         let faulted = Atomic<Int>(0)
         let exchanges = Atomic<Int>(0)
-        /// SplitMix64: the same seed gives the same sequence of decisions.
-        let random: Mutex<UInt64>
+        /// The collector's fault generator: the same seed gives the same sequence of decisions.
+        let random: Mutex<SplitMix64>
 
-        init(seed: UInt64) { random = Mutex(seed) }
+        init(seed: UInt64) { random = Mutex(SplitMix64(seed: seed)) }
 
         func roll(_ rate: Double) -> Bool {
-            let value = random.withLock { state -> UInt64 in
-                state &+= 0x9E37_79B9_7F4A_7C15
-                var z = state
-                z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-                z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-                return z ^ (z >> 31)
-            }
-            return Double(value >> 11) / Double(1 << 53) < rate
+            random.withLock { $0.nextUnitInterval() } < rate
         }
     }
 
