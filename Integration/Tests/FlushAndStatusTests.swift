@@ -39,10 +39,7 @@ struct FlushAndStatusTests {
                 ])
                 // Until 600 events are delivered (about 1.5 s on an idle machine; the bound is for a loaded
                 // one, where the producer itself runs slower).
-                let start = ContinuousClock.now
-                while try await collector.stats().unique < 600 && ContinuousClock.now - start < .seconds(30) {
-                    try await Task.sleep(for: .milliseconds(50))
-                }
+                _ = try await HybridBrowserTests.delivered(collector, count: 600, within: 30)
                 agent.send(SIGTERM)
                 #expect(await agent.finish().status == 0)
                 producer.send(SIGKILL)

@@ -439,7 +439,7 @@ public final class Agent: Service, Sendable {
             let moved = try drainRespectingQuota(&loop, maxEvents: configuration.drainChunk)
             drained += moved
             // A partial chunk caught up with the store: stop rather than commit a tiny transaction per new event.
-            if moved < configuration.drainChunk { break }
+            guard drainedMore(moved) else { break }
         }
         return drained
     }

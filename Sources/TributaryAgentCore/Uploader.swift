@@ -381,11 +381,13 @@ func httpDate(_ millis: Int64) -> String? {
     var seconds = time_t(millis >= 0 ? millis / 1000 : (millis - 999) / 1000)
     var parts = tm()
     guard gmtime_r(&seconds, &parts) != nil else { return nil }
-    let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
-    let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
     func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
     let year = String(parts.tm_year + 1900)
-    return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) "
+    return "\(httpDays[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(httpMonths[Int(parts.tm_mon)]) "
         + String(repeating: "0", count: max(0, 4 - year.count)) + year + " "
         + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
 }
+
+/// `tm_wday` and `tm_mon` as an IMF-fixdate names them.
+private let httpDays = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+private let httpMonths = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
