@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import GRDB
 import Logging
 import ServiceLifecycle
 import Synchronization
@@ -128,7 +129,7 @@ public final class Agent: Service, Sendable {
             result = .success(report)
         } catch {
             if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
-            result = .failure(error)
+            result = .failure(Self.stopError(error, outbox: outbox.path))
         }
         // Release everything in the group directory first: nothing below may delay it.
         watchdog?.cancel()
@@ -147,6 +148,17 @@ public final class Agent: Service, Sendable {
     /// Shuts the HTTP client down, waiting at most 200 ms: a connection whose request was cancelled
     /// against a collector that never answers can hold `shutdown()` open, and the process is stopping
     /// within its grace period anyway.
+    /// What ends a run, as the command reports it: the outbox's SQLite errors that are not fail-stop
+    /// (`SQLITE_FULL`: the disk is full) become ``AgentError/Code/outboxIO``.
+    static func stopError(_ error: any Error, outbox path: String) -> any Error {
+        guard let error = error as? DatabaseError else { return error }
+        return AgentError(
+            .outboxIO,
+            "The outbox \(path) could not be written (\(error.resultCode): \(error.message ?? "no message")). Events "
+                + "not in it yet are still in the store; free space and start the agent again.",
+            cause: error)
+    }
+
     private func shutdown(_ client: HTTPClient) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let once = ResumeOnce(continuation)

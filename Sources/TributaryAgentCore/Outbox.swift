@@ -407,7 +407,8 @@ public final class Outbox: Sendable {
 
     /// The batch to send next: the batch already in flight (same rows, same id) if a previous attempt
     /// did not finish, else the oldest rows up to `maxCount` events and `maxBytes` body bytes, given a
-    /// new batch id. Returns an empty array when the outbox is empty.
+    /// new batch id. A batch in flight over either limit is cut to its first rows, under a new id.
+    /// Returns an empty array when the outbox is empty.
     public func nextBatch(maxCount: Int, maxBytes: Int) throws -> [Row] {
         guard let batch = try nextBatch(maxCount: maxCount, maxBytes: maxBytes, each: { _ in }) else { return [] }
         return try rows(inBatch: batch.id)
@@ -440,9 +441,20 @@ public final class Outbox: Sendable {
     ) throws -> BatchInfo? {
         try writer.write { db in
             if let inFlight = try Self.inFlight(db) {
-                let select = try Self.selectBatch(db, from: inFlight.firstID, through: inFlight.lastID, limit: .max)
-                let scanned = try Self.scan(select, in: db, maxBytes: .max, each)
-                if scanned.count > 0 { return BatchInfo(id: inFlight.id, count: scanned.count) }
+                let select = try Self.selectBatch(db, from: inFlight.firstID, through: inFlight.lastID, limit: maxCount)
+                let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, each)
+                if scanned.count > 0 && scanned.lastID >= inFlight.lastID {
+                    return BatchInfo(id: inFlight.id, count: scanned.count)
+                }
+                if scanned.count > 0 {
+                    // More than may be sent now (a deadline leaves time for fewer events, or the agent
+                    // restarted with smaller batches): the first rows become a batch of their own, with a
+                    // new id; the rest go back to the pool. Sending the whole batch again could time out
+                    // again, every run.
+                    let batch = InFlight(id: UUID().uuidString.lowercased(), firstID: scanned.firstID, lastID: scanned.lastID)
+                    try Self.setInFlight(db, batch)
+                    return BatchInfo(id: batch.id, count: scanned.count)
+                }
                 // No row left in its range (every ending of a batch also ends `in_flight`, so this is an
                 // outbox edited by hand): never send an empty batch; start a new one.
                 try db.execute(sql: "DELETE FROM in_flight")

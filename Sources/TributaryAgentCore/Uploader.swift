@@ -80,8 +80,20 @@ final class UploadSession: @unchecked Sendable {
     private var suspectHalf: [Outbox.Row]?
     /// The suspect's status and reason, for the dead letter.
     private var suspectReason: (status: Int, reason: String) = (0, "")
-    /// Batch size after 413s; grows back on success.
+    /// Whether the collector refused the suspect on its own. A single suspect inferred from an accepted
+    /// first half is sent alone once before it is dead-lettered: a refusal of the whole batch that
+    /// does not recur (a proxy that mangled one body) then dead-letters nothing.
+    private var suspectRefusedAlone = false
+    /// Batch size after 413s; grows back on success, up to `sizeCeiling`.
     private var batchLimit: Int
+    /// After a 413, the batch size it halved to: the limit grows back no further than this, so that a
+    /// collector whose limit lies between the two sizes does not answer every other batch with 413.
+    /// Forgotten after ``ceilingDeliveries`` batches delivered, so that a raised limit is found again.
+    private var sizeCeiling: Int?
+    /// Batches delivered since the last 413.
+    private var deliveriesUnderCeiling = 0
+    /// How many deliveries `sizeCeiling` lasts.
+    static let ceilingDeliveries = 100
     /// The last thing that went wrong, for status.
     private(set) var lastError: String?
     /// Set while the collector refuses us (401/403/404…).
@@ -129,8 +141,10 @@ final class UploadSession: @unchecked Sendable {
     func step(maxEvents: Int? = nil, timeout: Duration? = nil) async throws -> Step {
         let limit = min(batchLimit, maxEvents ?? .max)
         let timeout = timeout ?? configuration.requestTimeout
-        if suspect == nil, let ready = self.ready.take() {
-            // Read ahead during the previous request and made the batch in flight by its acknowledgement.
+        // Read ahead during the previous request and made the batch in flight by its acknowledgement. A
+        // ready batch over this step's limit (a deadline near) is dropped here, and `nextBatch` cuts the
+        // batch in flight down to the limit.
+        if suspect == nil, let ready = self.ready.take(), ready.batch.count <= limit {
             let outcome = await post(ready.encoded, batchID: ready.batch.id, sentAt: ready.sentAt, timeout: timeout) {
                 self.readAhead(after: ready.batch.id, limit: limit)
             }
@@ -141,7 +155,7 @@ final class UploadSession: @unchecked Sendable {
         let batchID: String
         let count: Int
         if let suspect {
-            if suspect.count == 1 {
+            if suspect.count == 1 && suspectRefusedAlone {
                 try outbox.deadLetter(suspect[0], status: suspectReason.status, reason: suspectReason.reason) {
                     CrashPoint.hit("deadletter.before-commit")
                 }
@@ -156,7 +170,7 @@ final class UploadSession: @unchecked Sendable {
             if let suspectHalf {
                 half = suspectHalf
             } else {
-                half = try outbox.rebatch(Array(suspect.prefix(suspect.count / 2)))
+                half = try outbox.rebatch(Array(suspect.prefix(max(1, suspect.count / 2))))
                 suspectHalf = half
             }
             guard let id = half.first?.batchID else { return .empty }
@@ -220,16 +234,23 @@ final class UploadSession: @unchecked Sendable {
             CrashPoint.hit("upload.after-ack")
             if try outbox.acknowledge(batchID, then: next?.batch) { ready = next }
             if let suspect {
-                // The first half was fine, so the rejected event is in the second half.
-                self.suspect = Array(suspect.dropFirst(count)).map { row in
+                // The first half was fine, so the rejected event is in the second half (if the refusal
+                // recurs: a half left alone is sent alone before it is dead-lettered).
+                let rest = suspect.dropFirst(count).map { row in
                     var row = row
                     row.batchID = nil
                     return row
                 }
+                self.suspect = rest.isEmpty ? nil : rest
+                suspectRefusedAlone = false
             }
             attempt = 0
             haltReason = nil
-            batchLimit = min(configuration.batchSize, batchLimit * 2)
+            if sizeCeiling != nil {
+                deliveriesUnderCeiling += 1
+                if deliveriesUnderCeiling >= Self.ceilingDeliveries { sizeCeiling = nil }
+            }
+            batchLimit = min(configuration.batchSize, batchLimit * 2, sizeCeiling ?? .max)
             logger.debug("batch delivered", metadata: ["tributary.batch.id": "\(batchID)", "tributary.batch.events": "\(count)"])
             return .progressed(delivered: count)
 
@@ -255,7 +276,12 @@ final class UploadSession: @unchecked Sendable {
                 return .progressed(delivered: 0, deadLettered: 1)
             }
             batchLimit = max(1, count / 2)
-            // While bisecting, `suspect` stays the known-bad range; its next half becomes a new batch.
+            sizeCeiling = batchLimit
+            deliveriesUnderCeiling = 0
+            // A half refused as too large ends the bisection: its rows go back to the pool, and batches
+            // of the halved size find the refused event again (sending the same half again would get
+            // the same 413).
+            suspect = nil
             try outbox.unbatch(batchID)
             logger.info("collector said 413; halving the batch size", metadata: [
                 "tributary.batch.id": "\(batchID)", "tributary.batch.limit": "\(batchLimit)",
@@ -264,7 +290,9 @@ final class UploadSession: @unchecked Sendable {
 
         case .rejected(let status, let reason):
             lastError = reason
-            suspect = try outbox.rows(inBatch: batchID)
+            let refused = try outbox.rows(inBatch: batchID)
+            suspect = refused
+            suspectRefusedAlone = refused.count == 1
             suspectReason = (status, reason)
             attempt = 0
             return .progressed(delivered: 0)
@@ -296,16 +324,36 @@ final class UploadSession: @unchecked Sendable {
         do {
             let response = try await answer
             CrashPoint.hit("upload.after-send")
-            let body = try await response.body.collect(upTo: 64 << 10)
+            let reason = try await Self.reason(of: response.body)
             return UploadOutcome.classify(
                 status: Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"),
-                body: String(buffer: body))
+                body: reason)
         } catch is CancellationError {
             return .retry(reason: "cancelled", retryAfter: nil)
         } catch {
             return .retry(reason: "transport error: \(error)", retryAfter: nil)
         }
     }
+
+    /// The start of a response body (the reason a collector gives for its answer), read to its end so
+    /// that the connection can be used again. The status decides what the answer means, never the
+    /// body's length: a 2xx with a long body is still an acknowledgement, a 400 with an HTML error page
+    /// still a rejection. A body that breaks off after the status line only shortens the reason.
+    static func reason(of body: HTTPClientResponse.Body) async throws(CancellationError) -> String {
+        var head = ByteBuffer()
+        do {
+            for try await part in body where head.readableBytes < reasonBytes {
+                var part = part
+                head.writeImmutableBuffer(part.readSlice(length: min(part.readableBytes, reasonBytes - head.readableBytes))!)
+            }
+        } catch {
+            if Task.isCancelled { throw CancellationError() }
+        }
+        return String(decoding: head.readableBytesView, as: UTF8.self)
+    }
+
+    /// How much of a response body ``reason(of:)`` keeps.
+    static let reasonBytes = 1024
 
     /// The event as sent: `_flush_time` added, and `time` corrected if the wall clock moved.
     func wireEvent(_ row: Outbox.Row, nowWall: Int64, nowBoot: UInt64) -> [UInt8] {

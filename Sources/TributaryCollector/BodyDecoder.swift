@@ -15,20 +15,17 @@ struct DecodedBody: Sendable {
 /// The checks, their order and their messages are those of `WireFormat.decodeWithText`; the JSON is
 /// checked by ``JSONScanner``, which accepts what `JSONSerialization` accepts from UTF-8 text.
 enum BodyDecoder {
-    /// Decodes `body` in `format`; `contentEncoding: gzip` is undone first.
+    /// Decodes `body` in `format`; its `contentEncoding` is undone first.
     ///
     /// - Throws: `WireError` (`malformedBody`, `crcMismatch`, `tooLarge` when a decompressed size is
-    ///   over `limit`).
+    ///   over `limit`, `unsupportedMediaType` for a content coding other than gzip).
     static func decode(
         _ body: [UInt8],
         format: WireFormat,
         contentEncoding: String?,
         limit: Int
     ) throws(WireError) -> DecodedBody {
-        var body = body
-        if contentEncoding?.lowercased().contains("gzip") == true {
-            body = try Gzip.decompress(body, limit: limit)
-        }
+        let body = try Gzip.undoContentEncoding(contentEncoding, of: body, limit: limit)
         switch format {
         case .sensors: return try sensors(body, limit: limit)
         case .ndjson: return try ndjson(body)

@@ -32,10 +32,8 @@ final class CountingEndpoint: Sendable {
         let events: Int
         do {
             let buffer = try await request.body.collect(upTo: maxBodyBytes)
-            var body = Array(buffer.readableBytesView)
-            if request.headers[.contentEncoding]?.lowercased().contains("gzip") == true {
-                body = try Gzip.decompress(body, limit: maxBodyBytes)
-            }
+            let body = try Gzip.undoContentEncoding(
+                request.headers[.contentEncoding], of: Array(buffer.readableBytesView), limit: maxBodyBytes)
             events = try Self.eventCount(in: body)
         } catch {
             return JSONResponse.error(

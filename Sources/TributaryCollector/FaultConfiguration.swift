@@ -83,8 +83,12 @@ public struct FaultConfiguration: Sendable, Codable, Equatable {
         }
         var statuses = [("failureStatus", failureStatus), ("poisonStatus", poisonStatus)]
         if let forcedStatus { statuses.append(("forcedStatus", forcedStatus)) }
-        for (name, status) in statuses where !(100...599).contains(status) {
-            throw CollectorError(.invalidConfiguration, "\(name) must be an HTTP status 100...599, got \(status).")
+        // An injected answer stores nothing: a 2xx would claim what did not happen, and a 1xx is not
+        // a final answer at all.
+        for (name, status) in statuses where !(300...599).contains(status) {
+            throw CollectorError(
+                .invalidConfiguration,
+                "\(name) must be an HTTP status 300...599 (an injected answer stores nothing), got \(status).")
         }
         guard latencyMillis >= 0 else {
             throw CollectorError(.invalidConfiguration, "latencyMillis must not be negative, got \(latencyMillis).")

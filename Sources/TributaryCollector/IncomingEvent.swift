@@ -55,13 +55,23 @@ enum EventValidator {
         func invalid(_ field: String, _ problem: String) -> InvalidEvent {
             InvalidEvent(index: index, field: field, message: "event \(index): \"\(field)\" \(problem)")
         }
-        guard let eventID = string(event.eventID, in: bytes), !eventID.isEmpty else {
+        /// A string the collector indexes: SQLite's text ends at U+0000, so "a\u0000b" and "a\u0000c"
+        /// would be one event id (the second dropped as a duplicate), and one producer.
+        func indexed(_ token: JSONToken, _ field: String) throws(InvalidEvent) -> String? {
+            let value = string(token, in: bytes)
+            // A plain string holds no control character (the scanner refuses them raw).
+            if let value, !token.isPlain, value.utf8.contains(0) {
+                throw invalid(field, "contains U+0000 (\\u0000), which the collector cannot index")
+            }
+            return value
+        }
+        guard let eventID = try indexed(event.eventID, "event_id"), !eventID.isEmpty else {
             throw invalid("event_id", "is missing or not a non-empty string")
         }
-        guard let type = string(event.type, in: bytes) else {
+        guard let type = try indexed(event.type, "type") else {
             throw invalid("type", "is missing or not a string")
         }
-        let name = string(event.name, in: bytes)
+        let name = try indexed(event.name, "event")
         if type == "track" {
             guard name != nil else {
                 throw invalid("event", "is missing or not a string (required for type \"track\")")
@@ -80,7 +90,7 @@ enum EventValidator {
             incoming.producerSeq = try sequenceNumber(
                 event.producerSeq, in: bytes, field: "_tributary.producer_seq", invalid)
             if event.producer.kind != .absent {
-                guard let producer = string(event.producer, in: bytes) else {
+                guard let producer = try indexed(event.producer, "_tributary.producer") else {
                     throw invalid("_tributary.producer", "is not a string")
                 }
                 incoming.producer = producer
@@ -133,6 +143,17 @@ enum JSONValue {
     /// `value` as a non-negative integer, if it is a JSON number with no fractional part that fits `Int64`.
     static func nonNegativeInteger(_ value: Any) -> Int64? {
         guard isNumber(value), let number = value as? NSNumber else { return nil }
+        // An integer is taken exactly: a Double rounds the top 512 values below 2^63 up to 2^63.
+        switch UInt8(bitPattern: number.objCType.pointee) {
+        case UInt8(ascii: "c"), UInt8(ascii: "s"), UInt8(ascii: "i"), UInt8(ascii: "l"), UInt8(ascii: "q"):
+            let integer = number.int64Value
+            return integer >= 0 ? integer : nil
+        case UInt8(ascii: "C"), UInt8(ascii: "S"), UInt8(ascii: "I"), UInt8(ascii: "L"), UInt8(ascii: "Q"):
+            let integer = number.uint64Value
+            return integer <= UInt64(Int64.max) ? Int64(integer) : nil
+        default:
+            break
+        }
         let double = number.doubleValue
         guard double >= 0, double.rounded() == double, double < 0x1p63 else { return nil }
         let integer = number.int64Value

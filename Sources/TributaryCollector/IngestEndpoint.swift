@@ -302,6 +302,8 @@ struct IngestRejection: Error {
     var response: Response {
         var headers = HTTPFields()
         if let retryAfter { headers[.retryAfter] = retryAfter }
+        // RFC 9110 §11.6.1: a 401 names the scheme it wants.
+        if status == 401 { headers[.wwwAuthenticate] = "Bearer" }
         return JSONResponse.make(
             JSONResponse.status(status),
             ErrorBody(error: message, code: code, index: index, field: field),

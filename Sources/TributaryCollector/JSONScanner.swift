@@ -106,7 +106,9 @@ package struct JSONScanner {
         return elements
     }
 
-    /// Scans `range` of `bytes` as one whole JSON document (an NDJSON line); its text is the range.
+    /// Scans `range` of `bytes` as one whole JSON document (an NDJSON line); its text is the range
+    /// after a byte-order mark, if the line starts with one (a BOM inside the array `/events` joins
+    /// the stored texts into would not be JSON).
     ///
     /// - Throws: ``JSONSyntaxError`` when it is not valid JSON (a valid non-object is returned with
     ///   `isObject` false).
@@ -116,9 +118,10 @@ package struct JSONScanner {
     ) throws(JSONSyntaxError) -> ScannedEvent {
         var scanner = JSONScanner(bytes, range: range)
         scanner.skipByteOrderMark()
+        let start = scanner.index
         scanner.skipWhitespace()
         var event = try scanner.element()
-        event.text = range
+        event.text = start..<range.upperBound
         try scanner.expectEnd()
         return event
     }

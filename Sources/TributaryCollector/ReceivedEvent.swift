@@ -19,7 +19,7 @@ public struct ReceivedEvent: Sendable, Equatable {
     public var producerSeq: UInt64?
     /// The `Idempotency-Key` of the request that first delivered this event, if it had one.
     public var batchID: String?
-    /// The event as stored: compact JSON text with sorted keys.
+    /// The event as stored: its JSON text byte for byte as it arrived (docs/collector.md).
     public var json: String
 
     /// Creates a received event (normally read from the collector, not built by hand).

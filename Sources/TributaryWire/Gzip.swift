@@ -43,6 +43,33 @@ public enum Gzip {
         let pointer: OpaquePointer
     }
 
+    /// Undoes a request's `Content-Encoding` (RFC 9110 §8.4: the codings in the order they were
+    /// applied, comma-separated, case-insensitive): `gzip` and `x-gzip` are decompressed (to at most
+    /// `limit` bytes), `identity` and an absent or empty header leave the body as it is.
+    ///
+    /// - Throws: `WireError` `unsupportedMediaType` for any other coding (`br`, `deflate`, `zstd`, …):
+    ///   a body this side cannot read must not be taken for malformed events (RFC 9110 §15.5.16: 415);
+    ///   the errors of ``decompress(_:limit:)``.
+    public static func undoContentEncoding(_ contentEncoding: String?, of body: [UInt8], limit: Int) throws(WireError)
+        -> [UInt8]
+    {
+        let codings = (contentEncoding ?? "").split(separator: ",").map {
+            $0.trimmingCharacters(in: .whitespaces).lowercased()
+        }
+        var body = body
+        for coding in codings.reversed() {
+            switch coding {
+            case "gzip", "x-gzip": body = try decompress(body, limit: limit)
+            case "identity", "": continue
+            default:
+                throw WireError(
+                    .unsupportedMediaType,
+                    "Content-Encoding \"\(coding)\" is not supported; send the body gzip-compressed or uncompressed.")
+            }
+        }
+        return body
+    }
+
     /// One idle compressor per level. A compressor is a few hundred KiB of tables; allocating and
     /// freeing one per batch churned the agent's one malloc arena (peak anon 17.0 MiB with 100,000
     /// events waiting, 19.8–20.0 with 1,000,000, two runs each; with reuse 17.4–17.6 with 1,000,000).

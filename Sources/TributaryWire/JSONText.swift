@@ -2,12 +2,12 @@ import Foundation
 import TributaryJSON
 
 /// Compact JSON text of the values `JSONSerialization` produces (`[String: Any]`, `[Any]`, `String`,
-/// `NSNumber`, `NSNull`), with sorted keys: what the collector stores and the agent writes for
-/// re-encoded extension events.
+/// `NSNumber`, `NSNull`), with sorted keys: what the agent writes for re-encoded extension events.
 ///
 /// Written here rather than with `JSONSerialization.data(withJSONObject:options: .sortedKeys)`: on
-/// Linux, Foundation sorts keys with locale-aware (ICU) string comparison, about 1 ms of CPU per event,
-/// which made the reference collector the bottleneck of every end-to-end run. Keys here are sorted by
+/// Linux, Foundation sorts keys with locale-aware (ICU) string comparison, about 1 ms of CPU per event
+/// (it made the reference collector, which then stored events re-encoded, the bottleneck of every
+/// end-to-end run). Keys here are sorted by
 /// their UTF-8 bytes; `/` is not escaped; numbers keep their kind (integer, double, boolean).
 public enum JSONText {
     private static let booleanType = ObjectIdentifier(type(of: NSNumber(value: true)))

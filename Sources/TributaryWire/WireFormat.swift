@@ -43,7 +43,7 @@ extension WireFormat {
     /// Decodes a request body into its events (JSON objects).
     ///
     /// - Parameters:
-    ///   - contentEncoding: the `Content-Encoding` header; `gzip` is undone first.
+    ///   - contentEncoding: the `Content-Encoding` header, undone first (``Gzip/undoContentEncoding(_:of:limit:)``).
     ///   - limit: the largest decompressed size accepted.
     public func decode(_ body: [UInt8], contentEncoding: String?, limit: Int = 64 << 20) throws(WireError)
         -> [[String: Any]]
@@ -56,10 +56,7 @@ extension WireFormat {
     public func decodeWithText(_ body: [UInt8], contentEncoding: String?, limit: Int = 64 << 20) throws(WireError)
         -> [(object: [String: Any], text: ArraySlice<UInt8>)]
     {
-        var body = body
-        if contentEncoding?.lowercased().contains("gzip") == true {
-            body = try Gzip.decompress(body, limit: limit)
-        }
+        let body = try Gzip.undoContentEncoding(contentEncoding, of: body, limit: limit)
         switch self {
         case .sensors:
             let form = parseForm(body)
@@ -96,7 +93,8 @@ extension WireFormat {
                 guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else {
                     throw WireError(.malformedBody, "Line \(i + 1) is not a JSON object.")
                 }
-                out.append((object, line))
+                // A byte-order mark the parser skipped is not part of the event's text.
+                out.append((object, line.starts(with: [0xEF, 0xBB, 0xBF]) ? line.dropFirst(3) : line))
             }
             return out
         }

@@ -17,9 +17,10 @@ struct AgentCommand: AsyncParsableCommand {
             collector; nothing is dropped: rejected events go to the outbox's dead-letter table \
             (see `tributary dead-letters`).
 
-            Exit codes: 0 success; 64 bad usage; 69 another agent is draining the group; 74 I/O error \
-            on the store or outbox; 78 configuration error, or in --once mode the collector refuses \
-            uploads (401/403/404).
+            Exit codes: 0 success; 64 bad usage; 69 another agent is draining the group; 70 internal \
+            error; 74 I/O error on the store or outbox (a full disk too); 77 the group directory is \
+            world-writable; 78 configuration error (--metrics-address not servable too), or in --once \
+            mode the collector refuses uploads (401/403/404).
             """
     )
 
@@ -167,6 +168,9 @@ struct AgentCommand: AsyncParsableCommand {
         } catch let error as StoreError {
             logger.critical("\(error)")
             throw ExitCode(error.code == .insecureDirectory ? 77 : 74)
+        } catch {
+            logger.critical("internal error: \(error)")
+            throw ExitCode(70)
         }
     }
 }

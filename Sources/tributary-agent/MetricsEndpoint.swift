@@ -3,6 +3,7 @@ import Logging
 import Metrics
 import Prometheus
 import ServiceLifecycle
+import TributaryAgentCore
 
 /// Serves the agent's metrics as Prometheus text at `GET /metrics` (loopback recommended).
 struct MetricsEndpoint {
@@ -29,9 +30,26 @@ struct MetricsEndpoint {
         router.get("metrics") { _, _ -> String in
             MetricsEndpoint.registry.emitToString()
         }
-        service = Application(
-            router: router, configuration: .init(address: .hostname(host, port: port), serverName: "tributary-agent"),
-            logger: logger)
+        service = Served(
+            application: Application(
+                router: router, configuration: .init(address: .hostname(host, port: port), serverName: "tributary-agent"),
+                logger: logger),
+            address: "\(host):\(port)")
+    }
+
+    /// The HTTP server, whose failure to serve (the port taken, an address not of this host) is a
+    /// configuration error of `--metrics-address`: exit 78, which systemd does not restart.
+    private struct Served<Inner: Service>: Service {
+        let application: Inner
+        let address: String
+
+        func run() async throws {
+            do {
+                try await application.run()
+            } catch {
+                throw AgentError(.configuration, "Cannot serve metrics at \(address) (--metrics-address): \(error).")
+            }
+        }
     }
 }
 

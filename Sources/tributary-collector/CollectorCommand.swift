@@ -51,10 +51,10 @@ struct CollectorCommand: AsyncParsableCommand {
     @Option(help: "Probability (0...1) of answering an ingest request with --fail-status, storing nothing.")
     var failRate = 0.0
 
-    @Option(help: "Status of injected failures.")
+    @Option(help: "Status of injected failures (300...599).")
     var failStatus = 503
 
-    @Option(help: "Retry-After header value sent with injected failures (seconds or an HTTP date).")
+    @Option(help: "Retry-After header value sent with injected failures and forced statuses (seconds or an HTTP date).")
     var retryAfter: String?
 
     @Option(help: "Milliseconds of delay before every ingest response.")

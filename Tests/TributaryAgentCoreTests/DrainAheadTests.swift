@@ -86,7 +86,7 @@ struct DrainAheadTests {
         #expect(throws: AgentError.self) { try config.validate() }
     }
 
-    @Test("a batch read row-free hands over the rows' bytes, and the same batch again while in flight")
+    @Test("a batch read row-free hands over the rows' bytes, the same batch again while in flight, cut to smaller limits")
     func rowFreeBatch() throws {
         try withTemporaryGroup { dir in
             let outbox = try Outbox(path: dir + "/outbox.sqlite")
@@ -101,10 +101,15 @@ struct DrainAheadTests {
             #expect(batch.count == 4)
             let rows = try outbox.rows(inBatch: batch.id)
             #expect(rows.map(\.body) == bodies && rows.map(\.seq) == [1, 2, 3, 4])
-            // Not acknowledged: the next read is the same batch, same id and bytes, whatever the limits.
-            let (again, againBodies) = try read(maxCount: 2, maxBytes: 1)
+            // Not acknowledged: the next read is the same batch, same id and bytes.
+            let (again, againBodies) = try read(maxCount: 4, maxBytes: .max)
             #expect(again == batch && againBodies == bodies)
-            try outbox.acknowledge(batch.id)
+            // Under smaller limits (a deadline near) its first rows become a batch of their own, under a
+            // new id; the others go back to the pool.
+            let (cut, cutBodies) = try read(maxCount: 2, maxBytes: .max)
+            #expect(cut?.count == 2 && cut?.id != batch.id && cutBodies == Array(bodies.prefix(2)))
+            #expect(try read(maxCount: 4, maxBytes: .max).0 == cut, "the cut batch is now the one in flight")
+            try outbox.acknowledge(try #require(cut).id)
             // The byte limit: the first row always goes, then only rows that fit.
             let size = rows[0].body.count
             let (limited, limitedBodies) = try read(maxCount: 100, maxBytes: size * 2 + 1)

@@ -34,6 +34,8 @@ struct ControlTests {
             (#"{"fail_rate": 1}"#, "fail_rate"),
             (#"{"poison_pattern": "("}"#, "poisonPattern"),
             (#"{"forced_status": 42}"#, "forcedStatus"),
+            (#"{"forced_status": 101}"#, "forcedStatus"),
+            (#"{"failure_status": 200}"#, "failureStatus"),
             ("[]", "fault configuration"),
         ]
     )

@@ -12,6 +12,7 @@ struct FaultTests {
             let missing = try await Client(collector).post(events)
             #expect(missing.status == 401)
             #expect(missing.object["code"] as? String == "unauthorized")
+            #expect(missing.headers["WWW-Authenticate"] == ["Bearer"])
             #expect(try await Client(collector, token: "s3cre").post(events).status == 401)
             #expect(try await Client(collector, token: "s3cret").post(events).status == 200)
             let stats = try await collector.stats()

@@ -189,6 +189,13 @@ struct IngestTests {
                 "_tributary.producer",
                 #"{"event_id":"x","type":"track","event":"E","time":1,"properties":{},"_tributary":{"producer":1}}"#
             ),
+            // SQLite's text ends at U+0000: "x\u0000a" and "x\u0000b" would be one id.
+            ("event_id", #"{"event_id":"x\u0000a","type":"track","event":"E","time":1,"properties":{}}"#),
+            ("event", #"{"event_id":"x","type":"track","event":"E\u0000","time":1,"properties":{}}"#),
+            (
+                "_tributary.producer",
+                #"{"event_id":"x","type":"track","event":"E","time":1,"properties":{},"_tributary":{"producer":"p\u0000"}}"#
+            ),
         ]
     )
     func rejectsInvalidEvent(field: String, event: String) async throws {
@@ -200,6 +207,54 @@ struct IngestTests {
             #expect(reply.object["field"] as? String == field)
             #expect((reply.object["error"] as? String)?.contains("event 1") == true)
             #expect(try await collector.stats().unique == 0)
+        }
+    }
+
+    @Test("A sequence number up to Int64.max is taken exactly, one above is refused")
+    func largestSequenceNumbers() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            func event(_ seq: String) -> [UInt8] {
+                Array(#"{"event_id":"e-\#(seq)","type":"track","event":"E","time":1,"properties":{},"_tributary":{"seq":\#(seq)}}"#.utf8)
+            }
+            #expect(try await Client(collector).post([event("9223372036854775807")]).status == 200)
+            #expect(try await collector.events().first?.seq == UInt64(Int64.max))
+            let over = try await Client(collector).post([event("9223372036854775808")])
+            #expect(over.status == 400 && over.object["field"] as? String == "_tributary.seq")
+        }
+    }
+
+    @Test("An NDJSON line's byte-order mark is not stored: GET /events stays JSON")
+    func byteOrderMarkNotStored() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let line = [0xEF, 0xBB, 0xBF] + Events.track(id: "bom", seq: 1, producerSeq: 1) + Array("\n".utf8)
+            let reply = try await Client(collector).post(line, headers: [("Content-Type", "application/x-ndjson")])
+            #expect(reply.status == 200)
+            let served = try await Client(collector).get("/events")
+            #expect(served.array.first?["event_id"] as? String == "bom", "\(served.body.prefix(80))")
+            #expect(try await collector.events().first?.json.utf8.first == UInt8(ascii: "{"))
+        }
+    }
+
+    @Test(
+        "Content-Encoding: gzip, x-gzip and identity are undone, any other coding is 415",
+        arguments: [
+            ("gzip", 200), ("x-gzip", 200), ("GZIP", 200), ("identity", 200), ("identity, gzip", 200), ("", 200),
+            ("br", 415), ("deflate", 415), ("gzip, br", 415),
+        ]
+    )
+    func contentEncodings(coding: String, status: Int) async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let text = Events.track(seq: 1, producerSeq: 1) + Array("\n".utf8)
+            let body = coding.lowercased().contains("gzip") ? try Gzip.compress(text) : text
+            var headers = [(name: "Content-Type", value: "application/x-ndjson")]
+            if !coding.isEmpty { headers.append((name: "Content-Encoding", value: coding)) }
+            let reply = try await Client(collector).post(body, headers: headers)
+            #expect(reply.status == status, "\(reply.body)")
+            if status == 415 {
+                #expect(reply.object["code"] as? String == "unsupported_media_type")
+                #expect((reply.object["error"] as? String)?.contains("Content-Encoding") == true)
+                #expect(try await collector.stats().unique == 0)
+            }
         }
     }
 

@@ -284,10 +284,16 @@ private enum Oracle {
         }
         guard let object = value as? [String: Any] else { return "not an object" }
         func invalid(_ field: String, _ problem: String) -> String { "event 0: \"\(field)\" \(problem)" }
-        guard let eventID = object["event_id"] as? String, !eventID.isEmpty else {
-            return invalid("event_id", "is missing or not a non-empty string")
+        let nul = "contains U+0000 (\\u0000), which the collector cannot index"
+        for (key, field) in [("event_id", "event_id"), ("type", "type"), ("event", "event")] {
+            if (object[key] as? String)?.utf8.contains(0) == true { return invalid(field, nul) }
+            if key == "event_id", (object[key] as? String)?.isEmpty != false {
+                return invalid("event_id", "is missing or not a non-empty string")
+            }
+            if key == "type", !(object[key] is String) { return invalid("type", "is missing or not a string") }
         }
-        guard let type = object["type"] as? String else { return invalid("type", "is missing or not a string") }
+        let eventID = object["event_id"] as! String
+        let type = object["type"] as! String
         let name = object["event"] as? String
         if type == "track" {
             guard name != nil else {
@@ -314,6 +320,7 @@ private enum Oracle {
             }
             if let value = meta["producer"] {
                 guard let value = value as? String else { return invalid("_tributary.producer", "is not a string") }
+                if value.utf8.contains(0) { return invalid("_tributary.producer", nul) }
                 producer = value
             }
         }
