@@ -170,7 +170,9 @@ let package = Package(
         ),
         .testTarget(
             name: "TributaryAgentCoreTests",
-            dependencies: ["TributaryAgentCore", "TributaryCollector", "Tributary", "TributaryTestSupport"],
+            dependencies: ["TributaryAgentCore", "TributaryCollector", "Tributary", "TributaryTestSupport",
+                           .product(name: "Hummingbird", package: "hummingbird"),
+                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")],
             swiftSettings: strict
         ),
         .testTarget(

@@ -40,6 +40,32 @@ struct CLITests {
         }
     }
 
+    @Test("tributary-agent exits 78 (a configuration error) when its --metrics-address is taken")
+    func metricsAddressTaken() async throws {
+        // A listening socket holds the port for the whole test.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { generic in
+                bind(fd, generic, length) == 0 && listen(fd, 1) == 0 && getsockname(fd, generic, &length) == 0
+            }
+        }
+        try #require(bound)
+        let port = UInt16(bigEndian: address.sin_port)
+        try await withTemporaryGroup { group in
+            let result = try await ChildProcess.run("tributary-agent", [
+                "--group", group, "--server", "http://127.0.0.1:9/sa", "--outbox", group + "-outbox.sqlite",
+                "--metrics-address", "127.0.0.1:\(port)",
+            ])
+            #expect(result.status == 78, "stderr: \(result.stderr)")
+            #expect(result.stderr.contains("--metrics-address"))
+        }
+    }
+
     @Test("a world-writable group directory is refused with exit code 77")
     func unsafeDirectory() async throws {
         try await withTemporaryGroup { group in
