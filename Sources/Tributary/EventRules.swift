@@ -6,6 +6,9 @@ public enum EventRules {
     public static let maxStringBytes = 8192
     /// Longest login or anonymous id, in UTF-8 bytes.
     public static let maxIDBytes = 255
+    /// The dates a property can hold, in seconds since 1970: 0001-01-01 through 9999-12-31 (UTC), the
+    /// years `yyyy-MM-dd HH:mm:ss.SSS` writes. NaN is outside.
+    public static let dateRange: ClosedRange<Double> = -62_135_596_800...253_402_300_799.999
 
     /// Names Sensors reserves for its own columns (compared case-insensitively).
     public static let reservedNames: Set<String> = [
@@ -47,7 +50,13 @@ public enum EventRules {
                 throw TrackingError(
                     .nonFiniteNumber, field: key, "Property \(key) is \(d.isNaN ? "NaN" : "infinite"); numbers must be finite.")
             }
-        case .int, .bool, .date:
+        case .date(let date):
+            guard dateRange.contains(date.timeIntervalSince1970) else {
+                throw TrackingError(
+                    .dateOutOfRange, field: key,
+                    "Property \(key) is a date outside the years 1 … 9999 (\(date.timeIntervalSince1970) s since 1970).")
+            }
+        case .int, .bool:
             break
         }
     }

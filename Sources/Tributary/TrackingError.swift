@@ -20,6 +20,8 @@ public struct TrackingError: Error, CustomStringConvertible, Sendable {
         public static let invalidValueType = Code(rawValue: "invalidValueType")
         /// A number is NaN or infinite.
         public static let nonFiniteNumber = Code(rawValue: "nonFiniteNumber")
+        /// A date is NaN or outside the years 1 … 9999 (what `yyyy-MM-dd HH:mm:ss.SSS` can write).
+        public static let dateOutOfRange = Code(rawValue: "dateOutOfRange")
         /// The encoded event is larger than the configured limit.
         public static let eventTooLarge = Code(rawValue: "eventTooLarge")
         /// The `--properties` text is not a JSON object.

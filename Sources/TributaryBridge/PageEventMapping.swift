@@ -11,6 +11,8 @@ public enum PageEventMapping {
     public static let pageOnlyKeys: Set<String> = ["server_url", "_nocache", "$project", "$token"]
     /// The earliest `properties.$time` taken as the event time (2015-05-15, the iOS SDK's bound).
     public static let earliestCustomTime: Int64 = 1_431_656_640_000
+    /// The latest event time a page may give: the end of 9999 (the largest year dates are written with).
+    public static let latestTime: Int64 = 253_402_300_799_999
 
     /// Maps `data`; throws ``BridgeRejection`` (`invalidEvent` or `unsupportedType`) naming the field.
     public static func map(_ data: [String: JSON], origin: String) throws(BridgeRejection) -> PageEvent {
@@ -23,8 +25,8 @@ public enum PageEventMapping {
                 "Event type \(typeName.prefix(40)) is not bridged; only track and track_signup are.")
         }
         guard let event = data["event"]?.string else { throw invalid("The event has no string event name.") }
-        guard let time = data["time"]?.number, time.isFinite, time > 0 else {
-            throw invalid("The event has no positive numeric time (ms since the epoch).")
+        guard let time = data["time"]?.number.flatMap(Self.millis), time > 0 else {
+            throw invalid("The event has no numeric time from 1 through \(latestTime) (ms since the epoch).")
         }
         var properties: [String: PropertyValue] = [:]
         var customTime: Int64?
@@ -34,7 +36,7 @@ public enum PageEventMapping {
             }
             for (key, value) in members where !pageOnlyKeys.contains(key) {
                 if key == "$time" {
-                    if let t = value.number, t.isFinite, Int64(t) >= earliestCustomTime { customTime = Int64(t) }
+                    if let t = value.number.flatMap(Self.millis), t >= earliestCustomTime { customTime = t }
                     continue
                 }
                 guard let converted = try propertyValue(value, key: key, origin: origin) else { continue }
@@ -52,11 +54,19 @@ public enum PageEventMapping {
         do {
             try EventRules.validateEventName(event)
             try EventRules.validateProperties(properties)
+            try EventRules.validateProperties(lib)
         } catch {
             throw invalid("\(error)")
         }
         return PageEvent(
-            type: type, event: event, timeMillis: customTime ?? Int64(time), lib: lib, properties: properties)
+            type: type, event: event, timeMillis: customTime ?? time, lib: lib, properties: properties)
+    }
+
+    /// A JavaScript time (ms since the epoch) as whole milliseconds; nil when it is not finite, before
+    /// the epoch or after ``latestTime`` (a page's `1e19` must be refused, not trap converting to `Int64`).
+    static func millis(_ number: Double) -> Int64? {
+        guard number.isFinite, number >= 0, number <= Double(latestTime) else { return nil }
+        return Int64(number.rounded(.down))
     }
 
     /// A JSON property value as an event property; nil for `null` (dropped, as the iOS SDK drops NSNull).

@@ -105,6 +105,26 @@ struct HybridBridgeTests {
         }
     }
 
+    @Test("a track_signup whose event is refused after the login leaves the login as it was", arguments: [nil, "user-0"])
+    func signupRefusedAfterLogin(before: String?) async throws {
+        try await withTemporaryGroup { group in
+            var configuration = Tracker.Configuration(groupDirectory: group, producerKind: .hybrid)
+            configuration.maxEventBytes = 2048  // the signup below encodes to more: refused once logged in
+            let tracker = try Tracker(configuration: configuration)
+            if let before { try tracker.login(before) }
+            let bridge = HybridBridge(
+                tracker: tracker, configuration: BridgeConfiguration(serverURL: Self.server, allowedOrigins: [Self.origin]),
+                logger: Logger(label: "tributary.bridge"))
+            let signup = Self.pageEvent(
+                type: "track_signup", event: "$SignUp", distinctID: "user-7",
+                properties: ["long": .string(String(repeating: "x", count: 4000))])
+            let result = await bridge.receive(Self.message(signup), origin: Self.origin)
+            #expect(Self.reason(result) == .invalidEvent, "\(result)")
+            #expect(try tracker.identity().loginID == before)
+            #expect(try tracker.store.status().pendingEvents == 0)
+        }
+    }
+
     @Test("a page track_signup logs the app in; later page events may carry that login")
     func signup() async throws {
         try await Self.withBridge { bridge, store in
@@ -191,6 +211,17 @@ struct HybridBridgeTests {
             name: "mixed list", message: message(pageEvent(properties: ["l": .array([.string("a"), .number(1)])])),
             reason: .invalidEvent),
         Refused(name: "no time", message: message(pageEvent(extra: ["time": .string("now")])), reason: .invalidEvent),
+        // Past Int64: refused, not a trap converting it.
+        Refused(name: "time 1e19", message: message(pageEvent(extra: ["time": .number(1e19)])), reason: .invalidEvent),
+        Refused(name: "time -1e19", message: message(pageEvent(extra: ["time": .number(-1e19)])), reason: .invalidEvent),
+        Refused(name: "time after 9999", message: message(pageEvent(extra: ["time": .number(1e17)])), reason: .invalidEvent),
+        // Checked before the signup logs the group in: the login stays as it was.
+        Refused(
+            name: "signup with a bad lib key",
+            message: message(pageEvent(type: "track_signup", distinctID: "user-1", extra: [
+                "lib": .object(["bad key": .string("x")]),
+            ])),
+            reason: .invalidEvent),
         Refused(
             name: "signup with blank id", message: message(pageEvent(type: "track_signup", distinctID: " ")),
             reason: .invalidEvent),

@@ -1,3 +1,4 @@
+import Foundation
 import Testing
 import Tributary
 
@@ -39,6 +40,8 @@ struct ValidationTests {
         ("n", .double(1.5), nil),
         ("i", .int(.max), nil),
         ("b", .bool(false), nil),
+        ("d", .date(Date(timeIntervalSince1970: 253_402_300_799)), nil),
+        ("d", .date(Date(timeIntervalSince1970: -62_135_596_800)), nil),
         ("$screen_name", .string("Home"), nil),
         ("time", .int(1), .reservedName),
         ("bad key", .int(1), .invalidName),
@@ -50,6 +53,17 @@ struct ValidationTests {
             #expect(error?.field == key)
         } else {
             try EventRules.validateProperty(key, value)
+        }
+    }
+
+    /// Not test arguments: Foundation's `Date.description`, which describes them, traps on them too.
+    @Test("a date past year 9999, before year 1, or NaN is refused, not a trap writing yyyy-MM-dd HH:mm:ss.SSS")
+    func datesOutOfRange() {
+        for seconds in [1e17, 253_402_300_800, -1e17, -62_135_596_801, .nan] {
+            let error = #expect(throws: TrackingError.self) {
+                try EventRules.validateProperty("d", .date(Date(timeIntervalSince1970: seconds)))
+            }
+            #expect(error?.code == .dateOutOfRange, "\(seconds) s")
         }
     }
 
