@@ -28,6 +28,8 @@ final class Environment: @unchecked Sendable {
     let env: OpaquePointer
     let path: String
     let quota: Int
+    /// LMDB's page size (`mdb_env_stat`).
+    let pageSize: Int
     let tables: Tables
     let faults = LMDBFaults()
     var mdb: MDB { MDB(faults: faults) }
@@ -98,6 +100,9 @@ final class Environment: @unchecked Sendable {
         self.env = handle
         self.path = path
         self.quota = options.quota
+        var stat = MDB_stat()
+        mdb_env_stat(handle, &stat)
+        self.pageSize = Int(stat.ms_psize)
     }
 
     deinit { mdb_env_close(env) }
@@ -129,6 +134,68 @@ final class Environment: @unchecked Sendable {
         }
         try mapError(mdb_txn_commit(txn), "mdb_txn_commit", path: path)
         return tables
+    }
+
+    // MARK: Room for appends
+
+    /// The part of the quota appends leave free: 1/64 of it, at least 32 pages. LMDB copies every page
+    /// it changes and records the pages it frees, so deleting events needs fresh pages too; if appends
+    /// could fill the whole quota, the agent's drain could never delete what it moved to the outbox, and
+    /// the store would stay full for good.
+    var reserve: Int { max(quota / 64, 32 * pageSize) }
+
+    /// The bytes `records` of `encodedSize` bytes take in the events table: a record over about half
+    /// a page goes to overflow pages of its own, whole pages; a smaller one shares a leaf page.
+    static func footprint(ofRecord encodedSize: Int, pageSize: Int) -> Int {
+        let node = encodedSize + 8 + 8  // the 8-byte key and LMDB's node header
+        guard node > pageSize / 2 - 16 else { return node + 2 }  // and its 2-byte slot in the page
+        let overflow = encodedSize + 16  // LMDB's page header
+        return (overflow + pageSize - 1) / pageSize * pageSize
+    }
+
+    /// Throws ``StoreError/Code/storeFull`` unless an append whose records take `bytes` (see
+    /// ``footprint(ofRecord:pageSize:)``) leaves ``reserve`` of the quota free.
+    ///
+    /// Call inside the append's write transaction: it reads what the last commit left, the file's
+    /// high-water mark and, only when that alone is too close to the quota, the free list.
+    func checkRoom(adding bytes: Int) throws(StoreError) {
+        var info = MDB_envinfo()
+        mdb_env_info(env, &info)
+        let need = bytes + 8 * pageSize  // and the pages its tree paths, meta and registration copy
+        let limit = quota - reserve
+        let highWater = (info.me_last_pgno + 1) * pageSize
+        if highWater + need <= limit { return }
+        guard highWater - freePages() * pageSize + need <= limit else {
+            throw StoreError(
+                .storeFull,
+                "The shared store \(path) reached its quota of \(quota) bytes (appends leave \(reserve) of them "
+                    + "for the agent's deletes). Nothing was written; start the agent to drain it, or raise the quota.")
+        }
+    }
+
+    /// The pages on LMDB's free list as the last commit left them (`mdb_stat -f` counts them the same
+    /// way), read in a read-only transaction of its own: LMDB opens no cursor on the free list in a write
+    /// transaction, and `MDB_NOTLS` lets this thread hold both. 0 when it cannot be read (the append is
+    /// then judged by the high-water mark alone).
+    private func freePages() -> Int {
+        var txn: OpaquePointer?
+        guard mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn) == MDB_SUCCESS, let txn else { return 0 }
+        defer { mdb_txn_abort(txn) }
+        var cursor: OpaquePointer?
+        guard mdb_cursor_open(txn, 0, &cursor) == MDB_SUCCESS, let cursor else { return 0 }  // dbi 0: FREE_DBI
+        defer { mdb_cursor_close(cursor) }
+        var key = MDB_val()
+        var value = MDB_val()
+        var total = 0
+        var op = MDB_FIRST
+        while mdb_cursor_get(cursor, &key, &value, op) == MDB_SUCCESS {
+            // A record is an array of page numbers (size_t) whose first element is their count.
+            if value.mv_size >= MemoryLayout<Int>.size, let data = value.mv_data {
+                total += data.loadUnaligned(as: Int.self)
+            }
+            op = MDB_NEXT
+        }
+        return total
     }
 
     /// The current map size (what LMDB uses: the larger of ours and the one another process set).
@@ -216,9 +283,10 @@ final class Environment: @unchecked Sendable {
 
     /// Runs `body` in a write transaction and commits it (durably unless the store was opened with
     /// `durable: false`). If the map is full the transaction is aborted, the map grown up to the quota,
-    /// and `body` run again from the start; at the quota, ``StoreError/Code/storeFull`` is thrown and
-    /// nothing is written.
+    /// and `body` run again from the start; at the quota, after one ``nudge()``,
+    /// ``StoreError/Code/storeFull`` is thrown and nothing is written.
     func write<T>(_ body: (Transaction) throws -> T) throws -> T {
+        var nudged = false
         while true {
             do {
                 return try resizeLock.withReadLock {
@@ -235,8 +303,48 @@ final class Environment: @unchecked Sendable {
                     return value
                 }
             } catch let failure as LMDBFailure {
+                if failure.rc == MDB_MAP_FULL, !nudged, mapSize >= quota {
+                    nudged = true
+                    try nudge()
+                    continue
+                }
                 try recover(from: failure)
             }
+        }
+    }
+
+    /// Commits a transaction that changes nothing but LMDB's bookkeeping (it writes `schema_version`
+    /// back as it is). LMDB reuses a page freed by a commit only from the second commit after it (the
+    /// snapshot before the last stays readable): at the quota, right after a drain freed most of the
+    /// store in one commit, the next append would find no page it may use, and fail again and again
+    /// while nothing else commits. One small commit makes the freed pages usable.
+    private func nudge() throws(StoreError) {
+        do {
+            try resizeLock.withReadLock {
+                var txn: OpaquePointer?
+                try check(mdb.txnBegin(env, 0, &txn), "mdb_txn_begin")
+                do {
+                    let transaction = Transaction(txn: txn!, mdb: mdb)
+                    let version: [UInt8]? = try withKey(MetaKey.schemaVersion) { key in
+                        try transaction.withValue(tables.meta, &key) { $0.map(Array.init) }
+                    }
+                    if let version {
+                        try withKey(MetaKey.schemaVersion) { key in
+                            try version.withUnsafeBytes { try transaction.put(tables.meta, &key, $0) }
+                        }
+                    }
+                } catch {
+                    mdb_txn_abort(txn)
+                    throw error
+                }
+                try check(mdb.txnCommit(txn!), "mdb_txn_commit")
+            }
+        } catch let failure as LMDBFailure {
+            try Environment.mapError(failure.rc, failure.call, path: path)
+        } catch let error as StoreError {
+            throw error
+        } catch {
+            throw StoreError(.lmdb, "Could not commit on \(path): \(error).")
         }
     }
 

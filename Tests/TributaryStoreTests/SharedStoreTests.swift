@@ -162,6 +162,43 @@ struct SharedStoreTests {
         }
     }
 
+    @Test(
+        "a store filled to its quota is drained chunk by chunk: deletes, which need fresh pages too, never hit the quota",
+        arguments: [800, 1200, 2000])
+    func drainAtQuota(size: Int) throws {
+        try withTemporaryGroup { group in
+            var options = SharedStore.Options()
+            options.initialMapSize = 256 << 10
+            options.quota = 2 << 20
+            let store = try SharedStore(groupDirectory: group, options: options)
+            var committed = 0
+            var full = false
+            // Batches, then single events, until not even one more fits.
+            for batch in [50, 1] {
+                full = false
+                while !full {
+                    do {
+                        try Self.append(store, batch, size: size)
+                        committed += batch
+                    } catch let error as StoreError where error.code == .storeFull {
+                        full = true
+                    }
+                }
+            }
+            #expect(committed > 100)
+            // The agent's drain: the oldest 1,000 at a time (LMDB copies on write: a delete needs pages).
+            var deleted = 0
+            while deleted < committed {
+                let chunk = try store.events(limit: 1000)
+                let last = try #require(chunk.last).seq
+                deleted += try store.deleteEvents(through: last)
+            }
+            let pending = try store.status().pendingEvents
+            #expect(deleted == committed && pending == 0)
+            #expect(try Self.append(store, 50, size: size).count == 50, "drained, the store takes events again")
+        }
+    }
+
     @Test("an I/O error at commit is reported and writes nothing")
     func commitFailure() throws {
         try withTemporaryGroup { group in
