@@ -46,6 +46,15 @@ public final class Agent: Service, Sendable {
         lock = try GroupLock(groupDirectory: store.groupDirectory)
         do {
             outbox = try Outbox(path: configuration.outboxPath)
+            if let previous = try outbox.adoptStore(store.storeID) {
+                logger.warning(
+                    "the shared store is not the one this outbox drained before: it was created anew; draining it from its first event",
+                    metadata: [
+                        "tributary.group": "\(store.groupDirectory)", "tributary.store_id": "\(store.storeID)",
+                        "tributary.previous_store_id": "\(previous.previousStoreID)",
+                        "tributary.previous_last_drained_seq": "\(previous.lastDrainedSeq)",
+                    ])
+            }
         } catch {
             lock.release()
             throw AgentError(.startup, "Cannot open the outbox \(configuration.outboxPath): \(error).")
@@ -216,7 +225,8 @@ public final class Agent: Service, Sendable {
         // A one-shot run sends what is stored when it starts; what producers append meanwhile goes along
         // as the drain meets it, but is not waited for (with a producer appending steadily, the store
         // is never found empty).
-        let onceThrough = once ? max(try store.status().newestSeq ?? 0, try outbox.lastDrainedSeq()) : 0
+        let onceThrough = once ? try store.status().newestSeq ?? 0 : 0
+        var onceRows: Int64?
         let started = loop.clock.now
         while !Task.isCancelled {
             heartbeat.beat()
@@ -319,7 +329,7 @@ public final class Agent: Service, Sendable {
                 loop.lastStatusWrite = loop.clock.now
             }
             if isStopping && pending == 0 { break }
-            if once, try sent(through: onceThrough) { break }
+            if once, try sent(through: onceThrough, rows: &onceRows) { break }
             if progressed { continue }
             var timeout = configuration.pollInterval
             if let notBefore = loop.notBefore, loop.flushing { timeout = min(timeout, notBefore - loop.clock.now) }
@@ -464,9 +474,20 @@ public final class Agent: Service, Sendable {
 
     /// Whether every event up to store sequence number `seq` has been drained and then delivered (or
     /// dead-lettered).
-    private func sent(through seq: UInt64) throws -> Bool {
-        guard try outbox.lastDrainedSeq() >= seq else { return false }
-        return try outbox.oldestPendingSeq().map { $0 > seq } ?? true
+    ///
+    /// `rows` is the outbox's last row id once the drain has reached `seq` (set by the first call that
+    /// finds it so): every row up to it, the ones waiting when the run started too, must be sent. Row
+    /// ids, not seqs: rows drained from a store since created anew have seqs of their own.
+    private func sent(through seq: UInt64, rows: inout Int64?) throws -> Bool {
+        let mark: Int64
+        if let rows {
+            mark = rows
+        } else {
+            guard try outbox.lastDrainedSeq() >= seq else { return false }
+            mark = try outbox.lastRowID()
+            rows = mark
+        }
+        return try outbox.oldestPendingRowID().map { $0 > mark } ?? true
     }
 
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in

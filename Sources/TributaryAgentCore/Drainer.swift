@@ -48,7 +48,12 @@ public struct Drainer: Sendable {
             }
         }
         guard let lastSeq = chunk.entries.last?.seq else { return 0 }
-        try outbox.insertDrained(chunk) { CrashPoint.hit("drain.before-outbox-commit") }
+        let inserted = try outbox.insertDrained(chunk) { CrashPoint.hit("drain.before-outbox-commit") }
+        if inserted.skipped > 0 {
+            logger.notice(
+                "events already in the outbox (a drain stopped between its outbox commit and its store delete); deleting them from the store",
+                metadata: ["tributary.events": "\(inserted.skipped)"])
+        }
         CrashPoint.hit("drain.after-outbox-commit")
         try store.deleteEvents(through: lastSeq)
         // The records read stay mapped (and counted in RSS) until released: keep RSS flat with the backlog.

@@ -241,7 +241,7 @@ public final class Outbox: Sendable {
                 chunk.entries.append(.corrupt(seq: seq, raw: raw, reason: reason))
             }
         }
-        return try insertDrained(chunk, beforeCommit: beforeCommit)
+        return try insertDrained(chunk, beforeCommit: beforeCommit).inserted
     }
 
     /// Drained entries on their way into the outbox, their strings and bytes held back to back in one
@@ -294,10 +294,51 @@ public final class Outbox: Sendable {
         }
     }
 
+    /// What ``insertDrained(_:beforeCommit:)`` did with a chunk.
+    struct Inserted {
+        /// Entries inserted as events.
+        var inserted = 0
+        /// Entries skipped as already in the outbox (at or below `last_drained_seq`).
+        var skipped = 0
+    }
+
+    /// Makes the store whose ``SharedStore/storeID`` is `storeID` the one this outbox drains.
+    ///
+    /// `last_drained_seq` counts in one store's sequence numbers. When the outbox drained another store
+    /// before (the group's store was deleted and created anew: an app reinstalled, a store removed by
+    /// hand), the new store numbers its events from 1 again, and the drain would skip them as drained
+    /// and delete them unsent: so `last_drained_seq` starts again at 0. Rows still waiting keep their
+    /// places and go first. An outbox that never recorded a store (new, or from before store ids)
+    /// takes this one as the store it drained.
+    ///
+    /// - Returns: the previous store's id and the last seq drained from it, when the store changed.
+    public func adoptStore(_ storeID: UInt64) throws -> (previousStoreID: UInt64, lastDrainedSeq: UInt64)? {
+        try writer.write { db in
+            let recorded = UInt64(bitPattern: try Self.state(db, "store_id"))
+            guard recorded != storeID else { return nil }
+            try Self.setState(db, "store_id", Int64(bitPattern: storeID))
+            guard recorded != 0 else { return nil }
+            let drained = UInt64(try Self.state(db, "last_drained_seq"))
+            try Self.setState(db, "last_drained_seq", 0)
+            return (recorded, drained)
+        }
+    }
+
+    /// The id of the last row inserted (0 for an outbox never written to): rows inserted later have
+    /// larger ids.
+    public func lastRowID() throws -> Int64 {
+        try writer.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(id) FROM outbox") ?? 0 }
+    }
+
+    /// The id of the oldest row waiting to be sent, or nil when none waits.
+    public func oldestPendingRowID() throws -> Int64? {
+        try writer.read { db in try Int64.fetchOne(db, sql: "SELECT MIN(id) FROM outbox") }
+    }
+
     /// ``insertDrained(_:beforeCommit:)`` for a chunk built by the drain.
     @discardableResult
-    func insertDrained(_ chunk: DrainedChunk, beforeCommit: () -> Void = {}) throws -> Int {
-        guard !chunk.entries.isEmpty else { return 0 }
+    func insertDrained(_ chunk: DrainedChunk, beforeCommit: () -> Void = {}) throws -> Inserted {
+        guard !chunk.entries.isEmpty else { return Inserted() }
         return try writer.write { db in
             // The highest seq ever drained, then the highest of this chunk so far: an entry must be above
             // it to be inserted (no index makes a seq unique in the table; see migration v4).
@@ -345,7 +386,7 @@ public final class Outbox: Sendable {
             try Self.bump(db, "corrupt_records", corrupt)
             try Self.bump(db, "dead_letters", corrupt)
             beforeCommit()
-            return inserted
+            return Inserted(inserted: inserted, skipped: skipped)
         }
     }
 
@@ -398,11 +439,6 @@ public final class Outbox: Sendable {
         try writer.read { db in
             (Int(try Self.state(db, "pending_count")), Int(try Self.state(db, "pending_bytes")))
         }
-    }
-
-    /// The store sequence number of the oldest event waiting to be sent, or nil when none waits.
-    public func oldestPendingSeq() throws -> UInt64? {
-        try writer.read { db in try UInt64.fetchOne(db, sql: "SELECT seq FROM outbox ORDER BY id LIMIT 1") }
     }
 
     /// The batch to send next: the batch already in flight (same rows, same id) if a previous attempt

@@ -33,6 +33,11 @@ public final class SharedStore: Sendable {
 
     /// The app group directory.
     public let groupDirectory: String
+    /// A random number given to the store when it was created (`meta/store_id`, never 0), and never
+    /// changed: a store deleted and created again at the same path is told apart by it. The agent
+    /// keeps the id of the store it drains with the outbox's progress, which counts in this store's
+    /// sequence numbers.
+    public let storeID: UInt64
     let environment: Environment
 
     /// Opens the store of the app group at `groupDirectory`, creating the directory and store if needed.
@@ -53,7 +58,7 @@ public final class SharedStore: Sendable {
                 "There is no Tributary store in \(directory) (no \(Self.fileName)); a producer creates it on first use.")
         }
         environment = try Environment.open(path: path, options: options)
-        try checkSchema()
+        storeID = try Self.checkSchema(environment, groupDirectory: directory)
     }
 
     /// The reader lock table's occupied slots, as `mdb_reader_list` prints them ("pid thread txnid").
@@ -68,25 +73,33 @@ public final class SharedStore: Sendable {
     /// Fault injection for this store's LMDB calls (tests only).
     package var faults: LMDBFaults { environment.faults }
 
-    private func checkSchema() throws {
+    /// Checks the schema version and returns the store id; writes whichever of the two a new store (or,
+    /// for the id, a store created before ids) does not have yet, in a write transaction that checks
+    /// again that they are absent.
+    private static func checkSchema(_ environment: Environment, groupDirectory: String) throws -> UInt64 {
         let meta = environment.tables.meta
-        let stored: UInt32? = try environment.read { txn in
-            try withKey(MetaKey.schemaVersion) { key in try txn.withValue(meta, &key) { $0.map(decodeU32) } }
+        let (stored, storeID): (UInt32?, UInt64?) = try environment.read { txn in
+            (try withKey(MetaKey.schemaVersion) { key in try txn.withValue(meta, &key) { $0.map(decodeU32) } },
+             try withKey(MetaKey.storeID) { key in try txn.withValue(meta, &key) { $0.map(decodeU64) } })
         }
-        if let stored {
-            guard stored <= Self.schemaVersion else {
-                throw StoreError(
-                    .unsupportedSchema,
-                    "The store in \(groupDirectory) has schema version \(stored); this Tributary reads up to "
-                        + "\(Self.schemaVersion). Upgrade Tributary; the store was left untouched.")
-            }
-            return
+        if let stored, stored > Self.schemaVersion {
+            throw StoreError(
+                .unsupportedSchema,
+                "The store in \(groupDirectory) has schema version \(stored); this Tributary reads up to "
+                    + "\(Self.schemaVersion). Upgrade Tributary; the store was left untouched.")
         }
-        try environment.write { txn in
+        if stored != nil, let storeID { return storeID }
+        return try environment.write { txn in
             try withKey(MetaKey.schemaVersion) { key in
                 if try txn.withValue(meta, &key, { $0 == nil }) {
                     try withUnsafeBytes(of: Self.schemaVersion.bigEndian) { try txn.put(meta, &key, $0) }
                 }
+            }
+            return try withKey(MetaKey.storeID) { key in
+                if let existing = try txn.withValue(meta, &key, { $0.map(decodeU64) }) { return existing }
+                let created = 1 + randomInteger(upTo: UInt64.max - 1)
+                try withUnsafeBytes(of: created.bigEndian) { try txn.put(meta, &key, $0) }
+                return created
             }
         }
     }
@@ -495,6 +508,7 @@ public struct ProducerRegistration: Sendable, Hashable {
 enum MetaKey {
     static let schemaVersion = "schema_version"
     static let lastSeq = "last_seq"
+    static let storeID = "store_id"
 }
 
 enum IdentityKey {

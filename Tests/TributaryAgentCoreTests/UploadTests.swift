@@ -138,6 +138,30 @@ struct UploadTests {
         }
     }
 
+    @Test("a group store created anew under the same outbox is drained from its first event, not skipped as drained")
+    func storeCreatedAnew() async throws {
+        try await withTemporaryGroup { group in
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                try await Self.produce(group, count: 30)
+                let first = try SharedStore(groupDirectory: group).storeID
+                _ = try await Self.agent(group, collector).runOnce()
+                #expect(try await collector.stats().unique == 30)
+                // The app reinstalled, or the store removed by hand: the outbox (under $STATE_DIRECTORY) stays.
+                try FileManager.default.removeItem(atPath: group)
+                try await Self.produce(group, count: 20)
+                let second = try SharedStore(groupDirectory: group).storeID
+                #expect(second != first && second != 0)
+                let agent = try Self.agent(group, collector)
+                _ = try await agent.runOnce()
+                #expect(try await collector.stats().unique == 50, "the new store's seqs 1…20 are not the old store's")
+                #expect(try SharedStore(groupDirectory: group).status().pendingEvents == 0)
+                #expect(try agent.outbox.counters().duplicatesSkipped == 0)
+                let seqs = try await collector.events(limit: 100).compactMap(\.seq)
+                #expect(seqs == Array(1...30) + Array(1...20))
+            }
+        }
+    }
+
     @Test("413 splits the batch until it fits")
     func payloadTooLarge() async throws {
         try await withTemporaryGroup { group in

@@ -199,6 +199,17 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("a store has an id of its own, the same each time it is opened, another once created anew")
+    func storeID() throws {
+        try withTemporaryGroup { group in
+            let id = try SharedStore(groupDirectory: group).storeID
+            #expect(id != 0)
+            #expect(try SharedStore(groupDirectory: group).storeID == id)
+            try FileManager.default.removeItem(atPath: group)
+            #expect(try SharedStore(groupDirectory: group).storeID != id)
+        }
+    }
+
     @Test("an I/O error at commit is reported and writes nothing")
     func commitFailure() throws {
         try withTemporaryGroup { group in
