@@ -15,8 +15,8 @@ struct Hybrid: AsyncParsableCommand {
             and records what the pages post through the bridge (producer kind hybrid). The main page \
             and a whitelisted cross-site iframe each track --events events. With --scenario all the \
             pages also send malformed messages, a forged distinct_id and a claimed login, a \
-            track_signup, events from a foreign iframe and from a page of another project, and legacy \
-            channel events. Prints 'BRIDGE <json>' (accepted and rejected counts by reason) at the end.
+            track_signup, events from a foreign iframe (and a legacy navigation it makes a whitelisted \
+            child frame do) and from a page of another project, and legacy channel events. Prints 'BRIDGE <json>' (accepted and rejected counts by reason) at the end.
             """)
 
     @OptionGroup var options: ProducerOptions
@@ -70,7 +70,8 @@ struct Hybrid: AsyncParsableCommand {
             tasks.addTask { await host.run(bridge: bridge) }
 
             let roles =
-                scenario == "all" ? ["main", "iframe", "foreign", "other-project", "legacy"] : ["main", "iframe"]
+                scenario == "all"
+                ? ["main", "iframe", "foreign", "hijacker", "other-project", "legacy"] : ["main", "iframe"]
             try await host.open(
                 mainPageURL(trusted: trusted, foreign: foreign, maxBytes: configuration.maxMessageBytes))
             let counts = try await waitForPages(roles: roles, servers: [pages, foreignPages], bridge: bridge)
@@ -91,6 +92,9 @@ struct Hybrid: AsyncParsableCommand {
             let otherProject = serverURL.replacingOccurrences(of: "project=", with: "project=other-")
             frames += [
                 page("http://localhost:\(foreign)", "foreign", events: 2),
+                page(
+                    "http://localhost:\(foreign)", "hijacker", events: 0,
+                    extra: "&child=\(Self.encoded(page("http://127.0.0.1:\(trusted)", "idle", events: 0)))"),
                 page("http://127.0.0.1:\(trusted)", "other-project", events: 2).replacingOccurrences(
                     of: "server=\(Self.encoded(serverURL))", with: "server=\(Self.encoded(otherProject + "&x=1"))"),
                 page("http://localhost:\(trusted)", "legacy", events: 2),

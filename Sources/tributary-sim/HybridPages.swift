@@ -189,13 +189,29 @@ enum PageScripts {
             // A page that posts whatever the app says: the native side must refuse it.
             for (var i = 0; i < 2; i++) { sdk.track('H5View', { frame: role, index: i }); }
             if (role === 'foreign') { sdk.trackLegacy('H5Legacy', { frame: role, index: 0 }); }
+          } else if (role === 'hijacker') {
+            // A foreign frame that embeds a whitelisted page and navigates it to sensorsanalytics://
+            // (a frame may navigate its children): the native side must credit it to this frame.
+            await new Promise(function (resolve) {
+              var child = document.createElement('iframe');
+              child.onload = function () {
+                child.onload = null;
+                child.src = 'sensorsanalytics://trackEvent?event=' +
+                  encodeURIComponent(JSON.stringify(sdk.event('track', 'H5Legacy', { frame: 'hijacked', index: 0 })));
+                sdk.posted++;
+                setTimeout(resolve, 200);
+              };
+              child.src = q.get('child');
+              document.body.appendChild(child);
+            });
           } else if (role === 'legacy') {
             var marker = TributaryH5.legacyMarker(), mine = new URL(sdk.serverURL);
             if (marker && marker.host === mine.hostname && marker.project === (mine.searchParams.get('project') || 'default')) {
               for (var j = 0; j < 2; j++) { sdk.trackLegacy('H5Legacy', { frame: role, index: j }); await sleep(150); }
             }
           }
-          await sdk.done(role);
+          // The hijacker's child is navigated away before it could report.
+          if (role !== 'idle') { await sdk.done(role); }
         })();
         </script></body></html>
         """#

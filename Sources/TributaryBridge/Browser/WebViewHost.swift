@@ -118,10 +118,8 @@ public final class WebViewHost: Sendable {
                 guard let url = body["url"]?.string, url.hasPrefix("sensorsanalytics:"),
                     let frame = body["frameId"]?.string
                 else { continue }
-                // A frame navigating itself has a document; a fresh iframe (the legacy SDK's way) has
-                // none yet, and speaks for the document that created it.
-                let own = frameOrigins[frame].flatMap { $0 == "null" ? nil : $0 }
-                let origin = own ?? frameParents[frame].flatMap { frameOrigins[$0] } ?? "null"
+                let origin = Self.navigationOrigin(
+                    frame: frame, origins: frameOrigins, parents: frameParents, trusted: configuration.allowedOrigins)
                 if await bridge.receiveNavigation(url, origin: origin) == nil {
                     logger.debug("navigation to another sensorsanalytics:// action ignored")
                 }
@@ -147,6 +145,28 @@ public final class WebViewHost: Sendable {
     }
 
     private static func isOpaque(_ origin: String) -> Bool { origin == "null" || origin == "://" || origin.isEmpty }
+
+    /// The origin a `sensorsanalytics://` navigation of `frame` is credited with.
+    ///
+    /// A frame navigating itself has a document; a fresh iframe (the legacy SDK's way) has none yet,
+    /// and speaks for the document that created it. But a frame may also navigate its child frames,
+    /// and Chromium reports such a navigation with the child's frame id, not the initiator's: a foreign
+    /// frame could embed a whitelisted page and navigate it to `sensorsanalytics://`. So every frame
+    /// above must be whitelisted too: the navigation is credited with the first origin up the chain that
+    /// is not (and the bridge refuses it), else with the frame's own.
+    static func navigationOrigin(
+        frame: String, origins: [String: String], parents: [String: String], trusted: Set<String>
+    ) -> String {
+        var chain: [String] = []
+        if let own = origins[frame], own != "null" { chain.append(own) }
+        var parent = parents[frame]
+        while let id = parent, chain.count <= parents.count {
+            chain.append(origins[id] ?? "null")
+            parent = parents[id]
+        }
+        guard let credited = chain.first else { return "null" }
+        return chain.first { !trusted.contains($0) } ?? credited
+    }
 }
 
 /// A value behind a lock, for the few settings written once and read from the event loop.
