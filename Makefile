@@ -23,7 +23,7 @@ help:
 	@echo "make build  debug build of every target"
 	@echo "make test   build and run every test (unit and multi-process), then print the reliability table"
 	@echo "make soak   the reliability scenarios only, SOAK (default 20) times the iterations"
-	@echo "make run    demo: producers write into a fresh group directory, then show the store"
+	@echo "make run    demo: a collector, an agent, a main app and two extensions on a fresh group, then a summary"
 	@echo "make bench  release build, then every performance figure next to its baseline (docs/performance.md)"
 	@echo "make install  release build; binaries, systemd units and docs under DESTDIR/PREFIX"
 

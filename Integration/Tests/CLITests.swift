@@ -1,5 +1,7 @@
 import Foundation
 import Testing
+import Tributary
+import TributaryStore
 import TributaryTestSupport
 
 @Suite("tributary CLI")
@@ -31,12 +33,36 @@ struct CLITests {
         (["status", "--group", "{g}/missing"], 66, "cannot be used"),
         (["login", "--group", "{g}", ""], 65, "login id"),
         (["inspect", "--group", "{g}", "--limit", "0"], 64, "--limit"),
+        (["dead-letters", "--group", "{g}", "--id", "3"], 64, "--replay"),
+        (["dead-letters", "--outbox", "{g}-junk"], 74, "cannot be read"),
+        (["dead-letters", "--outbox", "{g}-empty"], 66, "no outbox"),
     ])
     func exitCodes(arguments: [String], code: Int32, message: String) async throws {
         try await withTemporaryGroup { group in
+            _ = FileManager.default.createFile(atPath: group + "-junk", contents: Data("not a database".utf8))
+            _ = FileManager.default.createFile(atPath: group + "-empty", contents: Data())
             let result = try await ChildProcess.run("tributary", arguments.map { $0.replacingOccurrences(of: "{g}", with: group) })
             #expect(result.status == code, "stderr: \(result.stderr)")
             #expect(result.stderr.contains(message))
+        }
+    }
+
+    @Test("track as the app leaves the app's published presets alone, unless --app-version is given")
+    func trackKeepsAppPresets() async throws {
+        try await withTemporaryGroup { group in
+            var app = Tracker.Configuration(groupDirectory: group)
+            app.appVersion = "2.3.4"
+            let store = try Tracker(configuration: app).store
+            func publishedVersion() throws -> String? {
+                let text = try store.configuration()[ConfigurationKey.appPresets] ?? "{}"
+                return (try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])?["$app_version"] as? String
+            }
+            let plain = try await ChildProcess.run("tributary", ["track", "--group", group, "ScriptPing"])
+            #expect(plain.status == 0, "\(plain.stderr)")
+            #expect(try publishedVersion() == "2.3.4")
+            let versioned = try await ChildProcess.run("tributary", ["track", "--group", group, "ScriptPing", "--app-version", "2.4.0"])
+            #expect(versioned.status == 0, "\(versioned.stderr)")
+            #expect(try publishedVersion() == "2.4.0")
         }
     }
 

@@ -49,6 +49,11 @@ public final class Tracker: Sendable {
         /// Most events waiting for a group commit; `enqueue` suspends while that many wait. Default
         /// 10,000 (a few MiB), never less than `maxGroupCommit`.
         public var maxQueuedEvents: Int = 10_000
+        /// Whether an `.app` tracker publishes its preset properties to the group, where the agent
+        /// adds them to extension events and the bridge to page events. Default true: the app knows its
+        /// version. A short-lived tool that tracks as the app without knowing it (the `tributary` CLI
+        /// without `--app-version`) turns it off, leaving what the app published as it is.
+        public var publishesAppPresets = true
         /// How the store is opened (quota, durability).
         public var store = SharedStore.Options()
         /// The monotonic clock for timers, in ns. Default `CLOCK_BOOTTIME`; tests pass a manual clock.
@@ -94,6 +99,12 @@ public final class Tracker: Sendable {
     public init(configuration: Configuration) throws {
         let producerID = configuration.producerID ?? configuration.producerKind.description
         try EventRules.validateID(producerID, what: "producer id")
+        for (name, value) in [
+            ("maxEventBytes", configuration.maxEventBytes), ("maxGroupCommit", configuration.maxGroupCommit),
+            ("maxQueuedEvents", configuration.maxQueuedEvents),
+        ] where value < 1 {
+            throw TrackingError(.invalidConfiguration, field: name, "Tracker.Configuration.\(name) must be at least 1, not \(value).")
+        }
         self.configuration = configuration
         store = try SharedStore(groupDirectory: configuration.groupDirectory, options: configuration.store)
         producer = SharedStore.Producer(kind: configuration.producerKind, id: producerID)
@@ -103,7 +114,7 @@ public final class Tracker: Sendable {
         committer = GroupCommitter(
             store: store, producer: producer, maxBatch: configuration.maxGroupCommit,
             maxQueued: configuration.maxQueuedEvents)
-        if configuration.producerKind == .app { try publishAppPresets() }
+        if configuration.producerKind == .app && configuration.publishesAppPresets { try publishAppPresets() }
     }
 
     private func publishAppPresets() throws {

@@ -30,6 +30,8 @@ public struct TrackingError: Error, CustomStringConvertible, Sendable {
         public static let invalidID = Code(rawValue: "invalidID")
         /// A timer was ended or paused that was never started.
         public static let unknownTimer = Code(rawValue: "unknownTimer")
+        /// A `Tracker.Configuration` value is out of range.
+        public static let invalidConfiguration = Code(rawValue: "invalidConfiguration")
     }
 
     /// What rule was broken.

@@ -31,7 +31,9 @@ struct ProducerOptions: ParsableArguments {
 
     func validate() throws {
         guard events >= 0 else { throw ValidationError("--events must not be negative.") }
-        guard rate >= 0, rate.isFinite else { throw ValidationError("--rate must be a non-negative number of events per second.") }
+        guard rate == 0 || (rate >= 0.001 && rate.isFinite) else {
+            throw ValidationError("--rate must be 0 (as fast as possible) or at least 0.001 events per second.")
+        }
         if let storeQuota, storeQuota < 1 << 16 { throw ValidationError("--store-quota must be at least 65536 bytes, got \(storeQuota).") }
     }
 
@@ -76,7 +78,7 @@ struct Load: AsyncParsableCommand {
 
     func validate() throws {
         guard concurrency >= 0 else { throw ValidationError("--concurrency must not be negative.") }
-        guard ProducerKind(name: kind) != nil else { throw ValidationError("--kind must be app or extension, not '\(kind)'.") }
+        guard kind == "app" || kind == "extension" else { throw ValidationError("--kind must be app or extension, not '\(kind)'.") }
     }
 
     func run() async throws {

@@ -45,8 +45,14 @@ struct Track: ParsableCommand {
     @Option(name: .customLong("producer-id"), help: ArgumentHelp("Producer id (default: the kind).", valueName: "id"))
     var producerID: String?
 
-    @Option(name: .customLong("app-version"), help: "Sent as $app_version.")
-    var appVersion: String = "0.0.0"
+    @Option(
+        name: .customLong("app-version"),
+        help: """
+            Sent as $app_version (default 0.0.0). Given with the app producer kind, it is also published \
+            as the app's version, which the agent adds to extension events; without it the app's \
+            published presets are left as they are.
+            """)
+    var appVersion: String?
 
     func validate() throws {
         guard ProducerKind(name: producer) != nil else {
@@ -59,7 +65,8 @@ struct Track: ParsableCommand {
             let props = try properties.map(PropertyValue.properties(fromJSON:)) ?? [:]
             var config = Tracker.Configuration(
                 groupDirectory: options.group, producerKind: ProducerKind(name: producer)!, producerID: producerID)
-            config.appVersion = appVersion
+            config.appVersion = appVersion ?? config.appVersion
+            config.publishesAppPresets = appVersion != nil
             let receipt = try Tracker(configuration: config).track(name, properties: props)
             say(receipt.eventID)
         }
@@ -197,6 +204,7 @@ struct DeadLetters: ParsableCommand {
 
     func validate() throws {
         guard group != nil || outbox != nil else { throw ValidationError("Give --group or --outbox.") }
+        guard id.isEmpty || replay else { throw ValidationError("--id chooses dead letters to replay: give --replay too.") }
     }
 
     func run() throws {
@@ -206,15 +214,22 @@ struct DeadLetters: ParsableCommand {
                 path = AgentChannel.readStatus(groupDirectory: group)?.outboxPath
                     ?? AgentConfiguration.defaultOutboxPath(groupDirectory: group)
             }
-            guard let path, FileManager.default.fileExists(atPath: path) else {
+            // An empty file is not an outbox: opening it would make it one.
+            let size = path.flatMap { try? FileManager.default.attributesOfItem(atPath: $0)[.size] as? Int } ?? 0
+            guard let path, size > 0 else {
                 throw StoreError(.directoryUnavailable, "There is no outbox at \(path ?? "?"); give --outbox.")
             }
-            let box = try Outbox(path: path)
-            if replay {
-                say("replayed \(try box.replayDeadLetters(ids: id.isEmpty ? nil : id)) dead letter(s)")
-                return
+            let letters: [Outbox.DeadLetter]
+            do {
+                let box = try Outbox(path: path)
+                if replay {
+                    say("replayed \(try box.replayDeadLetters(ids: id.isEmpty ? nil : id)) dead letter(s)")
+                    return
+                }
+                letters = try box.deadLetters()
+            } catch {
+                throw AgentError(.outboxIO, "The outbox \(path) cannot be read: \(error).")
             }
-            let letters = try box.deadLetters()
             if json {
                 say(try encodeJSON(letters))
             } else if letters.isEmpty {

@@ -257,12 +257,30 @@ struct TrackerTests {
         }
     }
 
+    @Test("a configuration value below 1 is a typed error, not a tracker that hangs or traps",
+          arguments: ["maxGroupCommit", "maxQueuedEvents", "maxEventBytes"], [0, -1])
+    func invalidConfiguration(field: String, value: Int) throws {
+        try withTemporaryGroup { group in
+            var config = Tracker.Configuration(groupDirectory: group)
+            switch field {
+            case "maxGroupCommit": config.maxGroupCommit = value
+            case "maxQueuedEvents": config.maxQueuedEvents = value
+            default: config.maxEventBytes = value
+            }
+            let error = #expect(throws: TrackingError.self) { try Tracker(configuration: config) }
+            #expect(error?.code == .invalidConfiguration && error?.field == field)
+        }
+    }
+
     @Test("a group commit that fails fails every pending event in it, and only those")
     func enqueueStoreFull() async throws {
         try await withTemporaryGroup { group in
             var config = Tracker.Configuration(groupDirectory: group)
             config.store.initialMapSize = 256 << 10
-            config.store.quota = 256 << 10
+            // Room for a few commits of 8 events of 8 KiB (a 4,000-byte filler takes overflow pages),
+            // whatever the timing: the rest fail.
+            config.store.quota = 512 << 10
+            config.maxGroupCommit = 8
             let tracker = try Tracker(configuration: config)
             let filler = String(repeating: "x", count: 4000)
             var pending: [PendingTrack] = []
