@@ -29,6 +29,8 @@ final class GroupCommitter: Sendable {
         var gatherUntil: Int?
         /// Callers of `enqueue` waiting for room in the queue.
         var waitingForRoom: [CheckedContinuation<Void, Never>] = []
+        /// The event queued last: while `draining`, what ``appendAfterQueued(_:)`` waits for.
+        var lastQueued: PendingTrack?
     }
 
     private let store: SharedStore
@@ -68,11 +70,23 @@ final class GroupCommitter: Sendable {
         return pending
     }
 
+    /// Appends `event` in a transaction of its own on the calling thread, once every event queued
+    /// before this call has been committed (or has failed): a synchronous `track` after an `enqueue`
+    /// keeps the caller's order, as promise 3 wants a producer's events. Blocks the calling thread
+    /// until then, and for the commit's fsync.
+    func appendAfterQueued(_ event: PreparedEvent) throws -> TrackReceipt {
+        // Transactions commit in queue order: once the last event queued is done, so is every one before.
+        if let last = state.withLock({ $0.draining ? $0.lastQueued : nil }) { last.waitUntilDone() }
+        let appended = try store.append(producer: producer, count: 1) { _, identity in event.draft(with: identity) }
+        return TrackReceipt(event: event, appended: appended[0])
+    }
+
     /// Appends `pending` unless the queue is full; starts the drain loop or ends its gathering.
     private func tryEnqueue(_ pending: PendingTrack) -> Bool {
         let (admitted, startDrain, wake) = state.withLock { state in
             guard state.queued.count < maxQueued else { return (false, false, false) }
             state.queued.append(pending)
+            state.lastQueued = pending
             if let target = state.gatherUntil, state.queued.count >= target {
                 state.gatherUntil = nil
                 return (true, false, true)
@@ -147,12 +161,13 @@ final class GroupCommitter: Sendable {
 /// number of times, from any task.
 public final class PendingTrack: Sendable {
     private enum Outcome {
-        case waiting([CheckedContinuation<TrackReceipt, any Error>])
+        /// The tasks awaiting ``receipt()`` and the threads blocked in ``waitUntilDone()``.
+        case waiting([CheckedContinuation<TrackReceipt, any Error>], [DispatchSemaphore])
         case done(Result<TrackReceipt, any Error>)
     }
 
     let event: PreparedEvent
-    private let outcome = Mutex(Outcome.waiting([]))
+    private let outcome = Mutex(Outcome.waiting([], []))
 
     /// The event's unique id (`event_id`), known before it is durable.
     public var eventID: String { event.eventID }
@@ -167,9 +182,9 @@ public final class PendingTrack: Sendable {
             let result: Result<TrackReceipt, any Error>? = outcome.withLock { outcome in
                 switch outcome {
                 case .done(let result): return result
-                case .waiting(var waiters):
+                case .waiting(var waiters, let blocked):
                     waiters.append(continuation)
-                    outcome = .waiting(waiters)
+                    outcome = .waiting(waiters, blocked)
                     return nil
                 }
             }
@@ -177,12 +192,27 @@ public final class PendingTrack: Sendable {
         }
     }
 
+    /// Blocks the calling thread until the transaction holding the event has committed or failed.
+    func waitUntilDone() {
+        let semaphore = DispatchSemaphore(value: 0)
+        let waiting = outcome.withLock { outcome in
+            guard case .waiting(let waiters, var blocked) = outcome else { return false }
+            blocked.append(semaphore)
+            outcome = .waiting(waiters, blocked)
+            return true
+        }
+        if waiting { semaphore.wait() }
+    }
+
     func complete(_ result: Result<TrackReceipt, any Error>) {
-        let waiters: [CheckedContinuation<TrackReceipt, any Error>] = outcome.withLock { outcome in
-            guard case .waiting(let waiters) = outcome else { return [] }
+        let (waiters, blocked) = outcome.withLock { outcome in
+            guard case .waiting(let waiters, let blocked) = outcome else {
+                return ([CheckedContinuation<TrackReceipt, any Error>](), [DispatchSemaphore]())
+            }
             outcome = .done(result)
-            return waiters
+            return (waiters, blocked)
         }
         for waiter in waiters { waiter.resume(with: result) }
+        for thread in blocked { thread.signal() }
     }
 }

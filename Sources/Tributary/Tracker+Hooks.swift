@@ -54,8 +54,6 @@ extension Tracker {
     package func trackAutomatic(
         _ event: String, properties: [String: PropertyValue], moment: EventMoment? = nil
     ) throws -> TrackReceipt {
-        let prepared = try prepare(event, properties: properties, libMethod: "autoTrack", moment: moment)
-        let appended = try store.append(producer: producer, count: 1) { _, identity in prepared.draft(with: identity) }
-        return TrackReceipt(event: prepared, appended: appended[0])
+        try committer.appendAfterQueued(try prepare(event, properties: properties, libMethod: "autoTrack", moment: moment))
     }
 }

@@ -139,12 +139,12 @@ public final class Tracker: Sendable {
 
     // MARK: Tracking
 
-    /// Records an event and returns once it is durably committed (one write transaction per call).
+    /// Records an event and returns once it is durably committed (one write transaction per call),
+    /// after every event this tracker queued before the call (``enqueue(_:properties:)``, the async
+    /// `track`): events keep the order they were tracked in.
     @discardableResult
     public func track(_ event: String, properties: [String: PropertyValue] = [:]) throws -> TrackReceipt {
-        let prepared = try prepare(event, properties: properties)
-        let appended = try store.append(producer: producer, count: 1) { _, identity in prepared.draft(with: identity) }
-        return TrackReceipt(event: prepared, appended: appended[0])
+        try committer.appendAfterQueued(try prepare(event, properties: properties))
     }
 
     /// Records an event and resumes once it is durably committed. Concurrent callers share one write

@@ -272,6 +272,24 @@ struct TrackerTests {
         }
     }
 
+    /// The synchronous `track`, from code that is not async.
+    static func trackNow(_ tracker: Tracker, _ event: String) throws -> TrackReceipt { try tracker.track(event) }
+
+    @Test("a synchronous track after enqueue is stored after every event queued before it", arguments: 1...5)
+    func synchronousAfterQueued(round: Int) async throws {
+        try await withTemporaryGroup { group in
+            var config = Tracker.Configuration(groupDirectory: group)
+            config.maxGroupCommit = 100  // several transactions' worth queued when the synchronous track comes
+            let tracker = try Tracker(configuration: config)
+            var pending: [PendingTrack] = []
+            for i in 0..<1000 { pending.append(try await tracker.enqueue("Queued", properties: ["i": .int(Int64(i))])) }
+            let now = try Self.trackNow(tracker, "Now")
+            var queuedSeqs: [UInt64] = []
+            for item in pending { queuedSeqs.append(try await item.receipt().seq) }
+            #expect(now.seq > queuedSeqs.max() ?? 0, "round \(round): program order")
+        }
+    }
+
     @Test("a group commit that fails fails every pending event in it, and only those")
     func enqueueStoreFull() async throws {
         try await withTemporaryGroup { group in
