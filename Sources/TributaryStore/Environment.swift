@@ -23,7 +23,10 @@ struct Tables {
 ///
 /// lmdb.h: "Do not have open an LMDB database twice in the same process at the same time. Not even
 /// from a plain open() call - close()ing it breaks flock() advisory locking." — so environments are
-/// kept in a process-wide registry keyed by path.
+/// kept in a process-wide registry keyed by path, and counted: ``open(path:options:)`` and
+/// ``release()`` (one per ``SharedStore``) count users under the registry's lock, and the last release
+/// closes the environment under it too, so an opener never opens a path again before its previous
+/// environment is closed (closing a file drops every lock this process holds on it).
 final class Environment: @unchecked Sendable {
     let env: OpaquePointer
     let path: String
@@ -43,26 +46,54 @@ final class Environment: @unchecked Sendable {
     /// Stale reader slots cleared when this environment was opened.
     let staleReadersCleared: Int32
 
-    private struct WeakBox: @unchecked Sendable { weak var environment: Environment? }
-    private static let registry = Mutex<[String: WeakBox]>([:])
+    /// Whether commits are fsynced (`SharedStore.Options.durable`).
+    let durable: Bool
+    /// The open environments by path, each with its count of users (``SharedStore``s).
+    private static let registry = Mutex<[String: (environment: Environment, users: Int)]>([:])
 
-    /// Opens (or returns the already open) environment for `path`.
+    /// Opens (or returns the already open) environment for `path`; balance with ``release()``.
+    ///
+    /// - Throws: ``StoreError/Code/optionsConflict`` when the path is already open in this process with
+    ///   another durability or quota: one environment cannot have two (an event acknowledged by a
+    ///   store opened `durable: true` must never sit in an `MDB_NOSYNC` environment).
     static func open(path: String, options: SharedStore.Options) throws(StoreError) -> Environment {
         var result: Result<Environment, StoreError>!
         registry.withLock { table in
-            if let existing = table[path]?.environment {
+            if let (existing, users) = table[path] {
+                guard existing.durable == options.durable, existing.quota == options.quota else {
+                    result = .failure(StoreError(
+                        .optionsConflict,
+                        "\(path) is already open in this process with durable: \(existing.durable), quota: "
+                            + "\(existing.quota) bytes; it cannot also be open with durable: \(options.durable), quota: "
+                            + "\(options.quota) bytes. Open it with the same options."))
+                    return
+                }
+                table[path] = (existing, users + 1)
                 result = .success(existing)
                 return
             }
             do throws(StoreError) {
                 let opened = try Environment(path: path, options: options)
-                table[path] = WeakBox(environment: opened)
+                table[path] = (opened, 1)
                 result = .success(opened)
             } catch {
                 result = .failure(error)
             }
         }
         return try result.get()
+    }
+
+    /// Ends one user's share of the environment; the last one closes it, under the registry's lock.
+    func release() {
+        Self.registry.withLock { table in
+            guard let (environment, users) = table[path], environment === self else { return }
+            if users > 1 {
+                table[path] = (environment, users - 1)
+            } else {
+                table[path] = nil
+                mdb_env_close(env)
+            }
+        }
     }
 
     private init(path: String, options: SharedStore.Options) throws(StoreError) {
@@ -100,12 +131,12 @@ final class Environment: @unchecked Sendable {
         self.env = handle
         self.path = path
         self.quota = options.quota
+        self.durable = options.durable
         var stat = MDB_stat()
         mdb_env_stat(handle, &stat)
         self.pageSize = Int(stat.ms_psize)
     }
 
-    deinit { mdb_env_close(env) }
 
     private static func openTables(_ env: OpaquePointer, path: String) throws(StoreError) -> Tables {
         var txn: OpaquePointer?

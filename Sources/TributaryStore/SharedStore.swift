@@ -57,9 +57,17 @@ public final class SharedStore: Sendable {
                 .directoryUnavailable,
                 "There is no Tributary store in \(directory) (no \(Self.fileName)); a producer creates it on first use.")
         }
-        environment = try Environment.open(path: path, options: options)
-        storeID = try Self.checkSchema(environment, groupDirectory: directory)
+        let environment = try Environment.open(path: path, options: options)
+        do {
+            storeID = try Self.checkSchema(environment, groupDirectory: directory)
+        } catch {
+            environment.release()
+            throw error
+        }
+        self.environment = environment
     }
+
+    deinit { environment.release() }
 
     /// The reader lock table's occupied slots, as `mdb_reader_list` prints them ("pid thread txnid").
     ///

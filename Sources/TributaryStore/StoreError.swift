@@ -24,6 +24,8 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let valueTooLarge = Code(rawValue: "valueTooLarge")
         /// Any other LMDB failure; ``StoreError/lmdbCode`` holds LMDB's result code.
         public static let lmdb = Code(rawValue: "lmdb")
+        /// The store is already open in this process with another durability or quota.
+        public static let optionsConflict = Code(rawValue: "optionsConflict")
     }
 
     /// What kind of failure this is.

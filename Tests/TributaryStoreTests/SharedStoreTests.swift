@@ -199,6 +199,23 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("one process cannot have a store open with two durabilities or quotas; once closed, it may reopen it")
+    func optionsConflict() throws {
+        try withTemporaryGroup { group in
+            var store: SharedStore? = try SharedStore(groupDirectory: group)
+            var lax = SharedStore.Options()
+            lax.durable = false
+            let error = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group, options: lax) }
+            #expect(error?.code == .optionsConflict)
+            var small = SharedStore.Options()
+            small.quota = 4 << 20
+            #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group, options: small) }
+            #expect(try SharedStore(groupDirectory: group).storeID == store?.storeID, "same options: shared")
+            store = nil
+            #expect(try SharedStore(groupDirectory: group, options: lax).storeID != 0, "closed: opened anew")
+        }
+    }
+
     @Test("a store has an id of its own, the same each time it is opened, another once created anew")
     func storeID() throws {
         try withTemporaryGroup { group in
