@@ -154,9 +154,6 @@ public final class Agent: Service, Sendable {
         return report
     }
 
-    /// Shuts the HTTP client down, waiting at most 200 ms: a connection whose request was cancelled
-    /// against a collector that never answers can hold `shutdown()` open, and the process is stopping
-    /// within its grace period anyway.
     /// What ends a run, as the command reports it: the outbox's SQLite errors that are not fail-stop
     /// (`SQLITE_FULL`: the disk is full) become ``AgentError/Code/outboxIO``.
     static func stopError(_ error: any Error, outbox path: String) -> any Error {
@@ -168,6 +165,9 @@ public final class Agent: Service, Sendable {
             cause: error)
     }
 
+    /// Shuts the HTTP client down, waiting at most 200 ms: a connection whose request was cancelled
+    /// against a collector that never answers can hold `shutdown()` open, and the process is stopping
+    /// within its grace period anyway.
     private func shutdown(_ client: HTTPClient) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let once = ResumeOnce(continuation)

@@ -175,7 +175,7 @@ final class Environment: @unchecked Sendable {
     /// the store would stay full for good.
     var reserve: Int { max(quota / 64, 32 * pageSize) }
 
-    /// The bytes `records` of `encodedSize` bytes take in the events table: a record over about half
+    /// The bytes a record of `encodedSize` bytes takes in the events table: a record over about half
     /// a page goes to overflow pages of its own, whole pages; a smaller one shares a leaf page.
     static func footprint(ofRecord encodedSize: Int, pageSize: Int) -> Int {
         let node = encodedSize + 8 + 8  // the 8-byte key and LMDB's node header
