@@ -190,6 +190,32 @@ struct DeadlineTests {
         }
     }
 
+    @Test("a store deleted and created anew under a running agent: it exits 75, and its restart drains the new store")
+    func storeReplacedUnderAgent() async throws {
+        try await withTemporaryGroup { group in
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                try await Self.produce(group, 30)
+                let agent = try ChildProcess("tributary-agent", Self.args(group, collector.url, ["--flush-interval", "0.1"]))
+                _ = try await HybridBrowserTests.delivered(collector, count: 30, within: 30)
+                // An app reinstalled: the group's files go, a producer creates a new store.
+                try FileManager.default.removeItem(atPath: group)
+                try await Self.produce(group, 20)
+                // An agent that does not notice would run on, draining the deleted file: stop it after 20 s.
+                let guardStop = Task {
+                    try await Task.sleep(for: .seconds(20))
+                    agent.send(SIGTERM)
+                }
+                defer { guardStop.cancel() }
+                let exit = await agent.finish()
+                #expect(exit.status == 75, "\(exit.stderr)")
+                #expect(exit.stderr.contains("created anew"))
+                let next = try await ChildProcess.run("tributary-agent", Self.args(group, collector.url, ["--once"]))
+                #expect(next.status == 0, "\(next.stderr)")
+                #expect(try await collector.stats().unique == 50)
+            }
+        }
+    }
+
     @Test("systemd-analyze verify accepts the units")
     func unitsVerify() throws {
         try withTemporaryGroup { dir in

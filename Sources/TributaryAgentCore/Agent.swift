@@ -249,6 +249,15 @@ public final class Agent: Service, Sendable {
             let batchWaiting = try outbox.pending().count >= configuration.upload.batchSize
             let drained = isStopping || batchWaiting ? 0 : try drainRespectingQuota(&loop)
             loop.report.drained += drained
+            if drained == 0, !isStopping, store.isReplaced {
+                // The producers now write a file this process does not have open: nothing more would
+                // ever be drained. A new start opens the new store (``Outbox/adoptStore(_:)``).
+                throw AgentError(
+                    .storeReplaced,
+                    "The shared store in \(store.groupDirectory) was deleted or created anew while the agent ran; "
+                        + "stopping so that the next start drains the new one (events already in the outbox stay "
+                        + "and go first).")
+            }
             let pending = try outbox.pending().count
             metrics.backlog.record(pending)
             let now = loop.clock.now

@@ -16,6 +16,8 @@ public struct AgentError: Error, CustomStringConvertible, Sendable {
         public static let halted = Code(rawValue: "halted")
         /// Writing the outbox failed; the agent stops rather than retry a failed fsync.
         public static let outboxIO = Code(rawValue: "outboxIO")
+        /// The group's store file was deleted or created anew while the agent ran; a restart opens it.
+        public static let storeReplaced = Code(rawValue: "storeReplaced")
     }
 
     public var code: Code

@@ -48,8 +48,12 @@ final class Environment: @unchecked Sendable {
 
     /// Whether commits are fsynced (`SharedStore.Options.durable`).
     let durable: Bool
-    /// The open environments by path, each with its count of users (``SharedStore``s).
-    private static let registry = Mutex<[String: (environment: Environment, users: Int)]>([:])
+    /// The device and inode of the data file this environment has open.
+    let file: (device: UInt64, inode: UInt64)
+    /// The open environments by path (the one whose file the path names now).
+    private static let registry = Mutex<[String: Environment]>([:])
+    /// How many ``SharedStore``s use this environment; read and written under the registry's lock only.
+    private var users = 0
 
     /// Opens (or returns the already open) environment for `path`; balance with ``release()``.
     ///
@@ -59,7 +63,9 @@ final class Environment: @unchecked Sendable {
     static func open(path: String, options: SharedStore.Options) throws(StoreError) -> Environment {
         var result: Result<Environment, StoreError>!
         registry.withLock { table in
-            if let (existing, users) = table[path] {
+            // The environment stays this path's even if its file was deleted or replaced since: opening the
+            // new file beside it could share one lock file between two environments of this process.
+            if let existing = table[path] {
                 guard existing.durable == options.durable, existing.quota == options.quota else {
                     result = .failure(StoreError(
                         .optionsConflict,
@@ -68,13 +74,14 @@ final class Environment: @unchecked Sendable {
                             + "\(options.quota) bytes. Open it with the same options."))
                     return
                 }
-                table[path] = (existing, users + 1)
+                existing.users += 1
                 result = .success(existing)
                 return
             }
             do throws(StoreError) {
                 let opened = try Environment(path: path, options: options)
-                table[path] = (opened, 1)
+                opened.users = 1
+                table[path] = opened
                 result = .success(opened)
             } catch {
                 result = .failure(error)
@@ -86,13 +93,10 @@ final class Environment: @unchecked Sendable {
     /// Ends one user's share of the environment; the last one closes it, under the registry's lock.
     func release() {
         Self.registry.withLock { table in
-            guard let (environment, users) = table[path], environment === self else { return }
-            if users > 1 {
-                table[path] = (environment, users - 1)
-            } else {
-                table[path] = nil
-                mdb_env_close(env)
-            }
+            users -= 1
+            guard users == 0 else { return }
+            if table[path] === self { table[path] = nil }
+            mdb_env_close(env)
         }
     }
 
@@ -135,6 +139,13 @@ final class Environment: @unchecked Sendable {
         var stat = MDB_stat()
         mdb_env_stat(handle, &stat)
         self.pageSize = Int(stat.ms_psize)
+        var fd: Int32 = -1
+        var info = Glibc.stat()
+        if mdb_env_get_fd(handle, &fd) == MDB_SUCCESS, fstat(fd, &info) == 0 {
+            file = (UInt64(info.st_dev), UInt64(info.st_ino))
+        } else {
+            file = (0, 0)
+        }
     }
 
 
@@ -165,6 +176,14 @@ final class Environment: @unchecked Sendable {
         }
         try mapError(mdb_txn_commit(txn), "mdb_txn_commit", path: path)
         return tables
+    }
+
+    /// Whether `path` no longer names the file this environment has open: the store was deleted, or
+    /// deleted and created anew, since; what this process reads and writes, no other process sees.
+    var isReplaced: Bool {
+        var info = Glibc.stat()
+        guard stat(path, &info) == 0 else { return true }
+        return (UInt64(info.st_dev), UInt64(info.st_ino)) != file
     }
 
     // MARK: Room for appends

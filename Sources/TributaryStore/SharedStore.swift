@@ -78,6 +78,11 @@ public final class SharedStore: Sendable {
     /// Clears the reader slots of processes that died (`mdb_reader_check`); returns how many it cleared.
     public func clearStaleReaders() throws -> Int { try environment.clearStaleReaders() }
 
+    /// Whether the group's store file is no longer the one this `SharedStore` has open: it was deleted,
+    /// or deleted and created anew (an app reinstalled), since it was opened. A long-running process
+    /// (the agent) then sees nothing other processes write, and must open the store again.
+    public var isReplaced: Bool { environment.isReplaced }
+
     /// Fault injection for this store's LMDB calls (tests only).
     package var faults: LMDBFaults { environment.faults }
 
