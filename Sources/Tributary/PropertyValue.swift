@@ -81,7 +81,12 @@ enum JSONValue: Decodable {
         else if let d = try? c.decode(Double.self) { self = .double(d) }
         else if let s = try? c.decode(String.self) { self = .string(s) }
         else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
-        else { self = .object(try c.decode([String: JSONValue].self)) }
+        else if let o = try? c.decode([String: JSONValue].self) { self = .object(o) }
+        else {
+            // What JSON's grammar accepts but no Double holds (1e400): say so, not "expected an object".
+            throw DecodingError.dataCorruptedError(
+                in: c, debugDescription: "a number beyond what a Double holds (about ±1.8e308)")
+        }
     }
 
     var kindName: String {

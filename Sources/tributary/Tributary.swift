@@ -133,14 +133,16 @@ struct Inspect: ParsableCommand {
 }
 
 struct Login: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Log the group in; later events of every process carry the login id.")
+    static let configuration = CommandConfiguration(
+        abstract: "Log the group in; later events of every process carry the login id.",
+        discussion: "The group's store must exist (a producer creates it): a mistyped --group is exit 66, not a new store.")
     @OptionGroup var options: GroupOption
     @Argument(help: "The login id.") var loginID: String
 
     func run() throws {
         try reportingErrors {
             try EventRules.validateID(loginID, what: "login id")
-            say(try SharedStore(groupDirectory: options.group).login(loginID).distinctID)
+            say(try openExisting(options.group).login(loginID).distinctID)
         }
     }
 }
@@ -150,7 +152,7 @@ struct Logout: ParsableCommand {
     @OptionGroup var options: GroupOption
 
     func run() throws {
-        try reportingErrors { say(try SharedStore(groupDirectory: options.group).logout().distinctID) }
+        try reportingErrors { say(try openExisting(options.group).logout().distinctID) }
     }
 }
 
@@ -162,7 +164,7 @@ struct Identify: ParsableCommand {
     func run() throws {
         try reportingErrors {
             try EventRules.validateID(anonymousID, what: "anonymous id")
-            say(try SharedStore(groupDirectory: options.group).identify(anonymousID: anonymousID).distinctID)
+            say(try openExisting(options.group).identify(anonymousID: anonymousID).distinctID)
         }
     }
 }
