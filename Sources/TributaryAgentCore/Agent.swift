@@ -134,7 +134,10 @@ public final class Agent: Service, Sendable {
         let result: Result<Report, any Error>
         do {
             let report = try await loopBody(session: session, loop: &loop, once: once)
-            try outbox.checkpoint()
+            // Within the grace the loop kept: a reader holding the WAL must not delay the stop.
+            if try !outbox.checkpoint(patience: configuration.grace / 2) {
+                logger.info("outbox checkpoint left for the next start: a reader was using the outbox")
+            }
             result = .success(report)
         } catch {
             if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }

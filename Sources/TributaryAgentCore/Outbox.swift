@@ -766,9 +766,26 @@ public final class Outbox: Sendable {
     /// so that closing the outbox has nothing left to write or sync. An I/O error surfaces here, where
     /// the agent can fail-stop on it, instead of inside an automatic checkpoint or a close that cannot
     /// report it.
-    public func checkpoint(truncate: Bool = true) throws {
+    ///
+    /// A truncating checkpoint waits for readers of the WAL (`tributary status`, `dead-letters`) to
+    /// finish: at most `patience` (the connection's 10 s busy timeout otherwise), so that a stop stays
+    /// within its deadline. Returns false when readers kept it from completing; the WAL then stays, as
+    /// durable as the database file, for the next checkpoint.
+    @discardableResult
+    public func checkpoint(truncate: Bool = true, patience: Duration? = nil) throws -> Bool {
         let sql = truncate ? "PRAGMA wal_checkpoint(TRUNCATE)" : "PRAGMA wal_checkpoint(PASSIVE)"
-        try writer.writeWithoutTransaction { db in _ = try GRDB.Row.fetchAll(db, sql: sql) }
+        return try writer.writeWithoutTransaction { db in
+            guard let patience else { return try Self.checkpointed(db, sql) }
+            try db.execute(sql: "PRAGMA busy_timeout = \(max(1, Int(patience / .milliseconds(1))))")
+            let outcome = Result { try Self.checkpointed(db, sql) }
+            try db.execute(sql: "PRAGMA busy_timeout = 10000")  // the connection's own (busyMode), for what follows
+            return try outcome.get()
+        }
+    }
+
+    /// Runs a `wal_checkpoint` pragma; false when its first column (busy) says it could not complete.
+    private static func checkpointed(_ db: Database, _ sql: String) throws -> Bool {
+        try GRDB.Row.fetchOne(db, sql: sql).map { ($0[0] as Int?) != 1 } ?? true
     }
 
     /// Runs SQLite's `PRAGMA integrity_check`; returns "ok" when the file is sound.

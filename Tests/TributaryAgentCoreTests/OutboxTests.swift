@@ -368,4 +368,32 @@ struct OutboxTests {
             #expect(try outbox.counters().corruptRecords == 1)
         }
     }
+
+    @Test("a checkpoint with patience waits for a reader at most that long, says it did not complete, and completes later")
+    func checkpointPatience() throws {
+        try withTemporaryGroup { dir in
+            let path = dir + "/outbox.sqlite"
+            let outbox = try Outbox(path: path)
+            try outbox.insertDrained((1...10).map { .event(Self.row($0)) })
+            // `tributary status` reading the outbox while the agent stops: a read transaction on the WAL.
+            let other = try Outbox(path: path)
+            let reading = DispatchSemaphore(value: 0)
+            let done = DispatchSemaphore(value: 0)
+            DispatchQueue.global().async {
+                _ = try? other.writer.read { db in
+                    _ = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM outbox")
+                    reading.signal()
+                    done.wait()
+                }
+            }
+            reading.wait()
+            try outbox.insertDrained((11...20).map { .event(Self.row($0)) })
+            let start = ContinuousClock.now
+            let completed = try outbox.checkpoint(patience: .milliseconds(100))
+            #expect(!completed)
+            #expect(ContinuousClock.now - start < .seconds(5), "the connection's busy timeout is 10 s")
+            done.signal()
+            #expect(try outbox.checkpoint(), "the reader gone, the checkpoint completes")
+        }
+    }
 }
