@@ -214,6 +214,11 @@ public final class Agent: Service, Sendable {
         /// applies only then.
         var uploadsAnswered = true
         var planner = UploadPlanner()
+        /// Outbox rows this run delivered or dead-lettered: rows leave the outbox oldest first.
+        var rowsSent = 0
+        /// `--once`: once the drain has reached what the store held at the start, the rows then waiting
+        /// and `rowsSent` then; the run is over when that many more rows have been sent.
+        var onceMark: (waiting: Int, sentBefore: Int)?
 
         init(clock: ContinuousClock, interval: Duration) {
             self.clock = clock
@@ -229,7 +234,6 @@ public final class Agent: Service, Sendable {
         // as the drain meets it, but is not waited for (with a producer appending steadily, the store
         // is never found empty).
         let onceThrough = once ? try store.status().newestSeq ?? 0 : 0
-        var onceRows: Int64?
         let started = loop.clock.now
         while !Task.isCancelled {
             heartbeat.beat()
@@ -341,7 +345,7 @@ public final class Agent: Service, Sendable {
                 loop.lastStatusWrite = loop.clock.now
             }
             if isStopping && pending == 0 { break }
-            if once, try sent(through: onceThrough, rows: &onceRows) { break }
+            if once, try sent(through: onceThrough, &loop) { break }
             if progressed { continue }
             var timeout = configuration.pollInterval
             if let notBefore = loop.notBefore, loop.flushing { timeout = min(timeout, notBefore - loop.clock.now) }
@@ -436,6 +440,7 @@ public final class Agent: Service, Sendable {
         case .progressed(let delivered, let deadLettered):
             loop.uploadsAnswered = true
             loop.report.delivered += delivered
+            loop.rowsSent += delivered + deadLettered
             metrics.uploaded.increment(by: delivered)
             metrics.deadLetters.increment(by: deadLettered)
             if delivered > 0 {
@@ -487,19 +492,17 @@ public final class Agent: Service, Sendable {
     /// Whether every event up to store sequence number `seq` has been drained and then delivered (or
     /// dead-lettered).
     ///
-    /// `rows` is the outbox's last row id once the drain has reached `seq` (set by the first call that
-    /// finds it so): every row up to it, the ones waiting when the run started too, must be sent. Row
-    /// ids, not seqs: rows drained from a store since created anew have seqs of their own.
-    private func sent(through seq: UInt64, rows: inout Int64?) throws -> Bool {
-        let mark: Int64
-        if let rows {
-            mark = rows
-        } else {
+    /// Once the drain has reached `seq`, every row then in the outbox (the ones waiting when the run
+    /// started too) must be sent; rows leave oldest first, so that is a count (``LoopState/onceMark``).
+    /// Neither seqs (a store created anew numbers from 1 again) nor row ids (SQLite gives id 1 again
+    /// once the table is empty) would do.
+    private func sent(through seq: UInt64, _ loop: inout LoopState) throws -> Bool {
+        if loop.onceMark == nil {
             guard try outbox.lastDrainedSeq() >= seq else { return false }
-            mark = try outbox.lastRowID()
-            rows = mark
+            loop.onceMark = (try outbox.pending().count, loop.rowsSent)
         }
-        return try outbox.oldestPendingRowID().map { $0 > mark } ?? true
+        guard let mark = loop.onceMark else { return false }
+        return loop.rowsSent - mark.sentBefore >= mark.waiting
     }
 
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in

@@ -324,17 +324,6 @@ public final class Outbox: Sendable {
         }
     }
 
-    /// The id of the last row inserted (0 for an outbox never written to): rows inserted later have
-    /// larger ids.
-    public func lastRowID() throws -> Int64 {
-        try writer.read { db in try Int64.fetchOne(db, sql: "SELECT MAX(id) FROM outbox") ?? 0 }
-    }
-
-    /// The id of the oldest row waiting to be sent, or nil when none waits.
-    public func oldestPendingRowID() throws -> Int64? {
-        try writer.read { db in try Int64.fetchOne(db, sql: "SELECT MIN(id) FROM outbox") }
-    }
-
     /// ``insertDrained(_:beforeCommit:)`` for a chunk built by the drain.
     @discardableResult
     func insertDrained(_ chunk: DrainedChunk, beforeCommit: () -> Void = {}) throws -> Inserted {

@@ -273,6 +273,8 @@ final class UploadSession: @unchecked Sendable {
                     CrashPoint.hit("deadletter.before-commit")
                 }
                 suspect = nil
+                // The 413s that halved the size down to one were this event's: the size may grow again.
+                sizeCeiling = nil
                 return .progressed(delivered: 0, deadLettered: 1)
             }
             batchLimit = max(1, count / 2)

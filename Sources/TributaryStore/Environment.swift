@@ -336,7 +336,12 @@ final class Environment: @unchecked Sendable {
     /// and `body` run again from the start; at the quota, after one ``nudge()``,
     /// ``StoreError/Code/storeFull`` is thrown and nothing is written.
     func write<T>(_ body: (Transaction) throws -> T) throws -> T {
-        var nudged = false
+        try write(mayNudge: true, body)
+    }
+
+    /// ``write(_:)``, with or without the ``nudge()`` at the quota (the nudge's own write has none).
+    private func write<T>(mayNudge: Bool, _ body: (Transaction) throws -> T) throws -> T {
+        var nudged = !mayNudge
         while true {
             do {
                 return try resizeLock.withReadLock {
@@ -368,33 +373,13 @@ final class Environment: @unchecked Sendable {
     /// snapshot before the last stays readable): at the quota, right after a drain freed most of the
     /// store in one commit, the next append would find no page it may use, and fail again and again
     /// while nothing else commits. One small commit makes the freed pages usable.
-    private func nudge() throws(StoreError) {
-        do {
-            try resizeLock.withReadLock {
-                var txn: OpaquePointer?
-                try check(mdb.txnBegin(env, 0, &txn), "mdb_txn_begin")
-                do {
-                    let transaction = Transaction(txn: txn!, mdb: mdb)
-                    let version: [UInt8]? = try withKey(MetaKey.schemaVersion) { key in
-                        try transaction.withValue(tables.meta, &key) { $0.map(Array.init) }
-                    }
-                    if let version {
-                        try withKey(MetaKey.schemaVersion) { key in
-                            try version.withUnsafeBytes { try transaction.put(tables.meta, &key, $0) }
-                        }
-                    }
-                } catch {
-                    mdb_txn_abort(txn)
-                    throw error
+    private func nudge() throws {
+        try write(mayNudge: false) { txn in
+            try withKey(MetaKey.schemaVersion) { key in
+                if let version = try txn.withValue(tables.meta, &key, { $0.map(Array.init) }) {
+                    try version.withUnsafeBytes { try txn.put(tables.meta, &key, $0) }
                 }
-                try check(mdb.txnCommit(txn!), "mdb_txn_commit")
             }
-        } catch let failure as LMDBFailure {
-            try Environment.mapError(failure.rc, failure.call, path: path)
-        } catch let error as StoreError {
-            throw error
-        } catch {
-            throw StoreError(.lmdb, "Could not commit on \(path): \(error).")
         }
     }
 

@@ -15,7 +15,8 @@ public final class SharedStore: Sendable {
     public struct Options: Sendable {
         /// Map size to start with; the map doubles on demand up to ``quota``. Default 32 MiB.
         public var initialMapSize: Int = 32 << 20
-        /// Largest size the store may grow to; past it appends fail with `storeFull`. Default 1 GiB.
+        /// Largest size the store may grow to; past it appends fail with `storeFull`. Default 1 GiB, at
+        /// least ``SharedStore/minimumQuota``.
         public var quota: Int = 1 << 30
         /// Whether each commit is fsynced before it returns. Default true; only benchmarks turn it off.
         public var durable: Bool = true
@@ -25,6 +26,10 @@ public final class SharedStore: Sendable {
         /// The defaults.
         public init() {}
     }
+
+    /// The smallest quota a store may have: 512 KiB. Appends leave part of the quota to the agent's
+    /// deletes (at least 128 KiB, docs/store-format.md); a quota much smaller would hold no event at all.
+    public static let minimumQuota = 512 << 10
 
     /// The schema this code writes, stored under `meta/schema_version`.
     public static let schemaVersion: UInt32 = 1
@@ -42,6 +47,12 @@ public final class SharedStore: Sendable {
 
     /// Opens the store of the app group at `groupDirectory`, creating the directory and store if needed.
     public init(groupDirectory: String, options: Options = Options()) throws {
+        guard options.quota >= Self.minimumQuota else {
+            throw StoreError(
+                .invalidOptions,
+                "A store's quota must be at least \(Self.minimumQuota) bytes, not \(options.quota): appends leave at "
+                    + "least 128 KiB of it for the agent's deletes.")
+        }
         var directory = groupDirectory
         while directory.count > 1 && directory.hasSuffix("/") { directory.removeLast() }
         try GroupDirectory.prepare(directory, create: options.create)

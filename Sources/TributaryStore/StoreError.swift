@@ -26,6 +26,8 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let lmdb = Code(rawValue: "lmdb")
         /// The store is already open in this process with another durability or quota.
         public static let optionsConflict = Code(rawValue: "optionsConflict")
+        /// A `SharedStore.Options` value is out of range (a quota below ``SharedStore/minimumQuota``).
+        public static let invalidOptions = Code(rawValue: "invalidOptions")
     }
 
     /// What kind of failure this is.

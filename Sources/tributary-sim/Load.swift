@@ -34,7 +34,9 @@ struct ProducerOptions: ParsableArguments {
         guard rate == 0 || (rate >= 0.001 && rate.isFinite) else {
             throw ValidationError("--rate must be 0 (as fast as possible) or at least 0.001 events per second.")
         }
-        if let storeQuota, storeQuota < 1 << 16 { throw ValidationError("--store-quota must be at least 65536 bytes, got \(storeQuota).") }
+        if let storeQuota, storeQuota < SharedStore.minimumQuota {
+            throw ValidationError("--store-quota must be at least \(SharedStore.minimumQuota) bytes, got \(storeQuota).")
+        }
     }
 
     /// The pause between two events of one caller that `--rate` asks for, in nanoseconds.

@@ -177,6 +177,27 @@ struct UploadTests {
         }
     }
 
+    @Test("an event too large even alone is dead-lettered, and the batch size grows back after it")
+    func tooLargeAlone() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            let padding = Dictionary(uniqueKeysWithValues: (0..<20).map { ("p\($0)", PropertyValue.string(String(repeating: "x", count: 8000))) })
+            try await tracker.track("Huge", properties: padding)
+            for i in 0..<600 { try await tracker.track("Ordinary", properties: ["i": .int(Int64(i))]) }
+            // 64 KiB of body after decompression: the huge event (160 KB) never fits, 500 ordinary ones do.
+            try await Collector.withRunning(CollectorConfiguration(maxBodyBytes: 64 << 10)) { collector in
+                let agent = try Self.agent(group, collector)
+                _ = try await agent.runOnce()
+                let letters = try agent.outbox.deadLetters()
+                #expect(letters.map(\.seq) == [1] && letters.first?.status == 413)
+                let stats = try await collector.stats()
+                #expect(stats.unique == 600)
+                // 500, 250, … 1 refused (10 requests), then batches of 1, 2, 4, … (about 10), not 100 of one.
+                #expect(stats.requests < 40, "\(stats.requests) requests")
+            }
+        }
+    }
+
     @Test("one poison event in a batch of 500 is isolated in about log2(500) requests")
     func poisonBisect() async throws {
         try await withTemporaryGroup { group in

@@ -199,6 +199,20 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("a quota below the minimum is refused at open, not a store that holds nothing")
+    func minimumQuota() throws {
+        try withTemporaryGroup { group in
+            var options = SharedStore.Options()
+            options.quota = SharedStore.minimumQuota - 1
+            let error = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group, options: options) }
+            #expect(error?.code == .invalidOptions)
+            options.quota = SharedStore.minimumQuota
+            options.initialMapSize = options.quota
+            let store = try SharedStore(groupDirectory: group, options: options)
+            #expect(try Self.append(store, 10, size: 500).count == 10, "the smallest quota holds events")
+        }
+    }
+
     @Test("one process cannot have a store open with two durabilities or quotas; once closed, it may reopen it")
     func optionsConflict() throws {
         try withTemporaryGroup { group in
