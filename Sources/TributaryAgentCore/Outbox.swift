@@ -67,7 +67,7 @@ public final class Outbox: Sendable {
             atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o700])
         var config = Configuration()
-        config.busyMode = .timeout(10)
+        config.busyMode = .timeout(Self.busyTimeout)
         config.prepareDatabase { db in
             // sqlite.org/pragma.html#pragma_synchronous: "FULL ... ensures that an operating system
             // crash or power failure will not corrupt the database" and, in WAL mode, that every
@@ -757,7 +757,7 @@ public final class Outbox: Sendable {
     /// report it.
     ///
     /// A truncating checkpoint waits for readers of the WAL (`tributary status`, `dead-letters`) to
-    /// finish: at most `patience` (the connection's 10 s busy timeout otherwise), so that a stop stays
+    /// finish: at most `patience` (the connection's ``busyTimeout`` otherwise), so that a stop stays
     /// within its deadline. Returns false when readers kept it from completing; the WAL then stays, as
     /// durable as the database file, for the next checkpoint.
     @discardableResult
@@ -767,10 +767,13 @@ public final class Outbox: Sendable {
             guard let patience else { return try Self.checkpointed(db, sql) }
             try db.execute(sql: "PRAGMA busy_timeout = \(max(1, Int(patience / .milliseconds(1))))")
             let outcome = Result { try Self.checkpointed(db, sql) }
-            try db.execute(sql: "PRAGMA busy_timeout = 10000")  // the connection's own (busyMode), for what follows
+            try db.execute(sql: "PRAGMA busy_timeout = \(Int(Self.busyTimeout * 1000))")  // the connection's own again
             return try outcome.get()
         }
     }
+
+    /// How long a statement waits for a lock another connection holds, in seconds (GRDB's `busyMode`).
+    static let busyTimeout: TimeInterval = 10
 
     /// Runs a `wal_checkpoint` pragma; false when its first column (busy) says it could not complete.
     private static func checkpointed(_ db: Database, _ sql: String) throws -> Bool {

@@ -11,8 +11,9 @@ public enum PageEventMapping {
     public static let pageOnlyKeys: Set<String> = ["server_url", "_nocache", "$project", "$token"]
     /// The earliest `properties.$time` taken as the event time (2015-05-15, the iOS SDK's bound).
     public static let earliestCustomTime: Int64 = 1_431_656_640_000
-    /// The latest event time a page may give: the end of 9999 (the largest year dates are written with).
-    public static let latestTime: Int64 = 253_402_300_799_999
+    /// The latest event time a page may give: the end of 9999, as for date properties
+    /// (``EventRules/dateRange``).
+    public static let latestTime = Int64(EventRules.dateRange.upperBound * 1000)
 
     /// Maps `data`; throws ``BridgeRejection`` (`invalidEvent` or `unsupportedType`) naming the field.
     public static func map(_ data: [String: JSON], origin: String) throws(BridgeRejection) -> PageEvent {

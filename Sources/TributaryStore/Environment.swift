@@ -48,8 +48,9 @@ final class Environment: @unchecked Sendable {
 
     /// Whether commits are fsynced (`SharedStore.Options.durable`).
     let durable: Bool
-    /// The device and inode of the data file this environment has open.
-    let file: (device: UInt64, inode: UInt64)
+    /// The device and inode of the data file this environment has open (nil if LMDB's descriptor could
+    /// not be examined: the file is then never taken for replaced).
+    let file: (device: UInt64, inode: UInt64)?
     /// The open environments by path (the one whose file the path names now).
     private static let registry = Mutex<[String: Environment]>([:])
     /// How many ``SharedStore``s use this environment; read and written under the registry's lock only.
@@ -144,7 +145,7 @@ final class Environment: @unchecked Sendable {
         if mdb_env_get_fd(handle, &fd) == MDB_SUCCESS, fstat(fd, &info) == 0 {
             file = (UInt64(info.st_dev), UInt64(info.st_ino))
         } else {
-            file = (0, 0)
+            file = nil
         }
     }
 
@@ -181,9 +182,10 @@ final class Environment: @unchecked Sendable {
     /// Whether `path` no longer names the file this environment has open: the store was deleted, or
     /// deleted and created anew, since; what this process reads and writes, no other process sees.
     var isReplaced: Bool {
+        guard let file else { return false }
         var info = Glibc.stat()
         guard stat(path, &info) == 0 else { return true }
-        return (UInt64(info.st_dev), UInt64(info.st_ino)) != file
+        return UInt64(info.st_dev) != file.device || UInt64(info.st_ino) != file.inode
     }
 
     // MARK: Room for appends
