@@ -82,7 +82,16 @@ struct DeadlineTests {
                 // Every drain chunk finds new events. A drain that ran until it found the store empty kept going,
                 // chunk after chunk, past both deadlines: the --once run below took 10 to 17 s, delivering nothing.
                 let producer = try ChildProcess("tributary-sim", ["load", "--group", group, "--count", "1000000", "--interval-ms", "1"])
-                try await Task.sleep(for: .milliseconds(300))
+                // The producer has written before the agent starts (a --once run over an empty store sends
+                // nothing: under the whole suite's load, 300 ms were not always enough for it to begin).
+                var existing = SharedStore.Options()
+                existing.create = false
+                let waitedFrom = Date()
+                while ((try? SharedStore(groupDirectory: group, options: existing).status().pendingEvents) ?? 0) < 100,
+                    Date().timeIntervalSince(waitedFrom) < 20
+                {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
 
                 let (onceRun, readyToExit) = try await Self.runOnce(
                     group, collector.url, ["--once", "--deadline", "2", "--grace", "0.5"])
