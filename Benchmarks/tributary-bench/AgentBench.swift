@@ -533,7 +533,7 @@ struct AgentReport {
             var table = [
                 [
                     "pipeline", "ev/s acked", "wall s", "producers ev/s", "producer CPU s", "agent CPU s",
-                    "collector CPU s", "agent peak anon MiB",
+                    "collector CPU s", "CPU ceiling ev/s", "busy %", "agent peak anon MiB",
                 ]
             ]
             table.append([
@@ -544,9 +544,14 @@ struct AgentReport {
                 Report.decimal(Statistics.median(pipeline.map(\.producerCPUSeconds)), 1),
                 Report.decimal(Statistics.median(pipeline.map(\.agentCPUSeconds)), 1),
                 Report.decimal(Statistics.median(pipeline.map(\.collectorCPUSeconds)), 1),
+                Report.grouped(Statistics.median(pipeline.map(\.cpuCeiling))),
+                Report.decimal(Statistics.median(pipeline.map(\.busyShare)) * 100, 0),
                 Report.decimal(Statistics.median(pipeline.map { Double($0.agentPeakAnonKB) / 1024 }), 1),
             ])
             lines += Self.format(table)
+            lines.append(
+                "CPU ceiling: events x CPUs / CPU s of producers, agent and collector together, the rate the run's "
+                    + "CPU per event allows with every CPU busy all the time; busy %: that CPU time over wall time x CPUs.")
         }
         return lines.joined(separator: "\n")
     }

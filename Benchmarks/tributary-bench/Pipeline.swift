@@ -23,8 +23,17 @@ struct PipelineRun {
     var collectorCPUSeconds: Double
     var producerCPUSeconds: Double
     var agentPeakAnonKB: Int
+    /// The machine's CPUs during the run.
+    var cpus: Int
     var eventsPerSecond: Double { Double(events) / seconds }
     var producerEventsPerSecond: Double { Double(events) / producerSeconds }
+    /// CPU time of producers, agent and collector together.
+    var cpuSeconds: Double { producerCPUSeconds + agentCPUSeconds + collectorCPUSeconds }
+    /// The rate this run's CPU time per event allows on `cpus` CPUs kept busy all the time: what the
+    /// hardware allows the code as it is, with perfect overlap between the processes.
+    var cpuCeiling: Double { Double(events) * Double(cpus) / cpuSeconds }
+    /// How much of the machine the run kept busy: CPU time over wall time times CPUs.
+    var busyShare: Double { cpuSeconds / (seconds * Double(cpus)) }
 }
 
 extension AgentSession {
@@ -85,14 +94,15 @@ extension AgentSession {
             events: spec.events, seconds: Double(end - start) / 1e9,
             producerSeconds: Double(producersDone - start) / 1e9, agentCPUSeconds: exit.cpuSeconds,
             collectorCPUSeconds: collectorCPU, producerCPUSeconds: reports.reduce(0) { $0 + Double($1.cpuNanos ?? 0) / 1e9 },
-            agentPeakAnonKB: memory.anonKB)
+            agentPeakAnonKB: memory.anonKB, cpus: ProcessInfo.processInfo.activeProcessorCount)
         progress(
             "rep \(rep)/\(reps)  pipeline \(Report.grouped(Double(spec.events))) events: "
                 + "\(Report.grouped(run.eventsPerSecond)) ev/s to the collector in \(Report.decimal(run.seconds, 1)) s "
                 + "(producers done after \(Report.decimal(run.producerSeconds, 1)) s, "
                 + "\(Report.grouped(run.producerEventsPerSecond)) ev/s); CPU s: producers "
                 + "\(Report.decimal(run.producerCPUSeconds, 1)), agent \(Report.decimal(run.agentCPUSeconds, 1)), "
-                + "collector \(Report.decimal(run.collectorCPUSeconds, 1))")
+                + "collector \(Report.decimal(run.collectorCPUSeconds, 1)); CPU ceiling "
+                + "\(Report.grouped(run.cpuCeiling)) ev/s, \(Report.decimal(run.busyShare * 100, 0)) % busy")
         return run
     }
 }
