@@ -6,9 +6,10 @@ PREFIX       ?= /usr/local
 DESTDIR      ?=
 RELEASE_DIR  := .build-release
 # Debian packages the build and tests need (C libraries wrapped as .systemLibrary targets).
-# systemd gives systemd-analyze (unit checks); faketime the clock-jump tests; chromium the hybrid-page browser.
+# systemd gives systemd-analyze (unit checks); chromium the hybrid-page browser. (The clock-jump tests shift
+# the wall clock through TRIBUTARY_TEST_WALL_CLOCK_OFFSET_FILE: libfaketime's LD_PRELOAD breaks Swift binaries.)
 # strace injects ENOSPC/EIO into the agent's writes and fsyncs (docs/reliability.md).
-DEB_PACKAGES := liblmdb-dev zlib1g-dev libdeflate-dev libsqlite3-dev libsystemd-dev pkg-config systemd faketime chromium strace
+DEB_PACKAGES := liblmdb-dev zlib1g-dev libdeflate-dev libsqlite3-dev libsystemd-dev pkg-config systemd chromium strace
 SYSCONFDIR   ?= /etc
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 DOCDIR       ?= $(PREFIX)/share/doc/tributary
@@ -26,6 +27,10 @@ help:
 	@echo "make run    demo: a collector, an agent, a main app and two extensions on a fresh group, then a summary"
 	@echo "make bench  release build, then every performance figure next to its baseline (docs/performance.md)"
 	@echo "make install  release build; binaries, systemd units and docs under DESTDIR/PREFIX"
+	@echo "make release  release build of the four binaries into $(RELEASE_DIR)/release"
+	@echo "make bench-deps  the packages make bench needs besides make deps ($(BENCH_DEB_PACKAGES))"
+	@echo "make format   swift format every source, test and benchmark file in place"
+	@echo "make clean    remove every build directory, the bench venv and the demo's files"
 
 # Installs the Debian packages of $(1) that are missing. Idempotent: a quick no-op when all are installed.
 install_missing = missing=""; for p in $(1); do \
@@ -77,10 +82,12 @@ run: build
 
 # Every figure of docs/performance.md next to its baseline, then one summary table (also written to
 # .build-bench/results.txt); then the stop-latency distribution. One product per `swift build`:
-# given several --product options, swift build builds only the last.
+# given several --product options, swift build builds only the last. TRIBUTARY_BENCH=1 adds the
+# benchmark targets to the package (Package.swift), which `make test` never builds.
 BENCH_PRODUCTS := tributary-bench lmdb-baseline tributary-agent tributary-collector tributary-sim
 bench: bench-deps $(BENCH_DIR)/venv/.installed
-	for p in $(BENCH_PRODUCTS); do $(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product $$p || exit 1; done
+	for p in $(BENCH_PRODUCTS); do \
+	  TRIBUTARY_BENCH=1 $(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product $$p || exit 1; done
 	$(RELEASE_DIR)/release/tributary-bench all --bin $(RELEASE_DIR)/release \
 	  --python $(BENCH_DIR)/venv/bin/python > $(BENCH_DIR)/results.txt && cat $(BENCH_DIR)/results.txt
 	./scripts/bench-stop.sh $(RELEASE_DIR)/release

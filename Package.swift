@@ -1,4 +1,5 @@
 // swift-tools-version:6.2
+import Foundation
 import PackageDescription
 
 /// Settings every Tributary target shares: Swift 6 language mode (strict concurrency) and no warnings.
@@ -125,22 +126,6 @@ let package = Package(
             swiftSettings: strict
         ),
 
-        // Benchmarks: built and run only by `make bench`.
-        .executableTarget(
-            name: "tributary-bench",
-            dependencies: [
-                "Tributary", "TributaryAgentCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Logging", package: "swift-log"),
-            ],
-            path: "Benchmarks/tributary-bench",
-            swiftSettings: strict
-        ),
-        .executableTarget(
-            name: "lmdb-baseline",
-            path: "Benchmarks/lmdb-baseline",
-            linkerSettings: [.linkedLibrary("lmdb"), .linkedLibrary("sqlite3"), .linkedLibrary("z")]
-        ),
-
         .target(
             name: "TributaryTestSupport",
             dependencies: ["TributaryStore", "TributaryCollector", .product(name: "GRDB", package: "GRDB.swift")],
@@ -186,3 +171,25 @@ let package = Package(
         ),
     ]
 )
+
+// The benchmarks (`make bench`, docs/performance.md) exist only when TRIBUTARY_BENCH is set, as
+// `make bench` sets it: `swift test` builds every target of the package, and these would add their
+// compile and link time to every `make test`. (SwiftPM keys its manifest cache on the environment.)
+if ProcessInfo.processInfo.environment["TRIBUTARY_BENCH"] != nil {
+    package.targets += [
+        .executableTarget(
+            name: "tributary-bench",
+            dependencies: [
+                "Tributary", "TributaryAgentCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Benchmarks/tributary-bench",
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "lmdb-baseline",
+            path: "Benchmarks/lmdb-baseline",
+            linkerSettings: [.linkedLibrary("lmdb"), .linkedLibrary("sqlite3"), .linkedLibrary("z")]
+        ),
+    ]
+}

@@ -12,9 +12,12 @@ struct TributaryBench: AsyncParsableCommand {
         commandName: "tributary-bench",
         abstract: "Producer throughput and commit latency, Swift (Tracker) next to C (lmdb-baseline).",
         discussion: """
-            Runs every configuration {single track, group commit} x {1, 2, 4 processes}, first with \
-            Swift producer processes, then with C producer processes doing the same LMDB work, each in a \
-            fresh store on disk, and prints the medians over the repetitions. `tributary-bench agent`             measures the sync agent: drain rate next to C, end-to-end to the reference collector, peak RSS.
+            Runs every configuration {single track, group commit, awaited group commit} x {1, 2, 4 \
+            processes}, first with Swift producer processes, then with C producer processes doing the \
+            same LMDB work, each in a fresh store on disk, and prints the medians over the repetitions. \
+            `tributary-bench agent` measures the sync agent: drain rate next to C, end to end to the \
+            reference collector, peak RSS. `tributary-bench compare` counts events lost under SIGKILL \
+            next to two Python SDKs; `tributary-bench all` runs everything and ends with the summary.
             """,
         subcommands: [Run.self, AgentBench.self, Compare.self, All.self, Worker.self, DrainWorker.self],
         defaultSubcommand: Run.self

@@ -29,10 +29,18 @@ struct BackoffTests {
         var rng = SplitMix64(seed: 9)
         #expect(policy.delay(attempt: 0, retryAfter: .seconds(5), using: &rng) == .seconds(5))
         #expect(policy.delay(attempt: 0, retryAfter: .seconds(100_000), using: &rng) == .seconds(120))
-        for _ in 0..<100 {
-            let d = policy.delay(attempt: 3, retryAfter: .zero, using: &rng)
-            #expect(d >= .zero && d <= .seconds(8))
-        }
+        // A Retry-After of 0 (or in the past) leaves the jittered backoff as it is: draw by draw the
+        // same waits as without one, from generators with the same seed.
+        var withZero = SplitMix64(seed: 11)
+        var without = SplitMix64(seed: 11)
+        let zeroes = (0..<100).map { _ in policy.delay(attempt: 3, retryAfter: .zero, using: &withZero) }
+        let plain = (0..<100).map { _ in policy.delay(attempt: 3, using: &without) }
+        #expect(zeroes == plain)
+        #expect(zeroes.max()! > .seconds(4), "a Retry-After of 0 must not turn the backoff into a tight loop")
+        // A Retry-After below the ceiling is a floor: never less, but the jitter still reaches above it.
+        let floored = (0..<100).map { _ in policy.delay(attempt: 3, retryAfter: .seconds(1), using: &rng) }
+        #expect(floored.allSatisfy { $0 >= .seconds(1) && $0 <= .seconds(8) })
+        #expect(floored.max()! > .seconds(4))
     }
 
     @Test("Retry-After parsing", arguments: [

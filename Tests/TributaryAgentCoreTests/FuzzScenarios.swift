@@ -33,6 +33,13 @@ struct FuzzScenarios {
         try withTemporaryGroup { group in
             let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .app, producerID: "fuzz"))
             for i in 0..<iterations {
+                if i % 10 == 0 {
+                    // A valid event between the noise: the fuzzing must not leave the tracker refusing
+                    // everything (a run that accepted nothing would lose nothing too).
+                    _ = try tracker.track("Control_\(i)", properties: ["i": .int(Int64(i)), "s": .string("ok")])
+                    verdict.acknowledged += 1
+                    verdict.delivered += 1
+                }
                 let before = try tracker.store.status().lastAssignedSeq
                 let name = i % 3 == 0 ? "Valid_\(i)" : Self.noise(&rng, maxLength: 120)
                 var properties: [String: PropertyValue] = [:]
@@ -56,6 +63,7 @@ struct FuzzScenarios {
                 }
             }
             verdict.lost = verdict.acknowledged - (try tracker.store.status().pendingEvents)
+            #expect(verdict.acknowledged > iterations / 10, "the noise's valid names and values must be accepted too")
         }
         Self.conclude("11 fuzz: event names, properties", iterations, verdict, seed, "FuzzScenarios/events")
     }
@@ -101,6 +109,9 @@ struct FuzzScenarios {
         let keys = ["seed", "failure_rate", "failure_status", "retry_after", "latency_ms", "hang_rate", "poison_pattern",
                     "max_events_per_batch", "forced_status", "bogus_key"]
         let values = ["0", "1", "-1", "0.5", "2", "600", "\"x\"", "\"[\"", "null", "true", "1e400", "[]", "{}", "\"\""]
+        var accepted = 0
+        var rejected = 0
+        var tokensAccepted = 0
         try withTemporaryGroup { dir in
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
             for i in 0..<iterations {
@@ -110,26 +121,57 @@ struct FuzzScenarios {
                         + values[Int(rng.next() % UInt64(values.count))]
                 }
                 json += rng.next() % 8 == 0 ? Self.noise(&rng, maxLength: 5) : "}"
-                do {
-                    let faults = try JSONDecoder().decode(FaultConfiguration.self, from: Data(json.utf8))
-                    try faults.validate()
-                    verdict.acknowledged += 1
-                } catch let error as CollectorError {
-                    if error.message.isEmpty { verdict.healthProblems.append("empty collector error for \(json)") }
-                } catch is DecodingError {
-                    // Typed: names the key or the syntax error.
+                // Decoding is JSONDecoder's (a DecodingError names the key or the syntax error); what
+                // decoded is then checked against the rules written out again here, independently.
+                if let faults = try? JSONDecoder().decode(FaultConfiguration.self, from: Data(json.utf8)) {
+                    let expected = Self.expectedProblem(faults)
+                    do throws(CollectorError) {
+                        try faults.validate()
+                        verdict.acknowledged += 1
+                        accepted += 1
+                        if let expected { verdict.healthProblems.append("accepted although \(expected) is out of range: \(json)") }
+                    } catch {
+                        rejected += 1
+                        if let expected, !error.message.contains(expected) {
+                            verdict.healthProblems.append("the error for \(json) does not name \(expected): \(error.message)")
+                        } else if expected == nil && faults.poisonPattern == nil {
+                            verdict.healthProblems.append("rejected a valid configuration \(json): \(error.message)")
+                        }
+                    }
                 }
                 let token = dir + "/token-\(i % 10)"
-                try Self.noise(&rng, maxLength: 30).write(toFile: token, atomically: true, encoding: .utf8)
+                let text = Self.noise(&rng, maxLength: 30)
+                try text.write(toFile: token, atomically: true, encoding: .utf8)
+                let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
+                let valid = !trimmed.isEmpty && !trimmed.contains(where: \.isNewline)
                 do {
                     let read = try Agent.readToken(token)
-                    if read.isEmpty || read.contains(where: \.isNewline) { verdict.healthProblems.append("token accepted: \(read)") }
+                    tokensAccepted += 1
+                    if !valid || read != trimmed { verdict.healthProblems.append("token accepted as \(read.debugDescription)") }
                 } catch let error as AgentError {
+                    if valid { verdict.healthProblems.append("a valid token refused: \(trimmed.debugDescription)") }
                     if !error.message.contains(token) { verdict.healthProblems.append("token error does not name the file") }
                 }
             }
         }
+        // The generator must reach both sides of every rule, or the checks above check little.
+        #expect(accepted > 0 && rejected > 0 && tokensAccepted > 0, "accepted \(accepted), rejected \(rejected), tokens \(tokensAccepted)")
         Self.conclude("11 fuzz: configuration", iterations, verdict, seed, "FuzzScenarios/configuration")
+    }
+
+    /// The first property of `faults` outside its range (its name as the errors spell it), or nil.
+    static func expectedProblem(_ faults: FaultConfiguration) -> String? {
+        for (name, rate) in [("failureRate", faults.failureRate), ("hangRate", faults.hangRate),
+                             ("resetRate", faults.resetRate), ("lostAckRate", faults.lostAckRate)] where !(0...1).contains(rate) {
+            return name
+        }
+        if !(300...599).contains(faults.failureStatus) { return "failureStatus" }
+        if !(300...599).contains(faults.poisonStatus) { return "poisonStatus" }
+        if let status = faults.forcedStatus, !(300...599).contains(status) { return "forcedStatus" }
+        if faults.latencyMillis < 0 { return "latencyMillis" }
+        if let count = faults.maxEventsPerBatch, count < 1 { return "maxEventsPerBatch" }
+        if let value = faults.retryAfter, value.isEmpty || value.contains(where: \.isNewline) { return "retryAfter" }
+        return nil
     }
 
     @Test("collector responses: random statuses and Retry-After values never crash the upload; afterwards all arrive")
@@ -146,17 +188,20 @@ struct FuzzScenarios {
             try await Collector.withRunning(CollectorConfiguration()) { collector in
                 let client = HTTPClientFactory.make(readTimeout: .milliseconds(500))
                 var verdict = Oracle.Verdict()
+                var forced: Set<Int> = []
                 for _ in 0..<iterations {
                     var faults = FaultConfiguration(forcedStatus: 300 + Int(rng.next() % 300))
                     let retryAfter = Self.noise(&rng, maxLength: 20).filter { $0.isASCII && !$0.isNewline && $0 != "\u{0}" && $0 != "\u{7f}" }
                     faults.retryAfter = retryAfter.trimmingCharacters(in: .whitespaces).isEmpty ? nil : retryAfter
                     guard (try? faults.validate()) != nil else { continue }
                     try await collector.setFaults(faults)
+                    if let status = faults.forcedStatus { forced.insert(status) }
                     var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
                     configuration.batchSize = 20
                     configuration.backoff = Backoff(base: .milliseconds(1), cap: .milliseconds(2), maxRetryAfter: .milliseconds(2))
                     let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: AgentModelScenarios.logger)
-                    _ = try await session.step(timeout: .milliseconds(500))
+                    // Several requests under the same answer: enough for a bisection to reach one event.
+                    for _ in 0..<6 { _ = try await session.step(timeout: .milliseconds(500)) }
                 }
                 // Statuses 400/422 dead-letter what they blamed: those are kept, not delivered.
                 try await collector.setFaults(.none)
@@ -166,11 +211,25 @@ struct FuzzScenarios {
                 for _ in 0..<100 { if case .empty = try await session.step() { break } }
                 try? await client.shutdown()
                 let delivered = Set(try await collector.events().map(\.eventID))
-                let letters = Set(try outbox.deadLetters().compactMap(\.eventID))
+                let deadLetters = try outbox.deadLetters()
+                let letters = Set(deadLetters.compactMap(\.eventID))
                 verdict.acknowledged = ids.count
                 verdict.delivered = delivered.count
                 verdict.lost = ids.filter { !delivered.contains($0) && !letters.contains($0) }.count
                 verdict.healthProblems = Oracle.outboxProblems(outbox.path)
+                // Only a status that blames the events (400 and 422 bisect down to one event, 413 to one
+                // event too large) may dead-letter, and only one that was forced; every other status is
+                // retried or halts the session, and the events then arrive once the collector is well.
+                if !delivered.isDisjoint(with: letters) { verdict.healthProblems.append("events both delivered and dead-lettered") }
+                if delivered.count + letters.count != ids.count {
+                    verdict.healthProblems.append("\(delivered.count) delivered + \(letters.count) dead letters != \(ids.count)")
+                }
+                for letter in deadLetters where !([400, 413, 422].contains(letter.status) && forced.contains(letter.status)) {
+                    verdict.healthProblems.append("dead-lettered with status \(letter.status), which may not dead-letter")
+                }
+                if forced.isDisjoint(with: [400, 413, 422]) && !letters.isEmpty {
+                    verdict.healthProblems.append("\(letters.count) dead letters, but no status that blames events was forced")
+                }
                 Self.conclude("11 fuzz: collector responses (\(letters.count) dead-lettered)", iterations, verdict, seed,
                               "FuzzScenarios/collectorResponses")
             }

@@ -281,15 +281,23 @@ struct UploadTests {
                 let client = HTTPClientFactory.make()
                 let session = UploadSession(outbox: agent.outbox, client: client, configuration: upload, logger: Self.logger)
                 var batchIDs: Set<String> = []
+                var laterDelays: [Duration] = []
                 for attempt in 0..<8 {
                     guard case .wait(let delay) = try await session.step() else {
                         Issue.record("a failing collector must lead to a wait")
                         break
                     }
                     #expect(delay >= .zero && delay <= backoff.ceiling(attempt: attempt))
+                    // Each failure counts: the next wait's ceiling doubles, and the outbox's retry counter grows.
+                    #expect(session.attempt == attempt + 1)
+                    #expect(try agent.outbox.counters().retries == Int64(attempt + 1))
+                    if attempt >= 4 { laterDelays.append(delay) }
                     batchIDs.formUnion(try agent.outbox.nextBatch(maxCount: 500, maxBytes: .max).compactMap(\.batchID))
                 }
                 #expect(batchIDs.count == 1, "a retried batch keeps its id")
+                // Attempts 4 to 7 draw from [0, 1.6 s] and [0, 2 s]: all four at or below the base (100 ms)
+                // has a chance below 1 in 10,000, and is what a backoff that never grew would give.
+                #expect(laterDelays.count == 4 && laterDelays.max()! > backoff.base, "the backoff must grow: \(laterDelays)")
                 try await client.shutdown()
             }
         }

@@ -4,10 +4,16 @@ import Testing
 
 @Suite("Wakeup")
 struct WakeupTests {
-    @Test("many very short waits all return (a timeout firing before the waiter registers is not lost)")
+    // A lost timeout would leave its wait hanging for good: the time limit turns that into a failure.
+    @Test("many very short waits all return (a timeout firing before the waiter registers is not lost)",
+          .timeLimit(.minutes(1)))
     func shortTimeouts() async {
         let wakeup = Wakeup()
+        let clock = ContinuousClock()
+        let began = clock.now
         for _ in 0..<2000 { await wakeup.wait(timeout: .nanoseconds(1)) }
+        // Alone this takes a few ms; the bound allows for the whole suite sharing two threads.
+        #expect(clock.now - began < .seconds(20))
     }
 
     @Test("a signal given before the wait ends it at once; cancellation ends it too")

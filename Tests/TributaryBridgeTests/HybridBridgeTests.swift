@@ -94,7 +94,15 @@ struct HybridBridgeTests {
             #expect(properties["$app_version"] as? String == "4.2.0")
             #expect(lib["$app_version"] as? String == "4.2.0")
             #expect(properties["$os"] as? String == "Linux", "app presets override the page's guesses")
-            #expect(properties["$model"] as? String != "iPhone")
+            // The app's device presets replace the page's guesses (its $model is "iPhone").
+            let presets = PresetProperties.current(appVersion: "4.2.0", deviceID: "")
+            for key in ["$model", "$os_version", "$manufacturer"] {
+                guard case .string(let expected)? = presets[key] else {
+                    Issue.record("no \(key) preset")
+                    continue
+                }
+                #expect(properties[key] as? String == expected, "\(key) is the app's")
+            }
             #expect(properties["app_channel"] as? String == "app", "super properties override the page's")
             #expect(properties["$lib"] as? String == "js", "the page keeps its $lib")
             #expect(lib["$lib"] as? String == "js" && lib["$lib_method"] as? String == "code")

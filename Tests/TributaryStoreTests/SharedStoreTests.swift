@@ -340,9 +340,13 @@ struct SharedStoreTests {
                 try Self.append(store, 2)
                 try store.overwriteSchemaVersion(SharedStore.schemaVersion + 1)
             }
+            let path = group + "/" + SharedStore.fileName
+            let before = try Data(contentsOf: URL(fileURLWithPath: path))
             // The first store is gone, so this opens the environment afresh and reads the schema again.
             let error = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group) }
             #expect(error?.code == .unsupportedSchema)
+            // Nothing written: not the schema version, not a store id, not the events.
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
         }
     }
 

@@ -18,6 +18,9 @@ public final class ChildProcess: @unchecked Sendable {
     public let process = Process()
     private let stdoutPipe = Pipe()
     private let stderrPipe = Pipe()
+    /// Stdout read by ``waitForLine(startingWith:)`` past the line it returned: the next wait starts
+    /// there, and ``finish()`` returns it ahead of the rest.
+    private let unread = Mutex(Data())
 
     /// Starts `executable` (a product name such as `tributary-sim`) with `arguments`.
     public convenience init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
@@ -47,16 +50,27 @@ public final class ChildProcess: @unchecked Sendable {
 
     /// Reads stdout until a line starting with `prefix` appears (or EOF); returns it. Blocking reads run
     /// on a thread of their own, never on a Swift concurrency thread.
+    /// Only whole lines count (a line still being written could be cut short); the lines before the
+    /// one returned are dropped.
     public func waitForLine(startingWith prefix: String) async -> String? {
         let handle = stdoutPipe.fileHandleForReading
         return await offPool {
-            var buffer = Data()
+            var buffer = self.unread.withLock { data in
+                defer { data = Data() }
+                return data
+            }
             while true {
+                while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                    let line = String(decoding: buffer[buffer.startIndex..<newline], as: UTF8.self)
+                    buffer = Data(buffer[(newline + 1)...])
+                    if line.hasPrefix(prefix) {
+                        self.unread.withLock { $0 = buffer }
+                        return line
+                    }
+                }
                 let chunk = handle.availableData
                 if chunk.isEmpty { return nil }
                 buffer.append(chunk)
-                let text = String(decoding: buffer, as: UTF8.self)
-                if let line = text.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) { return String(line) }
             }
         }
     }
@@ -77,7 +91,7 @@ public final class ChildProcess: @unchecked Sendable {
             let errData = Mutex(Data())
             let errReader = Thread { errData.withLock { $0 = err.readDataToEndOfFile() } }
             errReader.start()
-            let outData = out.readDataToEndOfFile()
+            let outData = self.unread.withLock { $0 } + out.readDataToEndOfFile()
             process.waitUntilExit()
             while !errReader.isFinished { usleep(1000) }
             return (process.terminationStatus, String(decoding: outData, as: UTF8.self),

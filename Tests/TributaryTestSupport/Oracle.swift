@@ -203,9 +203,10 @@ public struct Oracle: Sendable {
         return problems
     }
 
-    /// SQLite's own verdict on the outbox file; empty when it says `ok`.
+    /// SQLite's own verdict on the outbox file; empty when it says `ok`. A missing file is a problem
+    /// too: a scenario that names an outbox expects one (a wrong path must not pass as healthy).
     public static func outboxProblems(_ path: String) -> [String] {
-        guard FileManager.default.fileExists(atPath: path) else { return [] }
+        guard FileManager.default.fileExists(atPath: path) else { return ["no outbox at \(path)"] }
         do {
             var configuration = Configuration()
             configuration.readonly = true
