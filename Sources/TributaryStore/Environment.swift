@@ -51,6 +51,8 @@ final class Environment: @unchecked Sendable {
     /// The device and inode of the data file this environment has open (nil if LMDB's descriptor could
     /// not be examined: the file is then never taken for replaced).
     let file: (device: UInt64, inode: UInt64)?
+    /// The device and inode of its lock file (`<path>-lock`) when it was opened, or nil.
+    let lockFile: (device: UInt64, inode: UInt64)?
     /// The open environments by path (the one whose file the path names now).
     private static let registry = Mutex<[String: Environment]>([:])
     /// How many ``SharedStore``s use this environment; read and written under the registry's lock only.
@@ -64,8 +66,22 @@ final class Environment: @unchecked Sendable {
     static func open(path: String, options: SharedStore.Options) throws(StoreError) -> Environment {
         var result: Result<Environment, StoreError>!
         registry.withLock { table in
-            // The environment stays this path's even if its file was deleted or replaced since: opening the
-            // new file beside it could share one lock file between two environments of this process.
+            // An environment whose files were both deleted (and maybe created anew) since gives way to a
+            // new one: the two share no file, so closing either never drops the other's file locks (POSIX
+            // locks belong to a process and a file). With only the data file replaced, the lock file would
+            // be shared (closing the old environment would drop the new one's locks, and LMDB would take
+            // itself for its first user and reset the lock file under the other processes): refused.
+            if let existing = table[path], existing.isReplaced {
+                if let lockFile = existing.lockFile, Self.identity(of: path + "-lock").map({ $0 == lockFile }) ?? false {
+                    result = .failure(StoreError(
+                        .storeReplaced,
+                        "\(path) was deleted or replaced while this process had it open, but its lock file was not: "
+                            + "this process cannot open the new store beside the old one. Restart the process (and "
+                            + "remove a store by removing both files with every process of the group stopped)."))
+                    return
+                }
+                table[path] = nil  // its users keep it until they release it; release() closes it then
+            }
             if let existing = table[path] {
                 guard existing.durable == options.durable, existing.quota == options.quota else {
                     result = .failure(StoreError(
@@ -147,6 +163,14 @@ final class Environment: @unchecked Sendable {
         } else {
             file = nil
         }
+        lockFile = Self.identity(of: path + "-lock")
+    }
+
+    /// The device and inode of the file at `path`, or nil when it cannot be examined.
+    private static func identity(of path: String) -> (device: UInt64, inode: UInt64)? {
+        var info = Glibc.stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return (UInt64(info.st_dev), UInt64(info.st_ino))
     }
 
 
@@ -183,9 +207,20 @@ final class Environment: @unchecked Sendable {
     /// deleted and created anew, since; what this process reads and writes, no other process sees.
     var isReplaced: Bool {
         guard let file else { return false }
-        var info = Glibc.stat()
-        guard stat(path, &info) == 0 else { return true }
-        return UInt64(info.st_dev) != file.device || UInt64(info.st_ino) != file.inode
+        guard let now = Self.identity(of: path) else { return true }
+        return now != file
+    }
+
+    /// Throws ``StoreError/Code/storeReplaced`` when ``isReplaced``: what a producer writes into a
+    /// deleted file reaches no one. Called inside the producers' write transactions, just before they
+    /// commit, so that the window in which a deletion can still go unnoticed is one transaction's.
+    func checkNotReplaced() throws(StoreError) {
+        guard isReplaced else { return }
+        throw StoreError(
+            .storeReplaced,
+            "The shared store \(path) was deleted or created anew while this process had it open; nothing was "
+                + "written (no other process would ever read it). Open the store again: a new Tracker or "
+                + "SharedStore in this process, or restart it.")
     }
 
     // MARK: Room for appends

@@ -219,6 +219,7 @@ public final class SharedStore: Sendable {
                 appended.append(Appended(seq: lastSeq, producerSeq: registration.lastSeq))
             }
             try environment.checkRoom(adding: footprint)
+            try environment.checkNotReplaced()
             TestPause.hit("store.append")  // tests: freeze here, writer lock held, records put, not committed
             try withKey(MetaKey.lastSeq) { key in
                 try withUnsafeBytes(of: lastSeq.bigEndian) { try txn.put(tables.meta, &key, $0) }
@@ -302,7 +303,11 @@ public final class SharedStore: Sendable {
         if let existing {
             return existing
         }
-        return try environment.write { txn in try self.identity(in: txn, creating: true)! }
+        return try environment.write { txn in
+            let identity = try self.identity(in: txn, creating: true)!
+            try environment.checkNotReplaced()
+            return identity
+        }
     }
 
     /// Binds the group to a login id (shared by every process of the group).
@@ -334,6 +339,7 @@ public final class SharedStore: Sendable {
                     }
                 }
             }
+            try environment.checkNotReplaced()
             return identity
         }
     }
@@ -364,6 +370,7 @@ public final class SharedStore: Sendable {
         let dbi = environment.tables.config
         try environment.write { txn in
             try withKey(key) { k in try Array(json.utf8).withUnsafeBytes { try txn.put(dbi, &k, $0) } }
+            try environment.checkNotReplaced()
         }
     }
 
@@ -371,7 +378,11 @@ public final class SharedStore: Sendable {
     @discardableResult
     public func removeConfiguration(_ key: String) throws -> Bool {
         let dbi = environment.tables.config
-        return try environment.write { txn in try withKey(key) { k in try txn.delete(dbi, &k) } }
+        return try environment.write { txn in
+            let removed = try withKey(key) { k in try txn.delete(dbi, &k) }
+            try environment.checkNotReplaced()
+            return removed
+        }
     }
 
     /// Every configuration value (key → JSON text).

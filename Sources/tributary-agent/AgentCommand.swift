@@ -169,7 +169,11 @@ struct AgentCommand: AsyncParsableCommand {
             }
         } catch let error as StoreError {
             logger.critical("\(error)")
-            throw ExitCode(error.code == .insecureDirectory ? 77 : 74)
+            switch error.code {
+            case .insecureDirectory: throw ExitCode(77)
+            case .storeReplaced: throw ExitCode(75)  // as AgentError.storeReplaced: the restart opens the new store
+            default: throw ExitCode(74)
+            }
         } catch {
             logger.critical("internal error: \(error)")
             throw ExitCode(70)

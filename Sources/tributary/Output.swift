@@ -9,7 +9,7 @@ enum Exit {
     static let rejected: Int32 = 65  // EX_DATAERR: invalid event, property or id; nothing written
     static let noStore: Int32 = 66  // EX_NOINPUT: no store in the group directory
     static let ioError: Int32 = 74  // EX_IOERR: LMDB failure or corrupt record
-    static let storeFull: Int32 = 75  // EX_TEMPFAIL: quota reached; retry after the agent drained
+    static let tempFail: Int32 = 75  // EX_TEMPFAIL: quota reached (retry after the agent drained it), or store replaced (retry)
     static let unsafeDirectory: Int32 = 77  // EX_NOPERM: world-writable group directory
 }
 
@@ -26,7 +26,7 @@ func reportingErrors(_ body: () throws -> Void) throws {
         fail(Exit.rejected, "rejected: \(error.message)")
     } catch let error as StoreError {
         switch error.code {
-        case .storeFull: fail(Exit.storeFull, error.message)
+        case .storeFull, .storeReplaced: fail(Exit.tempFail, error.message)
         case .insecureDirectory: fail(Exit.unsafeDirectory, error.message)
         case .directoryUnavailable: fail(Exit.noStore, error.message)
         case .valueTooLarge: fail(Exit.rejected, error.message)

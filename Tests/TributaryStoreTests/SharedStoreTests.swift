@@ -332,6 +332,58 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("a store deleted and created anew by another process while open: writes refuse (nothing goes to the deleted file), a new SharedStore opens the new one")
+    func replacedWhileOpen() async throws {
+        try await withTemporaryGroup { group in
+            let old = try SharedStore(groupDirectory: group)
+            try Self.append(old, 2)
+            let path = group + "/" + SharedStore.fileName
+            try FileManager.default.removeItem(atPath: path)
+            try FileManager.default.removeItem(atPath: path + "-lock")
+            // Deleted, not yet created anew: a write would go nowhere too.
+            let deleted = #expect(throws: StoreError.self) { try Self.append(old, 1) }
+            #expect(deleted?.code == .storeReplaced)
+            // Another process creates the store again (an app reinstalled) and writes one event.
+            let track = try await ChildProcess.run("tributary", ["track", "--group", group, "--producer-id", "cli", "Fresh"])
+            #expect(track.status == 0, "\(track.stderr)")
+            for write in [{ _ = try Self.append(old, 1) }, { _ = try old.login("u") }, { try old.setConfiguration("k", json: "1") }] {
+                let error = #expect(throws: StoreError.self) { try write() }
+                #expect(error?.code == .storeReplaced)
+                #expect(error?.message.contains("deleted or created anew") == true)
+            }
+            #expect(old.isReplaced)
+            // This process opens the new store beside the old one (no file shared): it sees the other
+            // process's event and nothing of the refused writes, and writes into it.
+            let new = try SharedStore(groupDirectory: group)
+            #expect(!new.isReplaced)
+            #expect(try new.events(limit: 10).compactMap { try? $0.record.get().producerID } == ["cli"])
+            #expect(try Self.append(new, 1).map(\.seq) == [2])
+            #expect(try new.status().pendingEvents == 2)
+        }
+    }
+
+    @Test("only the data file replaced while open: this process refuses to open it again beside the old one")
+    func dataFileReplacedWhileOpen() throws {
+        try withTemporaryGroup { group in
+            let path = group + "/" + SharedStore.fileName
+            do {
+                let old = try SharedStore(groupDirectory: group)
+                try Self.append(old, 2)
+                try FileManager.default.removeItem(atPath: path)
+                let refused = #expect(throws: StoreError.self) { try Self.append(old, 1) }
+                #expect(refused?.code == .storeReplaced)
+                // A second environment would share the lock file with the first: refused, typed.
+                let reopen = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group) }
+                #expect(reopen?.code == .storeReplaced)
+                #expect(reopen?.message.contains("lock file") == true)
+            }
+            // Once the old store is closed, the path opens again (a new, empty store).
+            let again = try SharedStore(groupDirectory: group)
+            #expect(try again.status().pendingEvents == 0)
+            try Self.append(again, 1)
+        }
+    }
+
     @Test("a store from a newer schema is refused and left untouched")
     func newerSchema() throws {
         try withTemporaryGroup { group in
