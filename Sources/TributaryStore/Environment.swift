@@ -53,6 +53,15 @@ final class Environment: @unchecked Sendable {
     let file: (device: UInt64, inode: UInt64)?
     /// The device and inode of its lock file (`<path>-lock`) when it was opened, or nil.
     let lockFile: (device: UInt64, inode: UInt64)?
+    /// LMDB's descriptor of the data file (nil if it could not be had: the file is then never taken
+    /// for deleted).
+    private let dataFD: Int32?
+    /// The group directory's modification and change times (ns since the epoch) when the data file
+    /// was last found linked: while they stay the same, no file in the directory was removed or
+    /// renamed since (``checkNotReplaced()``).
+    private let directoryVerified = Mutex<(modified: Int64, changed: Int64)?>(nil)
+    /// The directory holding the store's two files, open for `fstat`, or -1.
+    private let directoryFD: Int32
     /// The open environments by path (the one whose file the path names now).
     private static let registry = Mutex<[String: Environment]>([:])
     /// How many ``SharedStore``s use this environment; read and written under the registry's lock only.
@@ -114,6 +123,7 @@ final class Environment: @unchecked Sendable {
             guard users == 0 else { return }
             if table[path] === self { table[path] = nil }
             mdb_env_close(env)
+            if directoryFD >= 0 { close(directoryFD) }
         }
     }
 
@@ -151,6 +161,8 @@ final class Environment: @unchecked Sendable {
         }
         self.env = handle
         self.path = path
+        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+        self.directoryFD = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         self.quota = options.quota
         self.durable = options.durable
         var stat = MDB_stat()
@@ -160,11 +172,16 @@ final class Environment: @unchecked Sendable {
         var info = Glibc.stat()
         if mdb_env_get_fd(handle, &fd) == MDB_SUCCESS, fstat(fd, &info) == 0 {
             file = (UInt64(info.st_dev), UInt64(info.st_ino))
+            dataFD = fd
         } else {
             file = nil
+            dataFD = nil
         }
         lockFile = Self.identity(of: path + "-lock")
     }
+
+
+    private static func nanos(_ time: timespec) -> Int64 { Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec) }
 
     /// The device and inode of the file at `path`, or nil when it cannot be examined.
     private static func identity(of path: String) -> (device: UInt64, inode: UInt64)? {
@@ -211,11 +228,37 @@ final class Environment: @unchecked Sendable {
         return now != file
     }
 
-    /// Throws ``StoreError/Code/storeReplaced`` when ``isReplaced``: what a producer writes into a
-    /// deleted file reaches no one. Called inside the producers' write transactions, just before they
-    /// commit, so that the window in which a deletion can still go unnoticed is one transaction's.
+    /// Throws ``StoreError/Code/storeReplaced`` when the data file this environment has open has no
+    /// name left (deleted, or replaced by another file at the path): what a producer writes into it
+    /// reaches no one. Called inside the producers' write transactions, just before they commit, so
+    /// that the window in which a deletion can still go unnoticed is one transaction's.
+    ///
+    /// Asking the data file itself (`stat` or `fstat`) in every transaction made each commit's
+    /// `fdatasync` about 30 µs slower on ext4 (Linux 6.18; one durable `track()` at a time: p50 275 →
+    /// 310 µs, 10 % fewer events per second): once its times have been read, the kernel gives the
+    /// next write a fine-grained time stamp, which dirties the inode, which the sync then writes
+    /// too. So the check reads the group directory's times instead (a removal or rename in it changes
+    /// them) and asks the data file's link count only when they changed. Times within 20 ms of now
+    /// are not trusted (a second change within one tick of a coarse clock could leave them as they
+    /// are): until they are older, every check asks the file.
     func checkNotReplaced() throws(StoreError) {
-        guard isReplaced else { return }
+        guard let dataFD else { return }
+        var directory = Glibc.stat()
+        var stamp: (modified: Int64, changed: Int64)?
+        if directoryFD >= 0, fstat(directoryFD, &directory) == 0 {
+            let now = (modified: Self.nanos(directory.st_mtim), changed: Self.nanos(directory.st_ctim))
+            if directoryVerified.withLock({ $0.map { $0 == now } ?? false }) { return }
+            stamp = now
+        }
+        var info = Glibc.stat()
+        guard fstat(dataFD, &info) == 0 else { return }
+        guard info.st_nlink == 0 else {
+            var clock = timespec()
+            clock_gettime(CLOCK_REALTIME, &clock)
+            let settled = stamp.map { Self.nanos(clock) - max($0.modified, $0.changed) > 20_000_000 } ?? false
+            directoryVerified.withLock { $0 = settled ? stamp : nil }
+            return
+        }
         throw StoreError(
             .storeReplaced,
             "The shared store \(path) was deleted or created anew while this process had it open; nothing was "
