@@ -237,12 +237,17 @@ final class Environment: @unchecked Sendable {
     /// `fdatasync` about 30 µs slower on ext4 (Linux 6.18; one durable `track()` at a time: p50 275 →
     /// 310 µs, 10 % fewer events per second): once its times have been read, the kernel gives the
     /// next write a fine-grained time stamp, which dirties the inode, which the sync then writes
-    /// too. So the check reads the group directory's times instead (a removal or rename in it changes
-    /// them) and asks the data file's link count only when they changed. Times within 20 ms of now
-    /// are not trusted (a second change within one tick of a coarse clock could leave them as they
-    /// are): until they are older, every check asks the file.
+    /// too. So the check reads the group directory's times instead (a removal or rename in it, or of
+    /// it, changes them) and examines the files only when they changed: the data file's link count,
+    /// and whether the path and the lock file's path still name the files this environment opened
+    /// (a data file renamed or hard-linked away keeps a name; a kept lock file would be shared with
+    /// the store now at the path). Directory times are trusted only once their change time (which no
+    /// program can set) is 20 ms old, or 2 s when the file system keeps whole seconds: a second change
+    /// within one tick of a coarse clock could leave them as they were.
     func checkNotReplaced() throws(StoreError) {
         guard let dataFD else { return }
+        var clock = timespec()
+        clock_gettime(CLOCK_REALTIME, &clock)
         var directory = Glibc.stat()
         var stamp: (modified: Int64, changed: Int64)?
         if directoryFD >= 0, fstat(directoryFD, &directory) == 0 {
@@ -252,18 +257,28 @@ final class Environment: @unchecked Sendable {
         }
         var info = Glibc.stat()
         guard fstat(dataFD, &info) == 0 else { return }
-        guard info.st_nlink == 0 else {
-            var clock = timespec()
-            clock_gettime(CLOCK_REALTIME, &clock)
-            let settled = stamp.map { Self.nanos(clock) - max($0.modified, $0.changed) > 20_000_000 } ?? false
+        var lockKept = false
+        if let lockFile, let current = Self.identity(of: path + "-lock") { lockKept = current == lockFile }
+        let dataGone = info.st_nlink == 0 || isReplaced
+        guard dataGone || (lockFile != nil && !lockKept) else {
+            let settled = stamp.map { stamp in
+                let coarse = stamp.changed % 1_000_000_000 == 0 && stamp.modified % 1_000_000_000 == 0
+                return Self.nanos(clock) - stamp.changed > (coarse ? 2_000_000_000 : 20_000_000)
+            } ?? false
             directoryVerified.withLock { $0 = settled ? stamp : nil }
             return
         }
+        // Both files replaced: a new environment shares nothing with this one (Environment.open). One of
+        // them kept: a new one would share it, so this one must be closed first.
+        let reopen = dataGone && !lockKept
+            ? "Open the store again: a new Tracker or SharedStore in this process, or restart it."
+            : "Release every Tracker and SharedStore of it in this process (one of its two files is still in "
+                + "place and would be shared) or restart the process; remove a store by removing both files with "
+                + "every process of the group stopped."
         throw StoreError(
             .storeReplaced,
-            "The shared store \(path) was deleted or created anew while this process had it open; nothing was "
-                + "written (no other process would ever read it). Open the store again: a new Tracker or "
-                + "SharedStore in this process, or restart it.")
+            "The shared store \(path) was deleted, moved or created anew while this process had it open; nothing was "
+                + "written (no other process would ever read it). " + reopen)
     }
 
     // MARK: Room for appends

@@ -218,8 +218,8 @@ public final class SharedStore: Sendable {
                 }
                 appended.append(Appended(seq: lastSeq, producerSeq: registration.lastSeq))
             }
+            try environment.checkNotReplaced()  // first: a full store that was deleted is not the agent's to drain
             try environment.checkRoom(adding: footprint)
-            try environment.checkNotReplaced()
             TestPause.hit("store.append")  // tests: freeze here, writer lock held, records put, not committed
             try withKey(MetaKey.lastSeq) { key in
                 try withUnsafeBytes(of: lastSeq.bigEndian) { try txn.put(tables.meta, &key, $0) }

@@ -15,8 +15,9 @@ struct TributaryCLI: ParsableCommand {
 
             Exit codes: 0 success; 64 bad usage; 65 the event or id was rejected (nothing written); \
             66 no store in the group directory; 69 no agent is listening (flush); 74 store or outbox \
-            I/O error, or corrupt data; 75 the store is full \
-            (retry once the agent has drained it); 77 the group directory is unsafe (world-writable).
+            I/O error, or corrupt data; 75 the store is full (retry once the agent has drained it) or \
+            was deleted or created anew during the call (retry); 77 the group directory is unsafe \
+            (world-writable).
             """,
         subcommands: [Track.self, Status.self, Inspect.self, Flush.self, DeadLetters.self, Login.self, Logout.self, Identify.self]
     )

@@ -353,7 +353,7 @@ struct SharedStoreTests {
             for write in [{ _ = try Self.append(old, 1) }, { _ = try old.login("u") }, { try old.setConfiguration("k", json: "1") }] {
                 let error = #expect(throws: StoreError.self) { try write() }
                 #expect(error?.code == .storeReplaced)
-                #expect(error?.message.contains("deleted or created anew") == true)
+                #expect(error?.message.contains("Open the store again: a new Tracker or SharedStore") == true)
             }
             #expect(old.isReplaced)
             // This process opens the new store beside the old one (no file shared): it sees the other
@@ -366,16 +366,27 @@ struct SharedStoreTests {
         }
     }
 
-    @Test("only the data file replaced while open: this process refuses to open it again beside the old one")
-    func dataFileReplacedWhileOpen() throws {
+    @Test("only the data file removed, renamed or linked away while open: writes refuse, and this process does not open it again beside the old one",
+          arguments: ["remove", "rename", "link elsewhere, then remove"])
+    func dataFileReplacedWhileOpen(how: String) throws {
         try withTemporaryGroup { group in
             let path = group + "/" + SharedStore.fileName
             do {
                 let old = try SharedStore(groupDirectory: group)
                 try Self.append(old, 2)
-                try FileManager.default.removeItem(atPath: path)
+                usleep(50_000)  // directory times settled and remembered by the next append
+                try Self.append(old, 1)
+                switch how {
+                case "remove": try FileManager.default.removeItem(atPath: path)
+                case "rename": try FileManager.default.moveItem(atPath: path, toPath: path + ".bak")
+                default:
+                    // The file keeps a name (its link count stays 1), just not the store's.
+                    #expect(link(path, path + ".bak") == 0)
+                    try FileManager.default.removeItem(atPath: path)
+                }
                 let refused = #expect(throws: StoreError.self) { try Self.append(old, 1) }
                 #expect(refused?.code == .storeReplaced)
+                #expect(refused?.message.contains("Release every Tracker and SharedStore") == true)
                 // A second environment would share the lock file with the first: refused, typed.
                 let reopen = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group) }
                 #expect(reopen?.code == .storeReplaced)

@@ -21,6 +21,9 @@ public final class ChildProcess: @unchecked Sendable {
     /// Stdout read by ``waitForLine(startingWith:)`` past the line it returned: the next wait starts
     /// there, and ``finish()`` returns it ahead of the rest.
     private let unread = Mutex(Data())
+    private let skipped = Mutex<[String]>([])
+    /// The stdout lines ``waitForLine(startingWith:)`` read and passed over.
+    public var linesSkipped: [String] { skipped.withLock { $0 } }
 
     /// Starts `executable` (a product name such as `tributary-sim`) with `arguments`.
     public convenience init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
@@ -51,7 +54,7 @@ public final class ChildProcess: @unchecked Sendable {
     /// Reads stdout until a line starting with `prefix` appears (or EOF); returns it. Blocking reads run
     /// on a thread of their own, never on a Swift concurrency thread.
     /// Only whole lines count (a line still being written could be cut short); the lines before the
-    /// one returned are dropped.
+    /// one returned are passed over (``linesSkipped``).
     public func waitForLine(startingWith prefix: String) async -> String? {
         let handle = stdoutPipe.fileHandleForReading
         return await offPool {
@@ -67,6 +70,7 @@ public final class ChildProcess: @unchecked Sendable {
                         self.unread.withLock { $0 = buffer }
                         return line
                     }
+                    self.skipped.withLock { $0.append(line) }
                 }
                 let chunk = handle.availableData
                 if chunk.isEmpty { return nil }
