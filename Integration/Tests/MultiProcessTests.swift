@@ -124,6 +124,50 @@ struct MultiProcessTests {
         }
     }
 
+    @Test("a producer process whose store is removed and created anew under it exits 75; every event it acknowledged is in the old file or the new store")
+    func storeReplacedUnderProducer() async throws {
+        try await withTemporaryGroup { group in
+            let ledger = group + "-victim-ledger"
+            let victim = try ChildProcess(
+                "tributary-sim",
+                ["load", "--group", group, "--producer-id", "victim", "--count", "1000000", "--ledger", ledger,
+                 "--concurrency", "4", "--rate", "500"])
+            #expect(await victim.waitForLine(startingWith: "READY") != nil)
+            for _ in 0..<400 where try Self.readLedger(ledger).count < 100 { try await Task.sleep(for: .milliseconds(10)) }
+            #expect(try Self.readLedger(ledger).count >= 100)
+
+            // Keep the old data file under another name (so that it can be read afterwards), remove the
+            // store's two files, and let another process create the store anew.
+            let path = group + "/" + SharedStore.fileName
+            #expect(link(path, group + "/kept.mdb") == 0)
+            try FileManager.default.removeItem(atPath: path)
+            try FileManager.default.removeItem(atPath: path + "-lock")
+            let fresh = try await ChildProcess.run("tributary", ["track", "--group", group, "--producer-id", "cli", "Fresh"])
+            #expect(fresh.status == 0, "\(fresh.stderr)")
+
+            // Its next commit must fail: it writes 2,000 events a second, so a few seconds is plenty.
+            for _ in 0..<1000 where victim.process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+            if victim.process.isRunning {
+                Issue.record("the producer still runs 10 s after its store was replaced: it writes into the old file")
+                victim.send(SIGKILL)
+            }
+            let result = await victim.finish()
+            #expect(result.status == 75, "the producer must stop with 75, not write on unread: \(result.stderr)")
+            #expect(result.stderr.contains("storeReplaced"))
+
+            let old = group + "-old"
+            try FileManager.default.createDirectory(atPath: old, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+            defer { try? FileManager.default.removeItem(atPath: old) }
+            try FileManager.default.moveItem(atPath: group + "/kept.mdb", toPath: old + "/" + SharedStore.fileName)
+            let inOld = Set(try Self.storedEvents(old).map(\.eventID))
+            let inNew = try Self.storedEvents(group)
+            #expect(inNew.map(\.record.producerID) == ["cli"], "nothing of the victim's went into the new store")
+            let acknowledged = try Self.readLedger(ledger)
+            #expect(acknowledged.count >= 100)
+            #expect(acknowledged.allSatisfy { inOld.contains($0.eventID) }, "an acknowledged event is missing")
+        }
+    }
+
     @Test("a process whose map another one outgrew between open and its first transaction adopts the new size")
     func mapGrownDuringOpen() async throws {
         try await withTemporaryGroup { group in
