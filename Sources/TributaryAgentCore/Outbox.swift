@@ -625,7 +625,7 @@ public final class Outbox: Sendable {
     @discardableResult
     public func acknowledge(_ batchID: String, then next: PreparedBatch?) throws -> Bool {
         try writer.writeWithoutTransaction { db in
-            try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute()
+            try db.execute(sql: "PRAGMA synchronous = NORMAL")
             var madeInFlight = false
             let outcome = Result {
                 try db.inTransaction {
@@ -634,7 +634,7 @@ public final class Outbox: Sendable {
                 }
             }
             // Every other transaction commits FULL: set it back before anything else can run here.
-            try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute()
+            try db.execute(sql: "PRAGMA synchronous = FULL")
             try outcome.get()
             return madeInFlight
         }

@@ -85,8 +85,9 @@ final class Environment: @unchecked Sendable {
                     result = .failure(StoreError(
                         .storeReplaced,
                         "\(path) was deleted or replaced while this process had it open, but its lock file was not: "
-                            + "this process cannot open the new store beside the old one. Restart the process (and "
-                            + "remove a store by removing both files with every process of the group stopped)."))
+                            + "this process cannot open the new store beside the old one. Release every Tracker and "
+                            + "SharedStore of the old one in this process, or restart it (and remove a store by "
+                            + "removing both files with every process of the group stopped)."))
                     return
                 }
                 table[path] = nil  // its users keep it until they release it; release() closes it then
@@ -179,7 +180,6 @@ final class Environment: @unchecked Sendable {
         }
         lockFile = Self.identity(of: path + "-lock")
     }
-
 
     private static func nanos(_ time: timespec) -> Int64 { Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec) }
 
