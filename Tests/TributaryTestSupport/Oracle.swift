@@ -137,6 +137,14 @@ public struct Oracle: Sendable {
             for entry in ledger.entries() { acknowledged[entry.eventID] = (ledger.producer, entry.producerSeq) }
         }
         verdict.acknowledged = acknowledged.count
+        // A ledger's producer creates it when it starts: a missing one means a wrong path or a producer
+        // that never ran, and a run in which nothing at all was acknowledged tested nothing.
+        for ledger in ledgers where !FileManager.default.fileExists(atPath: ledger.path) {
+            verdict.healthProblems.append("no ledger at \(ledger.path) (producer \(ledger.producer))")
+        }
+        if !ledgers.isEmpty && acknowledged.isEmpty {
+            verdict.healthProblems.append("no producer acknowledged any event")
+        }
         verdict.wireDuplicates = observed.wireDuplicates
         verdict.allowedWireDuplicates = inFlightWindows * batchSize
 
@@ -175,7 +183,7 @@ public struct Oracle: Sendable {
         _ collector: RunningCollector, group: String? = nil, outbox: String? = nil, maxStoreBytes: Int = 64 << 20
     ) async throws -> Verdict {
         var verdict = judge(try await Observed.from(collector))
-        verdict.healthProblems = Self.healthProblems(group: group, outbox: outbox, maxStoreBytes: maxStoreBytes)
+        verdict.healthProblems += Self.healthProblems(group: group, outbox: outbox, maxStoreBytes: maxStoreBytes)
         return verdict
     }
 
