@@ -235,9 +235,9 @@ final class Environment: @unchecked Sendable {
     ///
     /// Asking the data file itself (`stat` or `fstat`) in every transaction made each commit's
     /// `fdatasync` about 30 µs slower on ext4 (Linux 6.18; one durable `track()` at a time: p50 275 →
-    /// 310 µs, 10 % fewer events per second): once its times have been read, the kernel gives the
-    /// next write a fine-grained time stamp, which dirties the inode, which the sync then writes
-    /// too. So the check reads the group directory's times instead (a removal or rename in it, or of
+    /// 310 µs, 10 % fewer events per second), most likely through multigrain time stamps (Linux 6.13
+    /// and later): once its times have been read, the kernel gives the next write a fine-grained time
+    /// stamp, which dirties the inode, which the sync then writes too. So the check reads the group directory's times instead (a removal or rename in it, or of
     /// it, changes them) and examines the files only when they changed: the data file's link count,
     /// and whether the path and the lock file's path still name the files this environment opened
     /// (a data file renamed or hard-linked away keeps a name; a kept lock file would be shared with
