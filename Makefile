@@ -70,12 +70,12 @@ SOAK ?= 20
 test: deps
 	@rm -f $(RELIABILITY_TABLE)
 	@TRIBUTARY_RELIABILITY_REPORT=$(RELIABILITY_TABLE) $(SWIFT) test; status=$$?; \
-	  ./scripts/reliability-table.sh $(RELIABILITY_TABLE); exit $$status
+	  ./scripts/reliability-table.sh $(RELIABILITY_TABLE) || status=1; exit $$status
 
 soak: deps
 	@rm -f $(RELIABILITY_TABLE)
 	@TRIBUTARY_SOAK=$(SOAK) TRIBUTARY_RELIABILITY_REPORT=$(RELIABILITY_TABLE) $(SWIFT) test --filter 'Scenarios'; \
-	  status=$$?; ./scripts/reliability-table.sh $(RELIABILITY_TABLE); exit $$status
+	  status=$$?; ./scripts/reliability-table.sh $(RELIABILITY_TABLE) || status=1; exit $$status
 
 run: build
 	./scripts/run-demo.sh
