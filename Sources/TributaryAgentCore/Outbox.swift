@@ -481,9 +481,7 @@ public final class Outbox: Sendable {
                     // restarted with smaller batches): the first rows become a batch of their own, with a
                     // new id; the rest go back to the pool. Sending the whole batch again could time out
                     // again, every run.
-                    let batch = InFlight(id: UUID().uuidString.lowercased(), firstID: scanned.firstID, lastID: scanned.lastID)
-                    try Self.setInFlight(db, batch)
-                    return BatchInfo(id: batch.id, count: scanned.count)
+                    return try Self.startBatch(scanned, in: db)
                 }
                 // No row left in its range (every ending of a batch also ends `in_flight`, so this is an
                 // outbox edited by hand): never send an empty batch; start a new one.
@@ -492,11 +490,21 @@ public final class Outbox: Sendable {
             let select = try Self.selectBatch(db, from: .min, through: .max, limit: maxCount)
             let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, each)
             guard scanned.count > 0 else { return nil }
-            let batchID = UUID().uuidString.lowercased()
-            try Self.setInFlight(db, InFlight(id: batchID, firstID: scanned.firstID, lastID: scanned.lastID))
-            return BatchInfo(id: batchID, count: scanned.count)
+            return try Self.startBatch(scanned, in: db)
         }
     }
+
+    /// Makes the rows `scanned` covers the batch in flight, under a new id.
+    private static func startBatch(_ scanned: (count: Int, firstID: Int64, lastID: Int64), in db: Database) throws
+        -> BatchInfo
+    {
+        let batch = InFlight(id: newBatchID(), firstID: scanned.firstID, lastID: scanned.lastID)
+        try setInFlight(db, batch)
+        return BatchInfo(id: batch.id, count: scanned.count)
+    }
+
+    /// A batch id (the `Idempotency-Key`): a random UUID, lower-case.
+    private static func newBatchID() -> String { UUID().uuidString.lowercased() }
 
     /// A batch read ahead by ``peekBatch(after:maxCount:maxBytes:each:)``: the rows right after the
     /// batch in flight. Nothing records it until ``acknowledge(_:then:)`` makes it the batch in flight.
@@ -523,7 +531,7 @@ public final class Outbox: Sendable {
             let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, each)
             guard scanned.count > 0 else { return nil }
             return PreparedBatch(
-                id: UUID().uuidString.lowercased(), count: scanned.count,
+                id: Self.newBatchID(), count: scanned.count,
                 firstID: scanned.firstID, lastID: scanned.lastID)
         }
     }
@@ -595,7 +603,7 @@ public final class Outbox: Sendable {
                 try Self.endInFlight(db)
                 return []
             }
-            let batch = InFlight(id: UUID().uuidString.lowercased(), firstID: first.id, lastID: last.id)
+            let batch = InFlight(id: Self.newBatchID(), firstID: first.id, lastID: last.id)
             try Self.setInFlight(db, batch)
             return try Self.rows(db, batch)
         }

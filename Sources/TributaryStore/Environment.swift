@@ -81,13 +81,11 @@ final class Environment: @unchecked Sendable {
             // be shared (closing the old environment would drop the new one's locks, and LMDB would take
             // itself for its first user and reset the lock file under the other processes): refused.
             if let existing = table[path], existing.isReplaced {
-                if let lockFile = existing.lockFile, Self.identity(of: path + "-lock").map({ $0 == lockFile }) ?? false {
+                if existing.isLockFileKept {
                     result = .failure(StoreError(
                         .storeReplaced,
                         "\(path) was deleted or replaced while this process had it open, but its lock file was not: "
-                            + "this process cannot open the new store beside the old one. Release every Tracker and "
-                            + "SharedStore of the old one in this process, or restart it (and remove a store by "
-                            + "removing both files with every process of the group stopped)."))
+                            + "this process cannot open the new store beside the old one. " + Self.releaseAdvice))
                     return
                 }
                 table[path] = nil  // its users keep it until they release it; release() closes it then
@@ -181,6 +179,13 @@ final class Environment: @unchecked Sendable {
         lockFile = Self.identity(of: path + "-lock")
     }
 
+    /// What to do when a store cannot be opened beside its replaced predecessor, or written after one of
+    /// its two files was replaced.
+    private static let releaseAdvice =
+        "Release every Tracker and SharedStore of the old store in this process (a new one would share one of "
+        + "its files), or restart the process; remove a store by removing both files with every process of the "
+        + "group stopped."
+
     private static func nanos(_ time: timespec) -> Int64 { Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec) }
 
     /// The device and inode of the file at `path`, or nil when it cannot be examined.
@@ -189,7 +194,6 @@ final class Environment: @unchecked Sendable {
         guard stat(path, &info) == 0 else { return nil }
         return (UInt64(info.st_dev), UInt64(info.st_ino))
     }
-
 
     private static func openTables(_ env: OpaquePointer, path: String) throws(StoreError) -> Tables {
         var txn: OpaquePointer?
@@ -228,17 +232,25 @@ final class Environment: @unchecked Sendable {
         return now != file
     }
 
+    /// Whether `<path>-lock` still names the lock file this environment opened.
+    private var isLockFileKept: Bool {
+        guard let lockFile, let now = Self.identity(of: path + "-lock") else { return false }
+        return now == lockFile
+    }
+
     /// Throws ``StoreError/Code/storeReplaced`` when the data file this environment has open has no
     /// name left (deleted, or replaced by another file at the path): what a producer writes into it
-    /// reaches no one. Called inside the producers' write transactions, just before they commit, so
-    /// that the window in which a deletion can still go unnoticed is one transaction's.
+    /// reaches no one. Called at the start of every producer write transaction (``SharedStore``'s
+    /// `producerWrite`), so that the window in which a deletion can still go unnoticed is one
+    /// transaction's.
     ///
     /// Asking the data file itself (`stat` or `fstat`) in every transaction made each commit's
     /// `fdatasync` about 30 µs slower on ext4 (Linux 6.18; one durable `track()` at a time: p50 275 →
     /// 310 µs, 10 % fewer events per second), most likely through multigrain time stamps (Linux 6.13
     /// and later): once its times have been read, the kernel gives the next write a fine-grained time
-    /// stamp, which dirties the inode, which the sync then writes too. So the check reads the group directory's times instead (a removal or rename in it, or of
-    /// it, changes them) and examines the files only when they changed: the data file's link count,
+    /// stamp, which dirties the inode, which the sync then writes too. So the check reads the group
+    /// directory's times instead (a removal or rename in it, or of it, changes them) and examines the
+    /// files only when they changed: the data file's link count,
     /// and whether the path and the lock file's path still name the files this environment opened
     /// (a data file renamed or hard-linked away keeps a name; a kept lock file would be shared with
     /// the store now at the path). Directory times are trusted only once their change time (which no
@@ -257,8 +269,7 @@ final class Environment: @unchecked Sendable {
         }
         var info = Glibc.stat()
         guard fstat(dataFD, &info) == 0 else { return }
-        var lockKept = false
-        if let lockFile, let current = Self.identity(of: path + "-lock") { lockKept = current == lockFile }
+        let lockKept = isLockFileKept
         let dataGone = info.st_nlink == 0 || isReplaced
         guard dataGone || (lockFile != nil && !lockKept) else {
             let settled = stamp.map { stamp in
@@ -272,9 +283,7 @@ final class Environment: @unchecked Sendable {
         // them kept: a new one would share it, so this one must be closed first.
         let reopen = dataGone && !lockKept
             ? "Open the store again: a new Tracker or SharedStore in this process, or restart it."
-            : "Release every Tracker and SharedStore of it in this process (one of its two files is still in "
-                + "place and would be shared) or restart the process; remove a store by removing both files with "
-                + "every process of the group stopped."
+            : Self.releaseAdvice
         throw StoreError(
             .storeReplaced,
             "The shared store \(path) was deleted, moved or created anew while this process had it open; nothing was "

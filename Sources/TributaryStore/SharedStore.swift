@@ -94,6 +94,18 @@ public final class SharedStore: Sendable {
     /// (the agent) then sees nothing other processes write, and must open the store again.
     public var isReplaced: Bool { environment.isReplaced }
 
+    /// A write transaction of a producer (an append, identity, configuration): refused with
+    /// ``StoreError/Code/storeReplaced`` before anything is put when the store file was deleted, moved
+    /// or created anew under this process, since nobody would ever read what it wrote there (and a full
+    /// store that was deleted is not the agent's to drain: that error comes before `storeFull`). The
+    /// agent's own writes (its deletes) go on in the old file, whose events it drains to the end.
+    private func producerWrite<T>(_ body: (Transaction) throws -> T) throws -> T {
+        try environment.write { txn in
+            try environment.checkNotReplaced()
+            return try body(txn)
+        }
+    }
+
     /// Fault injection for this store's LMDB calls (tests only).
     package var faults: LMDBFaults { environment.faults }
 
@@ -191,7 +203,7 @@ public final class SharedStore: Sendable {
                 "A producer id must have 1 to \(EventRecord.maxProducerIDBytes) UTF-8 bytes; this one has \(idBytes).")
         }
         let tables = environment.tables
-        return try environment.write { txn in
+        return try producerWrite { txn in
             let identity = try self.identity(in: txn, creating: true)!
             var registration = try self.registration(in: txn, producerID: producer.id)
             var lastSeq = try withKey(MetaKey.lastSeq) { key in
@@ -218,7 +230,6 @@ public final class SharedStore: Sendable {
                 }
                 appended.append(Appended(seq: lastSeq, producerSeq: registration.lastSeq))
             }
-            try environment.checkNotReplaced()  // first: a full store that was deleted is not the agent's to drain
             try environment.checkRoom(adding: footprint)
             TestPause.hit("store.append")  // tests: freeze here, writer lock held, records put, not committed
             try withKey(MetaKey.lastSeq) { key in
@@ -303,11 +314,7 @@ public final class SharedStore: Sendable {
         if let existing {
             return existing
         }
-        return try environment.write { txn in
-            let identity = try self.identity(in: txn, creating: true)!
-            try environment.checkNotReplaced()
-            return identity
-        }
+        return try producerWrite { txn in try self.identity(in: txn, creating: true)! }
     }
 
     /// Binds the group to a login id (shared by every process of the group).
@@ -327,7 +334,7 @@ public final class SharedStore: Sendable {
 
     private func updateIdentity(_ change: (inout Identity) -> Void) throws -> Identity {
         let dbi = environment.tables.identity
-        return try environment.write { txn in
+        return try producerWrite { txn in
             var identity = try self.identity(in: txn, creating: true)!
             change(&identity)
             for (name, value) in [(IdentityKey.anonymousID, identity.anonymousID), (IdentityKey.loginID, identity.loginID)] {
@@ -339,7 +346,6 @@ public final class SharedStore: Sendable {
                     }
                 }
             }
-            try environment.checkNotReplaced()
             return identity
         }
     }
@@ -368,9 +374,8 @@ public final class SharedStore: Sendable {
     /// Stores a configuration value (JSON text) under `key`.
     public func setConfiguration(_ key: String, json: String) throws {
         let dbi = environment.tables.config
-        try environment.write { txn in
+        try producerWrite { txn in
             try withKey(key) { k in try Array(json.utf8).withUnsafeBytes { try txn.put(dbi, &k, $0) } }
-            try environment.checkNotReplaced()
         }
     }
 
@@ -378,11 +383,7 @@ public final class SharedStore: Sendable {
     @discardableResult
     public func removeConfiguration(_ key: String) throws -> Bool {
         let dbi = environment.tables.config
-        return try environment.write { txn in
-            let removed = try withKey(key) { k in try txn.delete(dbi, &k) }
-            try environment.checkNotReplaced()
-            return removed
-        }
+        return try producerWrite { txn in try withKey(key) { k in try txn.delete(dbi, &k) } }
     }
 
     /// Every configuration value (key → JSON text).

@@ -28,9 +28,9 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let optionsConflict = Code(rawValue: "optionsConflict")
         /// A `SharedStore.Options` value is out of range (a quota below ``SharedStore/minimumQuota``).
         public static let invalidOptions = Code(rawValue: "invalidOptions")
-        /// The store file this process has open was deleted (or deleted and created anew) since it was
-        /// opened: nothing was written, since no other process would ever read it. Open the store
-        /// again (a new `SharedStore` or `Tracker`; when only the data file was replaced, a new process).
+        /// The store file this process has open was deleted, moved or created anew since it was opened:
+        /// nothing was written, since no other process would ever read it. Open the store again (a new
+        /// `SharedStore` or `Tracker`; when one of its two files was kept, only once every old one is gone).
         public static let storeReplaced = Code(rawValue: "storeReplaced")
     }
 

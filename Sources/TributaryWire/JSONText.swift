@@ -7,8 +7,8 @@ import TributaryJSON
 /// Written here rather than with `JSONSerialization.data(withJSONObject:options: .sortedKeys)`: on
 /// Linux, Foundation sorts keys with locale-aware (ICU) string comparison, about 1 ms of CPU per event
 /// (it made the reference collector, which then stored events re-encoded, the bottleneck of every
-/// end-to-end run). Keys here are sorted by
-/// their UTF-8 bytes; `/` is not escaped; numbers keep their kind (integer, double, boolean).
+/// end-to-end run). Keys here are sorted by their UTF-8 bytes; `/` is not escaped; numbers keep their
+/// kind (integer, double, boolean).
 public enum JSONText {
     private static let booleanType = ObjectIdentifier(type(of: NSNumber(value: true)))
 

@@ -16,7 +16,8 @@ struct Hybrid: AsyncParsableCommand {
             and a whitelisted cross-site iframe each track --events events. With --scenario all the \
             pages also send malformed messages, a forged distinct_id and a claimed login, a \
             track_signup, events from a foreign iframe (and a legacy navigation it makes a whitelisted \
-            child frame do) and from a page of another project, and legacy channel events. Prints 'BRIDGE <json>' (accepted and rejected counts by reason) at the end.
+            child frame do) and from a page of another project, and legacy channel events. Prints \
+            'BRIDGE <json>' (accepted and rejected counts by reason) at the end.
             """)
 
     @OptionGroup var options: ProducerOptions
