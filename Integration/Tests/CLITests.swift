@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import Tributary
+@testable import TributaryAgentCore
 import TributaryStore
 import TributaryTestSupport
 
@@ -39,6 +40,7 @@ struct CLITests {
         (["dead-letters", "--group", "{g}", "--id", "3"], 64, "--replay"),
         (["dead-letters", "--outbox", "{g}-junk"], 74, "cannot be read"),
         (["dead-letters", "--outbox", "{g}-empty"], 66, "no outbox"),
+        (["flush", "--group", "{g}/missing"], 66, "cannot be used"),
     ])
     func exitCodes(arguments: [String], code: Int32, message: String) async throws {
         try await withTemporaryGroup { group in
@@ -47,6 +49,45 @@ struct CLITests {
             let result = try await ChildProcess.run("tributary", arguments.map { $0.replacingOccurrences(of: "{g}", with: group) })
             #expect(result.status == code, "stderr: \(result.stderr)")
             #expect(result.stderr.contains(message))
+        }
+    }
+
+    @Test("dead-letters --replay --id refuses an id that names no dead letter, and replays nothing")
+    func replayUnknownID() async throws {
+        try await withTemporaryGroup { group in
+            let path = group + "-outbox.sqlite"
+            let outbox = try Outbox(path: path)
+            let body = Array(#"{"event_id":"e1"}"#.utf8)
+            try outbox.insertDrained([.event(Outbox.Row(
+                id: 0, seq: 1, eventID: "e1", producer: "app", producerKind: .app, producerSeq: 1,
+                wallMillis: 1, bootNanos: 2, bootID: .current, body: body, batchID: nil))])
+            try outbox.deadLetter(try #require(outbox.nextBatch(maxCount: 1, maxBytes: 1 << 20).first), status: 422, reason: "HTTP 422")
+            let letter = try #require(outbox.deadLetters().first)
+            let refused = try await ChildProcess.run(
+                "tributary", ["dead-letters", "--outbox", path, "--replay", "--id", "\(letter.id)", "--id", "999"])
+            #expect(refused.status == 65, "stderr: \(refused.stderr)")
+            #expect(refused.stderr.contains("id 999") && refused.stderr.contains("nothing was replayed"))
+            #expect(try outbox.deadLetters().count == 1 && outbox.pending().count == 0)
+            let replayed = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", path, "--replay", "--id", "\(letter.id)"])
+            #expect(replayed.status == 0 && replayed.stdout.contains("replayed 1"), "stderr: \(replayed.stderr)")
+            #expect(try outbox.deadLetters().isEmpty && outbox.pending().count == 1)
+        }
+    }
+
+    @Test("tributary-agent refuses a duration it cannot hold with exit 64, naming the option", arguments: [
+        (["--once", "--deadline", "inf"], "--deadline"),
+        (["--backoff-cap", "1e300"], "--backoff-cap"),
+        (["--max-retry-after=-1"], "--max-retry-after"),
+        (["--grace", "nan"], "--grace"),
+        (["--stop-timeout", "0"], "--stop-timeout"),
+        (["--backoff-base", "5", "--backoff-cap", "2"], "--backoff-cap"),
+    ])
+    func agentDurations(extra: [String], flag: String) async throws {
+        try await withTemporaryGroup { group in
+            let result = try await ChildProcess.run(
+                "tributary-agent", ["--group", group, "--server", "http://127.0.0.1:9/sa", "--outbox", group + "-outbox.sqlite"] + extra)
+            #expect(result.status == 64, "stderr: \(result.stderr)")
+            #expect(result.stderr.contains(flag))
         }
     }
 

@@ -733,8 +733,22 @@ public final class Outbox: Sendable {
         }
     }
 
+    /// Dead letter ids given to ``replayDeadLetters(ids:)`` that name no replayable dead letter: none
+    /// with that id, or a corrupt store record (which has no event to send). Nothing was replayed.
+    public struct UnknownDeadLetters: Error, CustomStringConvertible, Sendable {
+        public var ids: [Int64]
+        public var description: String {
+            let list = ids.map(String.init).joined(separator: ", ")
+            return "No replayable dead letter with id \(list) (`tributary dead-letters` lists them; a corrupt store "
+                + "record cannot be replayed); nothing was replayed."
+        }
+    }
+
     /// Moves dead letters (all, or those with the given ids) back into the outbox for another upload.
     /// Corrupt store records cannot be replayed and stay. Returns how many were moved.
+    ///
+    /// With `ids`, all or nothing: when one of them names no replayable dead letter, throws
+    /// ``UnknownDeadLetters`` and moves none.
     @discardableResult
     public func replayDeadLetters(ids: [Int64]? = nil) throws -> Int {
         try writer.write { db in
@@ -744,8 +758,14 @@ public final class Outbox: Sendable {
                 sql += " AND id IN (\(ids.map { _ in "?" }.joined(separator: ",")))"
                 arguments = StatementArguments(ids)
             }
+            let rows = try GRDB.Row.fetchAll(db, sql: sql + " ORDER BY seq", arguments: arguments)
+            if let ids {
+                let found = Set(rows.map { $0["id"] as Int64 })
+                let unknown = Array(Set(ids).subtracting(found)).sorted()
+                guard unknown.isEmpty else { throw UnknownDeadLetters(ids: unknown) }
+            }
             var moved = 0
-            for r in try GRDB.Row.fetchAll(db, sql: sql + " ORDER BY seq", arguments: arguments) {
+            for r in rows {
                 try db.execute(
                     sql: """
                         INSERT INTO outbox (seq, event_id, producer, producer_kind, producer_seq, wall_ms,

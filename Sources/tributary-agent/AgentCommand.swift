@@ -103,18 +103,40 @@ struct AgentCommand: AsyncParsableCommand {
             throw ValidationError("--bulk-size, --batch-size, --max-batch-bytes and --drain-ahead must be positive.")
         }
         guard (1...9).contains(gzipLevel) else { throw ValidationError("--gzip-level must be 1 … 9.") }
-        guard flushInterval > 0, backoffBase > 0, backoffCap >= backoffBase, maxRetryAfter >= 0, requestTimeout > 0 else {
-            throw ValidationError("--flush-interval, --backoff-base and --request-timeout must be positive, and --backoff-cap ≥ --backoff-base.")
+        for (flag, seconds, zeroAllowed) in durationOptions {
+            try Self.validateSeconds(seconds, flag: flag, zeroAllowed: zeroAllowed)
         }
-        guard deadline.map({ $0 > 0 }) ?? true, stopTimeout > 0, grace >= 0, backgroundBudget > 0 else {
-            throw ValidationError("--deadline, --stop-timeout and --background-budget must be positive, --grace not negative.")
-        }
+        guard backoffCap >= backoffBase else { throw ValidationError("--backoff-cap must be at least --backoff-base.") }
         if deadline != nil && !once { throw ValidationError("--deadline needs --once (a daemon's deadline is --stop-timeout).") }
         if let metricsAddress, MetricsEndpoint.parse(metricsAddress) == nil {
             throw ValidationError("--metrics-address must be HOST:PORT, e.g. 127.0.0.1:9464.")
         }
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
+        }
+    }
+
+    /// Every option given in seconds: its flag, its value, and whether 0 means something.
+    private var durationOptions: [(flag: String, seconds: Double?, zeroAllowed: Bool)] {
+        [
+            ("--deadline", deadline, false), ("--stop-timeout", stopTimeout, false), ("--grace", grace, true),
+            ("--background-budget", backgroundBudget, false), ("--flush-interval", flushInterval, false),
+            ("--backoff-base", backoffBase, false), ("--backoff-cap", backoffCap, false),
+            ("--max-retry-after", maxRetryAfter, true), ("--request-timeout", requestTimeout, false),
+        ]
+    }
+
+    /// The longest duration any option takes: a year. Longer ones mean nothing to a sync agent, and
+    /// a value past what `Duration` holds (`inf`, `1e300`) would trap instead of being refused.
+    static let longestSeconds: Double = 365 * 86_400
+
+    static func validateSeconds(_ seconds: Double?, flag: String, zeroAllowed: Bool) throws {
+        guard let seconds else { return }
+        guard seconds.isFinite, seconds <= longestSeconds else {
+            throw ValidationError("\(flag) must be a number of seconds up to \(Int(longestSeconds)) (a year); got \(seconds).")
+        }
+        guard zeroAllowed ? seconds >= 0 : seconds > 0 else {
+            throw ValidationError("\(flag) must be \(zeroAllowed ? "0 or more" : "more than 0") seconds; got \(seconds).")
         }
     }
 

@@ -34,6 +34,8 @@ func reportingErrors(_ body: () throws -> Void) throws {
         }
     } catch let error as AgentError {
         fail(Exit.ioError, error.description)
+    } catch let error as Outbox.UnknownDeadLetters {
+        fail(Exit.rejected, error.description)
     }
 }
 

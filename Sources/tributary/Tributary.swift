@@ -173,10 +173,12 @@ struct Identify: ParsableCommand {
 struct Flush: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Ask the group's agent to upload now (the app entered the background).",
-        discussion: "Exits 69 when no agent is listening; the events stay safely in the store.")
+        discussion: "Exits 69 when no agent is listening (the events stay safely in the store), 66 when the group has no store.")
     @OptionGroup var options: GroupOption
 
     func run() throws {
+        // A mistyped group is not "no agent": say that there is nothing there.
+        try reportingErrors { _ = try openExisting(options.group) }
         guard AgentChannel.requestFlush(groupDirectory: options.group) else {
             FileHandle.standardError.write(Data("tributary: no agent is listening on \(options.group)/\(AgentChannel.socketFile); start tributary-agent.\n".utf8))
             throw ExitCode(69)
@@ -230,6 +232,8 @@ struct DeadLetters: ParsableCommand {
                     return
                 }
                 letters = try box.deadLetters()
+            } catch let error as Outbox.UnknownDeadLetters {
+                throw error
             } catch {
                 throw AgentError(.outboxIO, "The outbox \(path) cannot be read: \(error).")
             }

@@ -271,9 +271,17 @@ struct OutboxTests {
             #expect(letters[0].reason.contains("CRC mismatch") && letters[0].status == 0)
             #expect(letters[1].status == 422 && letters[1].eventID == "e2")
             #expect(try outbox.pending().count == 2)
-            #expect(try outbox.replayDeadLetters() == 1)
+            // Replaying chosen ids is all or nothing: an unknown id, or a corrupt record's, moves none.
+            let ids = try outbox.deadLetters().map(\.id)
+            for wrong in [[ids[1], 999], [ids[0]]] {
+                let error = try #require(throws: Outbox.UnknownDeadLetters.self) { try outbox.replayDeadLetters(ids: wrong) }
+                #expect(error.ids == wrong.filter { $0 != ids[1] })
+                #expect(try outbox.deadLetters().map(\.seq) == [4, 2] && outbox.pending().count == 2)
+            }
+            #expect(try outbox.replayDeadLetters(ids: [ids[1]]) == 1)
             #expect(try outbox.pending().count == 3)
             #expect(try outbox.deadLetters().map(\.seq) == [4])
+            #expect(try outbox.replayDeadLetters() == 0)
         }
     }
 
