@@ -74,11 +74,23 @@ final class GroupCommitter: Sendable {
     /// before this call has been committed (or has failed): a synchronous `track` after an `enqueue`
     /// keeps the caller's order, as promise 3 wants a producer's events. Blocks the calling thread
     /// until then, and for the commit's fsync.
-    func appendAfterQueued(_ event: PreparedEvent) throws -> TrackReceipt {
+    /// `changingIdentity` changes the group's identity in the event's transaction (a sign-up).
+    func appendAfterQueued(
+        _ event: PreparedEvent, changingIdentity change: ((inout Identity) -> Void)? = nil
+    ) throws -> TrackReceipt {
+        waitForQueued()
+        let appended = try store.append(producer: producer, count: 1, changingIdentity: change) { _, identity in
+            event.draft(with: identity)
+        }
+        return TrackReceipt(event: event, appended: appended[0])
+    }
+
+    /// Blocks the calling thread until every event queued before this call has been committed (or
+    /// has failed). A write of the process's own that must follow them in the store (a synchronous
+    /// `track`, `login`, `logout`, `identify`) waits here first.
+    func waitForQueued() {
         // Transactions commit in queue order: once the last event queued is done, so is every one before.
         if let last = state.withLock({ $0.draining ? $0.lastQueued : nil }) { last.waitUntilDone() }
-        let appended = try store.append(producer: producer, count: 1) { _, identity in event.draft(with: identity) }
-        return TrackReceipt(event: event, appended: appended[0])
     }
 
     /// Appends `pending` unless the queue is full; starts the drain loop or ends its gathering.

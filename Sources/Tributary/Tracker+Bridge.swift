@@ -60,6 +60,15 @@ extension Tracker {
         try await committer.commit(try preparePage(page))
     }
 
+    /// Stores a page's sign-up (`track_signup`): logs the group in as `loginID` and stores the event,
+    /// which carries that login, in one transaction, after the events this process queued before.
+    /// If the event is refused (invalid, the store full), the login is not changed either.
+    public func signUpFromPage(_ page: PageEvent, loginID: String) throws -> TrackReceipt {
+        try EventRules.validateID(loginID, what: "login id")
+        let prepared = try preparePage(page)
+        return try committer.appendAfterQueued(prepared) { $0.loginID = loginID }
+    }
+
     /// The app's preset properties: those the main app published to the group, else this producer's.
     public func appPresetProperties() -> [String: PropertyValue] {
         guard let text = try? store.configuration()[ConfigurationKey.appPresets],

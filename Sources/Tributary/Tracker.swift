@@ -204,21 +204,33 @@ public final class Tracker: Sendable {
     /// The group's current identity.
     public func identity() throws -> Identity { try store.identity() }
 
-    /// Logs the group in as `loginID`; later events of every process carry it.
+    // Each identity change first waits until the events this process queued before it (`enqueue`,
+    // `track` in flight) are committed, so that they carry the identity they were tracked under:
+    // promise 3 keeps a producer's events in its order, and an identity change is part of that order.
+
+    /// Logs the group in as `loginID`; later events of every process carry it. Events this process
+    /// queued before the call keep the identity they were tracked under (the call waits for them).
     @discardableResult
     public func login(_ loginID: String) throws -> Identity {
         try EventRules.validateID(loginID, what: "login id")
+        committer.waitForQueued()
         return try store.login(loginID)
     }
 
-    /// Logs the group out; later events carry the anonymous id only.
+    /// Logs the group out; later events carry the anonymous id only. Events this process queued
+    /// before the call keep the login they were tracked under (the call waits for them).
     @discardableResult
-    public func logout() throws -> Identity { try store.logout() }
+    public func logout() throws -> Identity {
+        committer.waitForQueued()
+        return try store.logout()
+    }
 
-    /// Replaces the anonymous id (for apps that bring their own).
+    /// Replaces the anonymous id (for apps that bring their own). Events this process queued before
+    /// the call keep the id they were tracked under (the call waits for them).
     @discardableResult
     public func identify(anonymousID: String) throws -> Identity {
         try EventRules.validateID(anonymousID, what: "anonymous id")
+        committer.waitForQueued()
         return try store.identify(anonymousID: anonymousID)
     }
 

@@ -223,24 +223,15 @@ public final class HybridBridge: Sendable {
 
     // MARK: Recording
 
-    /// Stores the page event; a `track_signup` logs the group in first (its event carries the new
-    /// login id), and back out to the login it had if the event is not stored: nothing is written for
-    /// a rejected message.
+    /// Stores the page event; a `track_signup` logs the group in and stores its event (which carries
+    /// the new login id) in one transaction: nothing is written for a rejected message.
     private func record(_ verified: VerifiedMessage, origin: String) async throws -> TrackReceipt {
-        var loginBefore: String??
-        if let loginID = verified.signupLoginID {
-            loginBefore = try tracker.identity().loginID
-            try tracker.login(loginID)
-        }
         do {
-            return try await tracker.trackFromPage(verified.page)
-        } catch {
-            switch loginBefore {
-            case .some(.some(let previous)): _ = try? tracker.login(previous)
-            case .some(.none): _ = try? tracker.logout()
-            case .none: break
+            if let loginID = verified.signupLoginID {
+                return try tracker.signUpFromPage(verified.page, loginID: loginID)
             }
-            guard let error = error as? TrackingError else { throw error }
+            return try await tracker.trackFromPage(verified.page)
+        } catch let error as TrackingError {
             throw BridgeRejection(.invalidEvent, origin: origin, error.description)
         }
     }

@@ -192,8 +192,13 @@ public final class SharedStore: Sendable {
     /// `build` is called inside the transaction, once per event, with the group's current identity
     /// (so an event can never carry an identity older than one committed before it). It must not block
     /// or `await`. When the call returns, every event is durable; when it throws, none was written.
+    ///
+    /// `changingIdentity`, when given, changes the group's identity in the same transaction, before
+    /// the events are built (a sign-up: the login and the event that carries it are stored together,
+    /// or neither is).
     public func append(
-        producer: Producer, count: Int, _ build: (_ index: Int, _ identity: Identity) throws -> Draft
+        producer: Producer, count: Int, changingIdentity change: ((inout Identity) -> Void)? = nil,
+        _ build: (_ index: Int, _ identity: Identity) throws -> Draft
     ) throws -> [Appended] {
         guard count > 0 else { return [] }
         let idBytes = producer.id.utf8.count
@@ -204,7 +209,11 @@ public final class SharedStore: Sendable {
         }
         let tables = environment.tables
         return try producerWrite { txn in
-            let identity = try self.identity(in: txn, creating: true)!
+            var identity = try self.identity(in: txn, creating: true)!
+            if let change {
+                change(&identity)
+                try self.store(identity, in: txn)
+            }
             var registration = try self.registration(in: txn, producerID: producer.id)
             var lastSeq = try withKey(MetaKey.lastSeq) { key in
                 try txn.withValue(tables.meta, &key) { $0.map(decodeU64) ?? 0 }
@@ -333,20 +342,25 @@ public final class SharedStore: Sendable {
     }
 
     private func updateIdentity(_ change: (inout Identity) -> Void) throws -> Identity {
-        let dbi = environment.tables.identity
-        return try producerWrite { txn in
+        try producerWrite { txn in
             var identity = try self.identity(in: txn, creating: true)!
             change(&identity)
-            for (name, value) in [(IdentityKey.anonymousID, identity.anonymousID), (IdentityKey.loginID, identity.loginID)] {
-                try withKey(name) { key in
-                    if let value {
-                        try Array(value.utf8).withUnsafeBytes { try txn.put(dbi, &key, $0) }
-                    } else {
-                        try txn.delete(dbi, &key)
-                    }
+            try self.store(identity, in: txn)
+            return identity
+        }
+    }
+
+    /// Writes the anonymous and login ids of `identity` (the device id never changes).
+    private func store(_ identity: Identity, in txn: Transaction) throws {
+        let dbi = environment.tables.identity
+        for (name, value) in [(IdentityKey.anonymousID, identity.anonymousID), (IdentityKey.loginID, identity.loginID)] {
+            try withKey(name) { key in
+                if let value {
+                    try Array(value.utf8).withUnsafeBytes { try txn.put(dbi, &key, $0) }
+                } else {
+                    try txn.delete(dbi, &key)
                 }
             }
-            return identity
         }
     }
 

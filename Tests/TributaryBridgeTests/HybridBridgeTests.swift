@@ -133,6 +133,34 @@ struct HybridBridgeTests {
         }
     }
 
+    @Test("a track_signup the full store refuses changes no login: the login and its event are one transaction")
+    func signupStoreFull() async throws {
+        try await withTemporaryGroup { group in
+            var configuration = Tracker.Configuration(groupDirectory: group, producerKind: .hybrid)
+            configuration.store.initialMapSize = 256 << 10
+            configuration.store.quota = 512 << 10
+            let tracker = try Tracker(configuration: configuration)
+            try tracker.login("user-0")
+            let filler = String(repeating: "x", count: 4000)
+            do {
+                while true { try await tracker.track("Fill", properties: ["filler": .string(filler)]) }
+            } catch let error as StoreError {
+                #expect(error.code == .storeFull)
+            }
+            let pendingBefore = try tracker.store.status().pendingEvents
+            let bridge = HybridBridge(
+                tracker: tracker, configuration: BridgeConfiguration(serverURL: Self.server, allowedOrigins: [Self.origin]),
+                logger: Logger(label: "tributary.bridge"))
+            let signup = Self.pageEvent(
+                type: "track_signup", event: "$SignUp", distinctID: "user-7",
+                properties: ["filler": .string(filler)])
+            let result = await bridge.receive(Self.message(signup), origin: Self.origin)
+            #expect(Self.reason(result) == .storeFailed, "\(result)")
+            #expect(try tracker.identity().loginID == "user-0")
+            #expect(try tracker.store.status().pendingEvents == pendingBefore)
+        }
+    }
+
     @Test("a page track_signup logs the app in; later page events may carry that login")
     func signup() async throws {
         try await Self.withBridge { bridge, store in

@@ -126,6 +126,30 @@ struct TrackerTests {
         }
     }
 
+    @Test("an identity change waits for the events queued before it: they keep the identity they were tracked under")
+    func identityAfterQueued() async throws {
+        try await withTemporaryGroup { group in
+            let app = try Self.tracker(group)
+            func loginIDs(_ pending: [PendingTrack]) async throws -> Set<String> {
+                var ids: Set<String> = []
+                for p in pending { ids.insert(try Self.body(app.store, seq: try await p.receipt().seq)["login_id"] as? String ?? "-") }
+                return ids
+            }
+            var before: [PendingTrack] = []
+            for i in 0..<1_000 { before.append(try await app.enqueue("BeforeLogin", properties: ["i": .int(Int64(i))])) }
+            try app.login("user-7")
+            var during: [PendingTrack] = []
+            for _ in 0..<1_000 { during.append(try await app.enqueue("LoggedIn")) }
+            try app.logout()
+            let after = try await app.track("AfterLogout")
+            #expect(try await loginIDs(before) == ["-"])
+            #expect(try await loginIDs(during) == ["user-7"])
+            #expect(try Self.body(app.store, seq: after.seq)["login_id"] == nil)
+            try app.identify(anonymousID: "device-42")
+            #expect(try Self.body(app.store, seq: (try await app.track("Identified")).seq)["anonymous_id"] as? String == "device-42")
+        }
+    }
+
     @Test("invalid input writes nothing")
     func invalidWritesNothing() async throws {
         try await withTemporaryGroup { group in
