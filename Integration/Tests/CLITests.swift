@@ -91,6 +91,29 @@ struct CLITests {
         }
     }
 
+    @Test("a second agent, of another group, is refused the outbox the first one uses (exit 78), and gets it once that one stopped")
+    func sharedOutboxRefused() async throws {
+        try await withTemporaryGroup { group in
+            let other = group + "-other"
+            defer { try? FileManager.default.removeItem(atPath: other) }
+            let outbox = group + "-state/outbox.sqlite"
+            let common = ["--server", "http://127.0.0.1:9/sa", "--outbox", outbox, "--log-level", "warning"]
+            let first = try ChildProcess("tributary-agent", ["--group", group] + common)
+            // The first agent holds the outbox once it has written its status.
+            let started = ContinuousClock.now
+            while AgentChannel.readStatus(groupDirectory: group) == nil && ContinuousClock.now - started < .seconds(30) {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let refused = try await ChildProcess.run("tributary-agent", ["--group", other, "--once"] + common)
+            #expect(refused.status == 78, "stderr: \(refused.stderr)")
+            #expect(refused.stderr.contains("is in use by another tributary-agent") && refused.stderr.contains(group))
+            first.send(SIGTERM)
+            #expect(await first.finish().status == 0)
+            let alone = try await ChildProcess.run("tributary-agent", ["--group", other, "--once", "--deadline", "1"] + common)
+            #expect(alone.status == 0, "stderr: \(alone.stderr)")
+        }
+    }
+
     @Test("track as the app leaves the app's published presets alone, unless --app-version is given")
     func trackKeepsAppPresets() async throws {
         try await withTemporaryGroup { group in

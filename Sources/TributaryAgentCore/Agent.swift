@@ -23,7 +23,8 @@ public final class Agent: Service, Sendable {
     public let configuration: AgentConfiguration
     let store: SharedStore
     public let outbox: Outbox
-    private let lock: GroupLock
+    private let lock: AgentLock
+    private let outboxLock: AgentLock
     private let logger: Logger
     private let wakeup = Wakeup()
     private let flushRequested = Atomic<Bool>(false)
@@ -43,7 +44,13 @@ public final class Agent: Service, Sendable {
         self.configuration = configuration
         self.logger = logger
         store = try SharedStore(groupDirectory: configuration.groupDirectory)
-        lock = try GroupLock(groupDirectory: store.groupDirectory)
+        lock = try AgentLock.group(store.groupDirectory)
+        do {
+            outboxLock = try AgentLock.outbox(configuration.outboxPath, groupDirectory: store.groupDirectory)
+        } catch {
+            lock.release()
+            throw error
+        }
         do {
             outbox = try Outbox(path: configuration.outboxPath)
             if let previous = try outbox.adoptStore(store.storeID) {
@@ -56,6 +63,7 @@ public final class Agent: Service, Sendable {
                     ])
             }
         } catch {
+            outboxLock.release()
             lock.release()
             throw AgentError(.startup, "Cannot open the outbox \(configuration.outboxPath): \(error).")
         }
@@ -147,6 +155,7 @@ public final class Agent: Service, Sendable {
         watchdog?.cancel()
         listener.stop()
         writeStatus(session: session, state: "stopped", loop: loop)
+        outboxLock.release()
         lock.release()
         await shutdown(client)
         let report = try result.get()

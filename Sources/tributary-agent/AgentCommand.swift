@@ -20,7 +20,7 @@ struct AgentCommand: AsyncParsableCommand {
             Exit codes: 0 success; 64 bad usage; 69 another agent is draining the group; 70 internal \
             error; 74 I/O error on the store or outbox (a full disk too); 75 the group's store was \
             deleted or created anew while running (a restart drains the new one); 77 the group directory is \
-            world-writable; 78 configuration error (--metrics-address not servable too), or in --once \
+            world-writable; 78 configuration error (--metrics-address not servable, --outbox used by another agent, too), or in --once \
             mode the collector refuses uploads (401/403/404).
             """
     )

@@ -5,32 +5,59 @@ import TributaryStore
 import Glibc
 #endif
 
-/// The exclusive claim of one agent on one group directory (`flock` on `agent.lock`).
+/// An agent's exclusive claim on a file (`flock`): on its group directory (`agent.lock`) and on its
+/// outbox (`<outbox>.lock`).
 ///
-/// A second agent on the same group is refused with the first one's pid. The lock is released by
+/// A second agent on the same group is refused with the first one's pid, and so is an agent whose
+/// outbox another agent (of another group) uses: two drains sharing one outbox would each take the
+/// other's `last_drained_seq` for its own and delete events unsent. The lock is released by
 /// ``release()`` on a clean stop and by the kernel when the process dies, so a `kill -9` never leaves
-/// a group locked.
-final class GroupLock: Sendable {
+/// either locked. The file holds the holder's pid and group directory.
+final class AgentLock: Sendable {
     private let fd: Int32
     let path: String
 
-    init(groupDirectory: String) throws {
-        path = groupDirectory + "/" + AgentChannel.lockFile
+    /// Claims `groupDirectory`: one agent per group.
+    static func group(_ groupDirectory: String) throws -> AgentLock {
+        try AgentLock(path: groupDirectory + "/" + AgentChannel.lockFile, groupDirectory: groupDirectory) { holder in
+            AgentError(
+                .alreadyRunning,
+                "Another tributary-agent (pid \(holder.pid)) is already draining \(groupDirectory). Only one agent "
+                    + "may drain a group; stop it first.")
+        }
+    }
+
+    /// Claims the outbox at `outboxPath` for the agent of `groupDirectory`: one agent per outbox.
+    static func outbox(_ outboxPath: String, groupDirectory: String) throws -> AgentLock {
+        // The outbox's directory, as the outbox itself would create it.
+        try? FileManager.default.createDirectory(
+            atPath: (outboxPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
+        return try AgentLock(path: outboxPath + ".lock", groupDirectory: groupDirectory) { holder in
+            AgentError(
+                .configuration,
+                "The outbox \(outboxPath) is in use by another tributary-agent (pid \(holder.pid), draining "
+                    + "\(holder.group)). Each group needs an outbox of its own: give this one another --outbox "
+                    + "(or none: the default is per group).")
+        }
+    }
+
+    private init(
+        path: String, groupDirectory: String, refusal: (_ holder: (pid: String, group: String)) -> AgentError
+    ) throws {
+        self.path = path
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o660)
         guard fd >= 0 else {
             throw AgentError(.startup, "Cannot open \(path): \(String(cString: strerror(errno))).")
         }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
-            let holder = (try? String(contentsOfFile: path, encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines)
+            let lines = ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n")
             close(fd)
-            throw AgentError(
-                .alreadyRunning,
-                "Another tributary-agent (pid \(holder?.isEmpty == false ? holder! : "unknown")) is already draining "
-                    + "\(groupDirectory). Only one agent may drain a group; stop it first.")
+            throw refusal((pid: lines.first.map(String.init) ?? "unknown", group: lines.dropFirst().first.map(String.init) ?? "unknown"))
         }
-        let pid = "\(getpid())\n"
+        let holder = "\(getpid())\n\(groupDirectory)\n"
         _ = ftruncate(fd, 0)
-        _ = pid.withCString { pwrite(fd, $0, strlen($0), 0) }
+        _ = holder.withCString { pwrite(fd, $0, strlen($0), 0) }
     }
 
     /// Releases the lock.
