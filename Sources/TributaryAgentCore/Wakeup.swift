@@ -29,14 +29,16 @@ final class Wakeup: Sendable {
         waiter?.resume()
     }
 
-    /// Ends wait `id` (its timeout passed or its task was cancelled), whether or not it has registered yet.
+    /// Ends wait `id` (its timeout passed or its task was cancelled), whether or not it has registered
+    /// yet. An end that comes late, for a wait already over, changes nothing: recording it would
+    /// overwrite the early end of the wait after it, which would then sleep without a timeout.
     private func end(_ id: UInt64) {
         state.withLock { state -> CheckedContinuation<Void, Never>? in
             if let waiter = state.waiter, waiter.id == id {
                 state.waiter = nil
                 return waiter.continuation
             }
-            state.endedEarly = id
+            if id == state.nextID { state.endedEarly = id }
             return nil
         }?.resume()
     }
@@ -49,7 +51,8 @@ final class Wakeup: Sendable {
             return state.nextID
         }
         let timer = Task { [weak self] in
-            try? await Task.sleep(for: timeout)
+            // Cancelled: the wait is over already.
+            guard (try? await Task.sleep(for: timeout)) != nil else { return }
             self?.end(id)
         }
         await withTaskCancellationHandler {
