@@ -111,12 +111,11 @@ public struct Enricher: Sendable {
         return encoded
     }
 
+    /// A preset `JSONSerialization` read, as a value of its exact type (a `0` stays a number).
     private static func sendable(_ value: Any) -> (any Sendable)? {
         switch value {
         case let v as String: v
-        case let v as Bool: v
-        case let v as Int: v
-        case let v as Double: v
+        case let v as NSNumber: JSONText.exactValue(of: v)
         case let v as [String]: v
         default: nil
         }

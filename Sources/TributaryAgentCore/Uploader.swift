@@ -259,6 +259,7 @@ final class UploadSession: @unchecked Sendable {
             let delay = configuration.backoff.delay(attempt: attempt, retryAfter: retryAfter, using: &rng)
             attempt += 1
             lastError = reason
+            haltReason = nil  // the collector answers something else now: not halted, just failing
             try outbox.countRetry()
             logger.info("upload failed; will retry the same batch", metadata: [
                 "tributary.batch.id": "\(batchID)", "tributary.reason": "\(reason)",

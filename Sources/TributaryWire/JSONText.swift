@@ -51,6 +51,8 @@ public enum JSONText {
             output.append(contentsOf: String(int).utf8)
         case let int as Int64:
             output.append(contentsOf: String(int).utf8)
+        case let int as UInt64:
+            output.append(contentsOf: String(int).utf8)
         case let double as Double:
             guard double.isFinite else { return false }
             output.append(contentsOf: doubleText(double).utf8)
@@ -60,6 +62,19 @@ public enum JSONText {
             return false
         }
         return true
+    }
+
+    /// A number `JSONSerialization` read, as the Swift value of the type it was written as: `Bool` for
+    /// `true`/`false`, `Double` for a number with a fraction or an exponent, else `Int64` (`UInt64`
+    /// above `Int64.max`). On Linux every such `NSNumber` casts to `Bool`, `Int` and `Double` alike,
+    /// 0 and 1 to `Bool` first: a cast would turn a `0` into `false`.
+    public static func exactValue(of number: NSNumber) -> any Sendable {
+        if ObjectIdentifier(type(of: number)) == booleanType { return number.boolValue }
+        switch UInt8(bitPattern: number.objCType.pointee) {
+        case UInt8(ascii: "f"), UInt8(ascii: "d"): return number.doubleValue
+        case UInt8(ascii: "Q"), UInt8(ascii: "L"): return number.uint64Value
+        default: return number.int64Value
+        }
     }
 
     /// `true`/`false`, an integer, or the shortest text that reads back as the same double.
@@ -82,11 +97,12 @@ public enum JSONText {
         return "\(double)"
     }
 
-    /// Whether `value` is a Swift `Bool`, `Int`, `Int64` or `Double` rather than an `NSNumber` (on Linux,
+    /// Whether `value` is a Swift `Bool`, `Int`, `Int64`, `UInt64` or `Double` rather than an `NSNumber` (on Linux,
     /// both cast to either; the exact type says which one was stored).
     private static func isSwiftScalar(_ value: Any) -> Bool {
         let type = ObjectIdentifier(Swift.type(of: value))
         return type == ObjectIdentifier(Bool.self) || type == ObjectIdentifier(Int.self)
-            || type == ObjectIdentifier(Int64.self) || type == ObjectIdentifier(Double.self)
+            || type == ObjectIdentifier(Int64.self) || type == ObjectIdentifier(UInt64.self)
+            || type == ObjectIdentifier(Double.self)
     }
 }

@@ -361,6 +361,25 @@ struct OutboxTests {
         }
     }
 
+    @Test("published presets keep their JSON types in extension events: a 0 or 1 stays a number")
+    func enrichKeepsNumberTypes() throws {
+        try withTemporaryGroup { group in
+            let app = try Tracker(configuration: .init(groupDirectory: group, producerKind: .app))
+            try app.store.setConfiguration(
+                ConfigurationKey.appPresets,
+                json: #"{"$app_version":"5.0.0","$timezone_offset":0,"$retina":1,"$ratio":1.5,"$dark":true,"$big":18446744073709551615}"#)
+            let ext = try Tracker(configuration: .init(groupDirectory: group, producerKind: .extension, producerID: "share"))
+            try ext.track("Shared")
+            let outbox = try Outbox(path: group + "-outbox/outbox.sqlite")
+            _ = try Drainer(store: app.store, outbox: outbox, logger: Self.logger).drainAvailable()
+            let row = try #require(try outbox.nextBatch(maxCount: 10, maxBytes: .max).first)
+            let text = String(decoding: row.body, as: UTF8.self)
+            for member in [#""$timezone_offset":0"#, #""$retina":1"#, #""$ratio":1.5"#, #""$dark":true"#, #""$big":18446744073709551615"#] {
+                #expect(text.contains(member + ",") || text.contains(member + "}"), "\(member) not in \(text)")
+            }
+        }
+    }
+
     @Test("a corrupt store record goes to the dead letters; the rest is drained")
     func corruptRecord() throws {
         try withTemporaryGroup { group in
