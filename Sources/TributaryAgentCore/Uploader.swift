@@ -24,6 +24,10 @@ public struct UploadConfiguration: Sendable {
     public var requestTimeout: Duration = .seconds(30)
     /// Sent as `Authorization: Bearer …` when set.
     public var bearerToken: String?
+    /// How old a batch read ahead may be when its turn comes: an older one is built again, so that
+    /// its `_flush_time` and `Date` say when it was sent (it waits for the next upload, which may be
+    /// a flush interval away). Default 1 s.
+    var readAheadMaxAge: Duration = .seconds(1)
 
     /// A configuration for `serverURL` with defaults for the rest.
     public init(serverURL: String) { self.serverURL = serverURL }
@@ -112,7 +116,15 @@ final class UploadSession: @unchecked Sendable {
     private struct ReadAhead {
         var batch: Outbox.PreparedBatch
         var encoded: EncodedBatch
+        /// The wall clock it was built at: its `_flush_time` and `Date`.
         var sentAt: Int64
+        /// The monotonic clock it was built at.
+        var builtAtNanos: UInt64
+
+        func isFresh(maxAge: Duration) -> Bool {
+            let age = BootClock.nowNanos() &- builtAtNanos
+            return Duration.nanoseconds(Int64(clamping: age)) <= maxAge
+        }
     }
 
     init(outbox: Outbox, client: HTTPClient, configuration: UploadConfiguration, logger: Logger) {
@@ -143,8 +155,11 @@ final class UploadSession: @unchecked Sendable {
         let timeout = timeout ?? configuration.requestTimeout
         // Read ahead during the previous request and made the batch in flight by its acknowledgement. A
         // ready batch over this step's limit (a deadline near) is dropped here, and `nextBatch` cuts the
-        // batch in flight down to the limit.
-        if suspect == nil, let ready = self.ready.take(), ready.batch.count <= limit {
+        // batch in flight down to the limit; one built too long ago is dropped too, and `nextBatch`
+        // builds the same batch again with the clock of now.
+        if suspect == nil, let ready = self.ready.take(), ready.batch.count <= limit,
+            ready.isFresh(maxAge: configuration.readAheadMaxAge)
+        {
             let outcome = await post(ready.encoded, batchID: ready.batch.id, sentAt: ready.sentAt, timeout: timeout) {
                 self.readAhead(after: ready.batch.id, limit: limit)
             }
@@ -213,7 +228,7 @@ final class UploadSession: @unchecked Sendable {
                 Self.append(event, at: clock, to: &body)
             }) else { return }
             let encoded = try body.finish(gzipLevel: configuration.gzipLevel)
-            readAheadBatch = ReadAhead(batch: batch, encoded: encoded, sentAt: clock.wallMillis)
+            readAheadBatch = ReadAhead(batch: batch, encoded: encoded, sentAt: clock.wallMillis, builtAtNanos: clock.bootNanos)
         } catch {
             logger.debug("could not read the next batch ahead", metadata: ["tributary.reason": "\(error)"])
         }

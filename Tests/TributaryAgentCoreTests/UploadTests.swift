@@ -320,6 +320,38 @@ struct UploadTests {
         }
     }
 
+    @Test("a batch read ahead that waited past its age is built again: _flush_time says when it was sent", arguments: [false, true])
+    func staleReadAhead(stale: Bool) async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 20)
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            let outbox = try Outbox(path: group + "-state/outbox.sqlite")
+            #expect(try Drainer(store: tracker.store, outbox: outbox, logger: Self.logger).drainAvailable() == 20)
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let client = HTTPClientFactory.make()
+                var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
+                configuration.batchSize = 10
+                configuration.readAheadMaxAge = .milliseconds(stale ? 100 : 60_000)
+                let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: Self.logger)
+                #expect(try await session.step() == .progressed(delivered: 10))
+                #expect(session.readyBatchCount == 10, "the second batch was read ahead during the first request")
+                try await Task.sleep(for: .milliseconds(300))
+                let resumed = BootClock.wallMillis()
+                #expect(try await session.step() == .progressed(delivered: 10))
+                try await client.shutdown()
+                let flushTimes = try await collector.events().map { event in
+                    (try JSONSerialization.jsonObject(with: Data(event.json.utf8)) as? [String: Any])?["_flush_time"] as? Int64 ?? 0
+                }
+                #expect(flushTimes.count == 20 && flushTimes.prefix(10).allSatisfy { $0 < resumed })
+                if stale {
+                    #expect(flushTimes.suffix(10).allSatisfy { $0 >= resumed }, "built again when sent")
+                } else {
+                    #expect(flushTimes.suffix(10).allSatisfy { $0 < resumed }, "sent as read ahead")
+                }
+            }
+        }
+    }
+
     @Test("an event's time is corrected when the wall clock moved between trigger and upload")
     func timeCorrection() throws {
         let now = BootClock.wallMillis()
