@@ -521,17 +521,21 @@ public final class Agent: Service, Sendable {
     }
 
     /// Drains what the store holds, unless the outbox is at its quota, or (while the collector answers)
-    /// holds ``AgentConfiguration/drainAhead`` events. Stops between chunks when a stop is requested
-    /// or the deadline passes.
+    /// holds ``AgentConfiguration/drainAhead`` events. Stops between chunks when a stop is requested,
+    /// the deadline passes or the outbox reaches its quota.
     private func drainRespectingQuota(_ loop: inout LoopState, maxEvents: Int? = nil) throws -> Int {
         let (count, bytes) = try outbox.pending()
         let ahead = configuration.effectiveDrainAhead
         if loop.uploadsAnswered && count >= ahead { return 0 }
-        if bytes >= configuration.outboxQuotaBytes {
+        let deadBytes = try outbox.deadLetterBytes()
+        if bytes + deadBytes >= configuration.outboxQuotaBytes {
             if !loop.outboxFullLogged {
-                logger.warning("outbox at its quota; draining paused until uploads make room", metadata: [
-                    "tributary.outbox.bytes": "\(bytes)", "tributary.outbox.quota": "\(configuration.outboxQuotaBytes)",
-                ])
+                logger.warning(
+                    "outbox at its quota; draining paused until uploads make room (dead letters count too: see `tributary dead-letters`, which can replay or discard them)",
+                    metadata: [
+                        "tributary.outbox.bytes": "\(bytes)", "tributary.outbox.dead_letter_bytes": "\(deadBytes)",
+                        "tributary.outbox.quota": "\(configuration.outboxQuotaBytes)",
+                    ])
                 loop.outboxFullLogged = true
             }
             return 0
@@ -540,7 +544,13 @@ public final class Agent: Service, Sendable {
         let drainer = Drainer(store: store, outbox: outbox, chunkSize: configuration.drainChunk, logger: logger)
         var limit = maxEvents ?? configuration.drainChunk * 10
         if loop.uploadsAnswered { limit = min(limit, ahead - count) }
-        let drained = try drainer.drainAvailable(maxEvents: limit, while: mayDrain)
+        // The quota is checked again before every chunk: the outbox goes past it by one chunk at most.
+        let quota = configuration.outboxQuotaBytes
+        let drained = try drainer.drainAvailable(maxEvents: limit) {
+            guard self.mayDrain() else { return false }
+            guard let held = try? self.outbox.pending().bytes + self.outbox.deadLetterBytes() else { return true }
+            return held < quota
+        }
         metrics.drained.increment(by: drained)
         return drained
     }

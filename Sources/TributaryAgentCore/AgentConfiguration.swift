@@ -17,8 +17,9 @@ public struct AgentConfiguration: Sendable {
     public var pollInterval: Duration = .milliseconds(200)
     /// Events per drain transaction. Default 1,000.
     public var drainChunk = 1000
-    /// Stop draining while the outbox holds this many bytes of events (the store then fills up and
-    /// producers get `storeFull`, rather than the disk). Default 512 MiB.
+    /// Stop draining while the outbox holds this many bytes of events, pending and dead letters
+    /// together (the store then fills up and producers get `storeFull`, rather than the disk).
+    /// Default 512 MiB.
     public var outboxQuotaBytes = 512 << 20
     /// While the collector accepts uploads, stop draining once the outbox holds this many events
     /// (at least two batches and the bulk size): the rest waits in the shared store, which is as

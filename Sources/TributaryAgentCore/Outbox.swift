@@ -201,6 +201,14 @@ public final class Outbox: Sendable {
                 ALTER TABLE outbox_v4 RENAME TO outbox;
                 """)
         }
+        m.registerMigration("v5: dead-letter bytes") { db in
+            // Dead letters count against the outbox quota with the pending events (promise 4): kept in
+            // agent_state like the pending counters, so that no check sums the table.
+            try db.execute(sql: """
+                INSERT OR REPLACE INTO agent_state (key, value)
+                    SELECT 'dead_letter_bytes', COALESCE(SUM(LENGTH(body)), 0) FROM dead_letters;
+                """)
+        }
         return m
     }
 
@@ -336,6 +344,7 @@ public final class Outbox: Sendable {
             var inserted = 0
             var skipped = 0
             var corrupt = 0
+            var corruptBytes = 0
             var insertedBytes = 0
             let insert = try db.cachedStatement(sql: """
                 INSERT INTO outbox
@@ -364,6 +373,7 @@ public final class Outbox: Sendable {
                                 """,
                             arguments: [Int64(seq), "corrupt store record: \(reason)", BootClock.wallMillis(), Data(raw)])
                         corrupt += 1
+                        corruptBytes += raw.count
                     }
                 }
             }
@@ -374,6 +384,7 @@ public final class Outbox: Sendable {
             try Self.bump(db, "duplicates_skipped", skipped)
             try Self.bump(db, "corrupt_records", corrupt)
             try Self.bump(db, "dead_letters", corrupt)
+            try Self.bump(db, "dead_letter_bytes", corruptBytes)
             beforeCommit()
             return Inserted(inserted: inserted, skipped: skipped)
         }
@@ -422,6 +433,12 @@ public final class Outbox: Sendable {
     }
 
     // MARK: Upload side
+
+    /// The bytes the dead letters hold (their bodies, or a corrupt record's raw bytes). They count
+    /// against the outbox quota with the pending events.
+    public func deadLetterBytes() throws -> Int {
+        try writer.read { db in Int(try Self.state(db, "dead_letter_bytes")) }
+    }
 
     /// Number of events waiting, and their total body size.
     public func pending() throws -> (count: Int, bytes: Int) {
@@ -699,6 +716,7 @@ public final class Outbox: Sendable {
             try Self.bump(db, "pending_count", -deleted)
             try Self.bump(db, "pending_bytes", -row.body.count * deleted)
             try Self.bump(db, "dead_letters", 1)
+            try Self.bump(db, "dead_letter_bytes", row.body.count)
             beforeCommit()
         }
     }
@@ -733,14 +751,19 @@ public final class Outbox: Sendable {
         }
     }
 
-    /// Dead letter ids given to ``replayDeadLetters(ids:)`` that name no replayable dead letter: none
-    /// with that id, or a corrupt store record (which has no event to send). Nothing was replayed.
+    /// Dead letter ids given to ``replayDeadLetters(ids:)`` that name no replayable dead letter (none
+    /// with that id, or a corrupt store record, which has no event to send), or given to
+    /// ``discardDeadLetters(ids:)`` that name none. Nothing was replayed or discarded.
     public struct UnknownDeadLetters: Error, CustomStringConvertible, Sendable {
         public var ids: [Int64]
+        /// Whether a replay (else a discard) was refused.
+        public var replaying = true
         public var description: String {
             let list = ids.map(String.init).joined(separator: ", ")
-            return "No replayable dead letter with id \(list) (`tributary dead-letters` lists them; a corrupt store "
-                + "record cannot be replayed); nothing was replayed."
+            return replaying
+                ? "No replayable dead letter with id \(list) (`tributary dead-letters` lists them; a corrupt store "
+                    + "record cannot be replayed); nothing was replayed."
+                : "No dead letter with id \(list) (`tributary dead-letters` lists them); nothing was discarded."
         }
     }
 
@@ -776,12 +799,38 @@ public final class Outbox: Sendable {
                         r["seq"], r["event_id"], r["producer"], r["producer_kind"], r["producer_seq"], r["wall_ms"],
                         r["boot_ns"], r["boot_id"], r["body"],
                     ])
+                let size = (r["body"] as Data).count
                 try Self.bump(db, "pending_count", 1)
-                try Self.bump(db, "pending_bytes", (r["body"] as Data).count)
+                try Self.bump(db, "pending_bytes", size)
+                try Self.bump(db, "dead_letter_bytes", -size)
                 try db.execute(sql: "DELETE FROM dead_letters WHERE id = ?", arguments: [r["id"] as Int64])
                 moved += 1
             }
             return moved
+        }
+    }
+
+    /// Deletes dead letters (all, or those with the given ids) for good, corrupt records too, and
+    /// frees their room in the outbox quota. Returns how many were deleted. With `ids`, all or
+    /// nothing: when one of them names no dead letter, throws ``UnknownDeadLetters`` and deletes none.
+    @discardableResult
+    public func discardDeadLetters(ids: [Int64]? = nil) throws -> Int {
+        try writer.write { db in
+            var sql = "SELECT id, LENGTH(body) FROM dead_letters"
+            var arguments: StatementArguments = []
+            if let ids {
+                sql += " WHERE id IN (\(ids.map { _ in "?" }.joined(separator: ",")))"
+                arguments = StatementArguments(ids)
+            }
+            let rows = try GRDB.Row.fetchAll(db, sql: sql, arguments: arguments)
+            if let ids {
+                let unknown = Array(Set(ids).subtracting(rows.map { $0[0] as Int64 })).sorted()
+                guard unknown.isEmpty else { throw UnknownDeadLetters(ids: unknown, replaying: false) }
+            }
+            let delete = try db.cachedStatement(sql: "DELETE FROM dead_letters WHERE id = ?")
+            for row in rows { try delete.execute(arguments: [row[0] as Int64]) }
+            try Self.bump(db, "dead_letter_bytes", -rows.reduce(0) { $0 + ($1[1] as Int) })
+            return rows.count
         }
     }
 

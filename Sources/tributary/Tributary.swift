@@ -194,7 +194,9 @@ struct DeadLetters: ParsableCommand {
         discussion: """
             The outbox is found from the running agent's status file in the group directory, or given \
             with --outbox. --replay moves dead letters back into the outbox; the agent uploads them \
-            after the current backlog. Corrupt store records cannot be replayed and stay listed.
+            after the current backlog. Corrupt store records cannot be replayed and stay listed. \
+            --discard deletes dead letters for good: they count against the outbox quota, and an outbox \
+            at its quota stops the drain.
             """)
     @Option(help: ArgumentHelp("The app group directory (to find the agent's outbox).", valueName: "dir"))
     var group: String?
@@ -202,14 +204,19 @@ struct DeadLetters: ParsableCommand {
     var outbox: String?
     @Flag(help: "Move the dead letters back into the outbox for another upload.")
     var replay = false
-    @Option(help: "With --replay: only this dead letter id (repeatable).")
+    @Flag(help: "Delete the dead letters for good (after looking at them: they are events the collector refused).")
+    var discard = false
+    @Option(help: "With --replay or --discard: only this dead letter id (repeatable).")
     var id: [Int64] = []
     @Flag(help: "Print JSON instead of text.")
     var json = false
 
     func validate() throws {
         guard group != nil || outbox != nil else { throw ValidationError("Give --group or --outbox.") }
-        guard id.isEmpty || replay else { throw ValidationError("--id chooses dead letters to replay: give --replay too.") }
+        guard !(replay && discard) else { throw ValidationError("Give --replay or --discard, not both.") }
+        guard id.isEmpty || replay || discard else {
+            throw ValidationError("--id chooses dead letters to replay or discard: give --replay or --discard too.")
+        }
     }
 
     func run() throws {
@@ -229,6 +236,10 @@ struct DeadLetters: ParsableCommand {
                 let box = try Outbox(path: path)
                 if replay {
                     say("replayed \(try box.replayDeadLetters(ids: id.isEmpty ? nil : id)) dead letter(s)")
+                    return
+                }
+                if discard {
+                    say("discarded \(try box.discardDeadLetters(ids: id.isEmpty ? nil : id)) dead letter(s)")
                     return
                 }
                 letters = try box.deadLetters()

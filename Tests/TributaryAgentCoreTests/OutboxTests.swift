@@ -214,6 +214,7 @@ struct OutboxTests {
                 try db.execute(sql: """
                     INSERT INTO agent_state VALUES ('last_drained_seq', 6), ('drained', 6), ('pending_count', 6),
                         ('pending_bytes', (SELECT SUM(LENGTH(body)) FROM outbox));
+                    INSERT INTO dead_letters (seq, status, reason, dead_at_ms, body) VALUES (0, 0, 'corrupt', 1, zeroblob(37));
                     """)
             }
             try old.close()
@@ -223,6 +224,7 @@ struct OutboxTests {
             #expect(inFlight.map(\.seq) == [1, 2, 3] && inFlight.map(\.id) == [11, 12, 13])
             #expect(inFlight.allSatisfy { $0.batchID == "b-old" }, "the batch in flight keeps its id")
             #expect(try outbox.pending().count == 6 && outbox.lastDrainedSeq() == 6)
+            #expect(try outbox.deadLetterBytes() == 37, "v5 counts the dead letters already there")
             try outbox.acknowledge("b-old")
             #expect(try outbox.nextBatch(maxCount: 100, maxBytes: .max).map(\.seq) == [4, 5, 6])
             // No UNIQUE event_id any more: two store records with one event id are two rows.
@@ -268,6 +270,8 @@ struct OutboxTests {
             try outbox.deadLetter(batch[1], status: 422, reason: "HTTP 422: bad property")
             let letters = try outbox.deadLetters()
             #expect(letters.map(\.seq) == [4, 2])
+            let e2 = Self.row(2).body.count
+            #expect(try outbox.deadLetterBytes() == 2 + e2, "the corrupt record's 2 raw bytes and e2's body")
             #expect(letters[0].reason.contains("CRC mismatch") && letters[0].status == 0)
             #expect(letters[1].status == 422 && letters[1].eventID == "e2")
             #expect(try outbox.pending().count == 2)
@@ -282,6 +286,12 @@ struct OutboxTests {
             #expect(try outbox.pending().count == 3)
             #expect(try outbox.deadLetters().map(\.seq) == [4])
             #expect(try outbox.replayDeadLetters() == 0)
+            #expect(try outbox.deadLetterBytes() == 2)
+            // Discarding is all or nothing too, and frees the dead letters' room.
+            #expect(throws: Outbox.UnknownDeadLetters.self) { try outbox.discardDeadLetters(ids: [ids[0], 999]) }
+            #expect(try outbox.deadLetters().map(\.seq) == [4] && outbox.deadLetterBytes() == 2)
+            #expect(try outbox.discardDeadLetters(ids: [ids[0]]) == 1)
+            #expect(try outbox.deadLetters().isEmpty && outbox.deadLetterBytes() == 0 && outbox.pending().count == 3)
         }
     }
 

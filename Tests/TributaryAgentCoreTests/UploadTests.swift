@@ -320,6 +320,33 @@ struct UploadTests {
         }
     }
 
+    @Test("dead letters count against the outbox quota: at it the drain stops, and the rest waits in the store")
+    func deadLettersFillQuota() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 400)
+            // Every event rejected: each ends a dead letter, once the bisection has sent it alone.
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(poisonPattern: "."))) { collector in
+                let agent = try Self.agent(group, collector) {
+                    $0.outboxQuotaBytes = 20_000
+                    $0.drainChunk = 20
+                    $0.upload.batchSize = 20
+                    $0.deadline = .seconds(4)
+                }
+                let report = try await agent.runOnce()
+                let deadBytes = try agent.outbox.deadLetterBytes()
+                let dead = try agent.outbox.deadLetters(limit: 10_000).count
+                let waiting = try agent.store.status().pendingEvents
+                let pending = try agent.outbox.pending()
+                let unique = try await collector.stats().unique
+                #expect(report.delivered == 0 && unique == 0)
+                #expect(deadBytes >= 20_000 - pending.bytes, "the dead letters filled the quota")
+                #expect(deadBytes + pending.bytes < 20_000 + 20 * 800, "by at most one drain chunk over it")
+                #expect(waiting > 0, "the rest stayed in the store")
+                #expect(dead + pending.count + waiting == 400, "nothing lost")
+            }
+        }
+    }
+
     @Test("a batch read ahead that waited past its age is built again: _flush_time says when it was sent", arguments: [false, true])
     func staleReadAhead(stale: Bool) async throws {
         try await withTemporaryGroup { group in
