@@ -126,21 +126,23 @@ public final class Agent: Service, Sendable {
         if once, let deadline = configuration.deadline {
             budget.update { $0 = BackgroundTask(budget: deadline, grace: configuration.grace, reason: .once) }
         }
-        let listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
         let client = HTTPClientFactory.make(readTimeout: configuration.upload.requestTimeout)
         let session = UploadSession(outbox: outbox, client: client, configuration: configuration.upload, logger: logger)
         var loop = LoopState(clock: ContinuousClock(), interval: configuration.flushInterval)
         loop.flushing = once
-        let pending = try outbox.pending().count
-        notifier.ready(status: "draining \(store.groupDirectory); \(pending) events in the outbox")
-        logger.info("agent started", metadata: [
-            "tributary.group": "\(store.groupDirectory)", "tributary.outbox": "\(outbox.path)",
-            "tributary.server": "\(configuration.upload.serverURL)", "tributary.format": "\(configuration.upload.format)",
-            "tributary.outbox.pending": "\(pending)",
-        ])
-        let watchdog = startWatchdog()
+        var listener: FlushListener?
+        var watchdog: Task<Void, Never>?
         let result: Result<Report, any Error>
         do {
+            listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
+            let pending = try outbox.pending().count
+            notifier.ready(status: "draining \(store.groupDirectory); \(pending) events in the outbox")
+            logger.info("agent started", metadata: [
+                "tributary.group": "\(store.groupDirectory)", "tributary.outbox": "\(outbox.path)",
+                "tributary.server": "\(configuration.upload.serverURL)", "tributary.format": "\(configuration.upload.format)",
+                "tributary.outbox.pending": "\(pending)",
+            ])
+            watchdog = startWatchdog()
             let report = try await loopBody(session: session, loop: &loop, once: once)
             // Within the grace the loop kept: a reader holding the WAL must not delay the stop.
             if try !outbox.checkpoint(patience: configuration.grace / 2) {
@@ -153,7 +155,7 @@ public final class Agent: Service, Sendable {
         }
         // Release everything in the group directory first: nothing below may delay it.
         watchdog?.cancel()
-        listener.stop()
+        listener?.stop()
         writeStatus(session: session, state: "stopped", loop: loop)
         outboxLock.release()
         lock.release()
@@ -167,13 +169,26 @@ public final class Agent: Service, Sendable {
     }
 
     /// What ends a run, as the command reports it: the outbox's SQLite errors that are not fail-stop
-    /// (`SQLITE_FULL`: the disk is full) become ``AgentError/Code/outboxIO``.
+    /// become ``AgentError/Code/outboxIO``, with what to do about each kind.
     static func stopError(_ error: any Error, outbox path: String) -> any Error {
         guard let error = error as? DatabaseError else { return error }
+        let advice: String
+        switch error.resultCode {
+        case .SQLITE_FULL: advice = "its disk is full: free space and start the agent again"
+        case .SQLITE_BUSY, .SQLITE_LOCKED:
+            advice = "another process held it locked for longer than the agent waits (a `tributary dead-letters` "
+                + "run, or a tool with the file open): end it and start the agent again"
+        case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN:
+            advice = "the agent may not write it or its directory: check their owner and permissions"
+        case .SQLITE_CORRUPT, .SQLITE_NOTADB:
+            advice = "it is damaged: move it aside (it holds events not yet delivered; `tributary dead-letters "
+                + "--outbox` and sqlite3 can read what is left) and start the agent again"
+        default: advice = "start the agent again; if this recurs, check the disk"
+        }
         return AgentError(
             .outboxIO,
-            "The outbox \(path) could not be written (\(error.resultCode): \(error.message ?? "no message")). Events "
-                + "not in it yet are still in the store; free space and start the agent again.",
+            "The outbox \(path) could not be written (\(error.resultCode): \(error.message ?? "no message")): \(advice). "
+                + "Events not in it yet are still in the store.",
             cause: error)
     }
 

@@ -80,7 +80,10 @@ final class FlushListener: Sendable {
         unlink(path)  // a stale socket of a dead agent; we hold the group lock
         guard var address = AgentChannel.unixAddress(path) else {
             close(fd)
-            throw AgentError(.startup, "The group directory path is too long for a Unix socket: \(path).")
+            throw AgentError(
+                .configuration,
+                "The group directory path is too long for the agent's Unix socket (\(path) is over "
+                    + "\(MemoryLayout.size(ofValue: sockaddr_un().sun_path) - 1) bytes): use a shorter group directory.")
         }
         let rc = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }

@@ -390,6 +390,17 @@ struct OutboxTests {
         }
     }
 
+    @Test("an outbox error that ends a run says what to do about its kind", arguments: [
+        (ResultCode.SQLITE_FULL, "disk is full"), (.SQLITE_BUSY, "locked"), (.SQLITE_READONLY, "permissions"),
+        (.SQLITE_CORRUPT, "damaged"), (.SQLITE_ERROR, "start the agent again"),
+    ])
+    func stopErrorAdvice(code: ResultCode, advice: String) throws {
+        let error = try #require(Agent.stopError(DatabaseError(resultCode: code), outbox: "/o.sqlite") as? AgentError)
+        #expect(error.code == .outboxIO)
+        #expect(error.message.contains("/o.sqlite") && error.message.contains(advice), "\(error.message)")
+        #expect(Agent.stopError(CancellationError(), outbox: "/o.sqlite") is CancellationError, "other errors pass unchanged")
+    }
+
     @Test("a corrupt store record goes to the dead letters; the rest is drained")
     func corruptRecord() throws {
         try withTemporaryGroup { group in
