@@ -62,9 +62,11 @@ enum BodyDecoder {
         let scanned = json.withUnsafeBufferPointer { bytes in
             Result { () throws(JSONSyntaxError) in try JSONScanner.scanArray(bytes) }
         }
-        guard case .success(let events) = scanned else {
-            throw WireError(.malformedBody, "data_list does not hold a JSON array.")
+        if case .failure(let syntax) = scanned {
+            let hint = json.starts(with: Self.gzipMagic) ? " (it is gzip data: send gzip=1)" : ""
+            throw WireError(.malformedBody, "data_list does not hold a JSON array: \(syntax)\(hint).")
         }
+        guard case .success(let events) = scanned else { preconditionFailure("handled above") }
         if let index = events.firstIndex(where: { !$0.isObject }) {
             throw WireError(.malformedBody, "Element \(index) of data_list is not a JSON object.")
         }
@@ -140,6 +142,10 @@ enum BodyDecoder {
 
     // MARK: NDJSON
 
+    /// The first two bytes of a gzip member (RFC 1952), for the hint when a body or data_list is gzip
+    /// data that was not declared so.
+    static let gzipMagic: [UInt8] = [0x1F, 0x8B]
+
     private static func ndjson(_ body: [UInt8]) throws(WireError) -> DecodedBody {
         let scanned = body.withUnsafeBufferPointer { bytes in
             Result { () throws(WireError) in
@@ -154,10 +160,18 @@ enum BodyDecoder {
                     defer { start = newline + 1 }
                     guard newline > start else { continue }
                     line += 1
-                    let event = try? JSONScanner.scanDocument(bytes, range: start..<newline)
-                    guard let event, event.isObject else {
-                        throw WireError(.malformedBody, "Line \(line) is not a JSON object.")
+                    let event: ScannedEvent
+                    do throws(JSONSyntaxError) {
+                        event = try JSONScanner.scanDocument(bytes, range: start..<newline)
+                    } catch {
+                        let looksGzip = line == 1 && UnsafeBufferPointer(rebasing: bytes[start..<newline]).starts(with: Self.gzipMagic)
+                        let hint = looksGzip ? " (the body is gzip data: send Content-Encoding: gzip)" : ""
+                        throw WireError(
+                            .malformedBody,
+                            "Line \(line) is not a JSON object: not valid JSON\(hint), \(error.reason) at byte "
+                                + "\(error.offset - start) of the line.")
                     }
+                    guard event.isObject else { throw WireError(.malformedBody, "Line \(line) is not a JSON object.") }
                     events.append(event)
                 }
                 return events

@@ -156,8 +156,8 @@ struct IngestEndpoint: Sendable {
             throw IngestRejection(
                 status: 415,
                 code: "unsupported_media_type",
-                message: "Content-Type \"\(contentType ?? "")\" names no known format; send "
-                    + "application/x-www-form-urlencoded (Sensors form) or application/x-ndjson (gzip NDJSON)."
+                message: "Content-Type \"\(contentType ?? "")\" names no known format or a charset other than UTF-8; "
+                    + "send application/x-www-form-urlencoded (Sensors form) or application/x-ndjson (gzip NDJSON), in UTF-8."
             )
         }
         return format

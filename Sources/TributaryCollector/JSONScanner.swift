@@ -1,7 +1,8 @@
 import Foundation
 import TributaryJSON
 
-/// Why a JSON text was refused, and where (a byte offset): for tests and logs, never sent to clients.
+/// Why a JSON text was refused, and where (a byte offset). Sent to clients in a 400's message: it
+/// names the kind of fault and its offset, never the text around it.
 package struct JSONSyntaxError: Error, Equatable, CustomStringConvertible {
     /// The byte offset of the problem in the scanned buffer.
     package var offset: Int

@@ -142,7 +142,8 @@ public enum Gzip {
         }
         defer { inflateEnd(&stream) }
         let hint = sizeHint ?? max(input.count * 5, 1024)
-        var capacity = min(limit + 1, max(hint, 64))
+        let ceiling = limit < Int.max ? limit + 1 : limit  // one byte over the limit tells "too large"
+        var capacity = min(ceiling, max(hint, 64))
         var output: [UInt8] = []
         var outcome: Result<Bool, WireError> = .success(false)
         try input.withUnsafeBufferPointer { inBuf throws(WireError) in
@@ -159,7 +160,7 @@ public enum Gzip {
                     throw WireError(.tooLarge, "The decompressed body exceeds \(limit) bytes.")
                 }
                 if finished { return }
-                capacity = min(limit + 1, capacity * 2)
+                capacity = min(ceiling, capacity.multipliedReportingOverflow(by: 2).overflow ? ceiling : capacity * 2)
             }
         }
         return output
@@ -190,7 +191,10 @@ public enum Gzip {
             case Z_OK where produced == before && stream.avail_in == 0, Z_BUF_ERROR where stream.avail_in == 0:
                 return .failure(WireError(.malformedBody, "The gzip body is truncated."))
             case Z_OK: continue
-            default: return .failure(WireError(.malformedBody, "The body is not valid gzip (zlib \(rc))."))
+            default:
+                // zlib's own diagnosis ("incorrect data check", "invalid block type", …), when it gives one.
+                let why = stream.msg.map { String(cString: $0) } ?? "zlib error \(rc)"
+                return .failure(WireError(.malformedBody, "The body is not valid gzip: \(why)."))
             }
         }
         return .success(false)

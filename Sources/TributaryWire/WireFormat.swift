@@ -30,10 +30,15 @@ extension WireFormat {
         return try body.finish(gzipLevel: gzipLevel)
     }
 
-    /// Recognises the format of a request from its `Content-Type`.
+    /// Recognises the format of a request from its `Content-Type`; nil for another type, or for a
+    /// `charset` other than UTF-8 (or its subset US-ASCII): the body is read as UTF-8.
     public init?(contentType: String?) {
-        let type = (contentType ?? "").split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-        switch type {
+        let parts = (contentType ?? "").split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        for parameter in parts.dropFirst() where parameter.hasPrefix("charset=") {
+            let charset = parameter.dropFirst("charset=".count).trimmingCharacters(in: CharacterSet(charactersIn: "\""))
+            guard ["utf-8", "utf8", "us-ascii"].contains(charset) else { return nil }
+        }
+        switch parts.first {
         case "application/x-www-form-urlencoded": self = .sensors
         case "application/x-ndjson", "application/jsonl", "application/json-lines": self = .ndjson
         default: return nil

@@ -151,6 +151,33 @@ struct IngestTests {
         }
     }
 
+    @Test("A malformed body's 400 says what is wrong and where", arguments: [
+        ("{\"event_id\":\"a\",\"type\":\"track\"}\n{\"event_id\":\"b\",", "ndjson", "Line 2", "expected a key at byte 16"),
+        ("{\"a\":\"\\ud800\"}", "ndjson", "Line 1", "high surrogate escape not followed by a low one at byte 12"),
+        ("GZIP", "ndjson", "Line 1", "send Content-Encoding: gzip"),
+        ("{\"not\":\"an array\"}", "sensors", "data_list", "the text is not an array at byte 0"),
+        ("GZIP", "sensors", "data_list", "send gzip=1"),
+    ])
+    func malformedBodyDetail(text: String, format: String, subject: String, detail: String) async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let gzipped = try Gzip.compress(Array(#"{"event_id":"a","type":"track"}"#.utf8), level: 1)
+            let bytes = text == "GZIP" ? gzipped : Array(text.utf8)
+            let reply: Reply
+            if format == "ndjson" {
+                reply = try await Client(collector).post(bytes, headers: [("Content-Type", "application/x-ndjson")])
+            } else {
+                let base64 = Data(bytes).base64EncodedString()
+                reply = try await Client(collector).post(
+                    Array(("data_list=" + formURLEncode(base64)).utf8),
+                    headers: [("Content-Type", "application/x-www-form-urlencoded")], path: "/sa")
+            }
+            let message = reply.object["error"] as? String ?? ""
+            #expect(reply.status == 400 && reply.object["code"] as? String == "malformed_body")
+            #expect(message.contains(subject) && message.contains(detail), "\(message)")
+            #expect(try await collector.stats().unique == 0)
+        }
+    }
+
     @Test("An unknown content type is 415")
     func rejectsUnknownContentType() async throws {
         try await Collector.withRunning(CollectorConfiguration()) { collector in

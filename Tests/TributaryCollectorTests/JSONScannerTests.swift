@@ -250,10 +250,12 @@ private enum Scan {
             + "\(seq ?? -1) \(producer ?? "-") \(producerSeq ?? -1)"
     }
 
+    /// The texts, or the error's code and its message up to the detail the scanner adds (after a
+    /// colon, or the closing period).
     static func describe(_ result: Result<[String], WireError>) -> String {
         switch result {
         case .success(let texts): "\(texts)"
-        case .failure(let error): "\(error)"
+        case .failure(let error): "\(error.code): \(error.message.prefix { $0 != ":" && $0 != "." })"
         }
     }
 }

@@ -87,6 +87,19 @@ struct WireFormatTests {
         #expect(try Gzip.decompress(zlibStream, limit: repeated.count) == repeated)
         let error = #expect(throws: WireError.self) { try Gzip.decompress(zlibStream, limit: repeated.count - 1) }
         #expect(error?.code == .tooLarge)
+        // No limit at all (Int.max) is a limit too: nothing overflows.
+        #expect(try Gzip.decompress(zlibStream, limit: .max) == repeated)
+        #expect(throws: WireError.self) { try Gzip.decompress(Array("garbage".utf8), limit: .max) }
+    }
+
+    @Test("Content-Type: the format, and a charset other than UTF-8 refused", arguments: [
+        ("application/x-ndjson", WireFormat.ndjson), ("application/x-ndjson; charset=utf-8", .ndjson),
+        ("Application/X-NDJSON; Charset=\"UTF-8\"", .ndjson), ("application/x-www-form-urlencoded; charset=us-ascii", .sensors),
+        ("application/x-ndjson; charset=latin1", nil), ("application/x-www-form-urlencoded;charset=utf-16", nil),
+        ("text/plain", nil), ("", nil),
+    ])
+    func contentType(header: String, format: WireFormat?) {
+        #expect(WireFormat(contentType: header) == format)
     }
 
     @Test("a body whose size is right but whose CRC-32 or data is not is refused as malformed, by name")
