@@ -114,6 +114,18 @@ struct CLITests {
         }
     }
 
+    @Test("tributary-collector names the flag a bad setting came from, and exits 64", arguments: [
+        (["--fail-rate", "2"], [String: String](), "--fail-rate"),
+        (["--latency-ms", "-5"], [:], "--latency-ms"),
+        (["--poison", "("], [:], "--poison"),
+        (["--port", "0"], ["TRIBUTARY_COLLECTOR_TOKEN": ""], "TRIBUTARY_COLLECTOR_TOKEN"),
+    ])
+    func collectorUsage(arguments: [String], environment: [String: String], flag: String) async throws {
+        let result = try await ChildProcess.run("tributary-collector", arguments, environment: environment)
+        #expect(result.status == 64, "stderr: \(result.stderr)")
+        #expect(result.stderr.contains(flag), "stderr: \(result.stderr)")
+    }
+
     @Test("track as the app leaves the app's published presets alone, unless --app-version is given")
     func trackKeepsAppPresets() async throws {
         try await withTemporaryGroup { group in

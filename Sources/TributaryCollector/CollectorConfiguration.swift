@@ -49,7 +49,9 @@ public struct CollectorConfiguration: Sendable {
             throw CollectorError(.invalidConfiguration, "port \(port) is outside 0...65535 (0 picks a free port).")
         }
         if let token, token.isEmpty {
-            throw CollectorError(.invalidConfiguration, "token is empty; omit it to disable authentication.")
+            throw CollectorError(
+                .invalidConfiguration,
+                "The token (--token, or TRIBUTARY_COLLECTOR_TOKEN) is empty; omit it, or unset the variable, to disable authentication.")
         }
         guard maxBodyBytes > 0 else {
             throw CollectorError(.invalidConfiguration, "maxBodyBytes must be positive, got \(maxBodyBytes).")

@@ -74,15 +74,15 @@ public struct FaultConfiguration: Sendable, Codable, Equatable {
     /// Checks every value, naming the first one out of range.
     public func validate() throws(CollectorError) {
         for (name, rate) in [
-            ("failureRate", failureRate), ("hangRate", hangRate), ("resetRate", resetRate),
-            ("lostAckRate", lostAckRate),
+            (Self.name(.failureRate, flag: "fail-rate"), failureRate), (Self.name(.hangRate), hangRate),
+            (Self.name(.resetRate), resetRate), (Self.name(.lostAckRate), lostAckRate),
         ] {
             guard rate >= 0, rate <= 1 else {
                 throw CollectorError(.invalidConfiguration, "\(name) must be within 0...1, got \(rate).")
             }
         }
-        var statuses = [("failureStatus", failureStatus), ("poisonStatus", poisonStatus)]
-        if let forcedStatus { statuses.append(("forcedStatus", forcedStatus)) }
+        var statuses = [(Self.name(.failureStatus, flag: "fail-status"), failureStatus), (Self.name(.poisonStatus), poisonStatus)]
+        if let forcedStatus { statuses.append((Self.name(.forcedStatus), forcedStatus)) }
         // An injected answer stores nothing: a 2xx would claim what did not happen, and a 1xx is not
         // a final answer at all.
         for (name, status) in statuses where !(300...599).contains(status) {
@@ -91,18 +91,18 @@ public struct FaultConfiguration: Sendable, Codable, Equatable {
                 "\(name) must be an HTTP status 300...599 (an injected answer stores nothing), got \(status).")
         }
         guard latencyMillis >= 0 else {
-            throw CollectorError(.invalidConfiguration, "latencyMillis must not be negative, got \(latencyMillis).")
+            throw CollectorError(.invalidConfiguration, "\(Self.name(.latencyMillis)) must not be negative, got \(latencyMillis).")
         }
         if let maxEventsPerBatch, maxEventsPerBatch < 1 {
             throw CollectorError(
                 .invalidConfiguration,
-                "maxEventsPerBatch must be at least 1, got \(maxEventsPerBatch)."
+                "\(Self.name(.maxEventsPerBatch, flag: "max-events")) must be at least 1, got \(maxEventsPerBatch)."
             )
         }
         if let retryAfter, retryAfter.isEmpty || retryAfter.contains(where: \.isNewline) {
             throw CollectorError(
                 .invalidConfiguration,
-                "retryAfter must be a non-empty single-line header value."
+                "\(Self.name(.retryAfter)) must be a non-empty single-line header value."
             )
         }
         if let poisonPattern {
@@ -111,10 +111,16 @@ public struct FaultConfiguration: Sendable, Codable, Equatable {
             } catch {
                 throw CollectorError(
                     .invalidConfiguration,
-                    "poisonPattern is not a valid regular expression: \(error)."
+                    "\(Self.name(.poisonPattern, flag: "poison")) is not a valid regular expression: \(error)."
                 )
             }
         }
+    }
+
+    /// A setting as the user gave it: its command-line flag and its key in `POST /control/faults`.
+    private static func name(_ key: CodingKeys, flag: String? = nil) -> String {
+        let derived = key.rawValue.replacingOccurrences(of: "_", with: "-")
+        return "--\(flag ?? derived) (\"\(key.rawValue)\")"
     }
 
     // MARK: Codable

@@ -160,17 +160,19 @@ struct FuzzScenarios {
     }
 
     /// The first property of `faults` outside its range (its name as the errors spell it), or nil.
+    /// The JSON key (as `POST /control/faults` takes it) of the first setting out of range, which
+    /// the error must name.
     static func expectedProblem(_ faults: FaultConfiguration) -> String? {
-        for (name, rate) in [("failureRate", faults.failureRate), ("hangRate", faults.hangRate),
-                             ("resetRate", faults.resetRate), ("lostAckRate", faults.lostAckRate)] where !(0...1).contains(rate) {
+        for (name, rate) in [("failure_rate", faults.failureRate), ("hang_rate", faults.hangRate),
+                             ("reset_rate", faults.resetRate), ("lost_ack_rate", faults.lostAckRate)] where !(0...1).contains(rate) {
             return name
         }
-        if !(300...599).contains(faults.failureStatus) { return "failureStatus" }
-        if !(300...599).contains(faults.poisonStatus) { return "poisonStatus" }
-        if let status = faults.forcedStatus, !(300...599).contains(status) { return "forcedStatus" }
-        if faults.latencyMillis < 0 { return "latencyMillis" }
-        if let count = faults.maxEventsPerBatch, count < 1 { return "maxEventsPerBatch" }
-        if let value = faults.retryAfter, value.isEmpty || value.contains(where: \.isNewline) { return "retryAfter" }
+        if !(300...599).contains(faults.failureStatus) { return "failure_status" }
+        if !(300...599).contains(faults.poisonStatus) { return "poison_status" }
+        if let status = faults.forcedStatus, !(300...599).contains(status) { return "forced_status" }
+        if faults.latencyMillis < 0 { return "latency_ms" }
+        if let count = faults.maxEventsPerBatch, count < 1 { return "max_events_per_batch" }
+        if let value = faults.retryAfter, value.isEmpty || value.contains(where: \.isNewline) { return "retry_after" }
         return nil
     }
 
