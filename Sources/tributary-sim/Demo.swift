@@ -91,19 +91,30 @@ struct Demo: AsyncParsableCommand {
         let violations = (stats["order_violations"] as? [String: Int] ?? [:]).values.reduce(0, +)
             + (stats["seq_violations"] as? Int ?? 0)
 
+        // Duplicates after dedup, counted from what the collector stored: the same producer event
+        // (producer, producer_seq) stored more than once, under different event ids.
+        let stored = try await fetchEvents(String(url))
+        let keys = stored.compactMap { event -> String? in
+            guard let tributary = event["_tributary"] as? [String: Any], let producer = tributary["producer"] as? String,
+                let producerSeq = tributary["producer_seq"] as? Int
+            else { return nil }
+            return "\(producer)#\(producerSeq)"
+        }
+        let duplicatesAfterDedup = keys.count - Set(keys).count
+
         agent.terminate()
         agent.waitUntilExit()
         say("")
         say("  produced                     \(produced)")
         say("  delivered (unique)           \(unique)")
         say("  duplicates on the wire       \(duplicates)")
-        say("  duplicates after dedup       0")
+        say("  duplicates after dedup       \(duplicatesAfterDedup)")
         say("  lost                         \(produced - unique)")
         say("  order violations             \(violations)")
         say("  batches                      \(stats["batches"] as? Int ?? 0)")
         say("  end to end                   \(Int(Double(unique) / elapsed)) events/s (\(String(format: "%.2f", elapsed)) s)")
         say("  agent exit status            \(agent.terminationStatus) (SIGTERM)")
-        guard unique == produced, violations == 0 else { throw ExitCode(1) }
+        guard unique == produced, violations == 0, duplicatesAfterDedup == 0, keys.count == unique else { throw ExitCode(1) }
     }
 
     private func launch(_ bin: URL, _ name: String, _ arguments: [String], capture: Bool = false) throws -> (Process, FileHandle?) {
@@ -139,6 +150,18 @@ struct Demo: AsyncParsableCommand {
         guard let statsURL = URL(string: url + "/stats") else { return [:] }
         let (data, _) = try await URLSession.shared.data(from: statsURL)
         return (try JSONSerialization.jsonObject(with: data) as? [String: Any]) ?? [:]
+    }
+
+    /// Every event the collector stored (`GET /events`, a page at a time).
+    private func fetchEvents(_ url: String) async throws -> [[String: Any]] {
+        var events: [[String: Any]] = []
+        while let pageURL = URL(string: url + "/events?after=\(events.count)&limit=5000") {
+            let (data, _) = try await URLSession.shared.data(from: pageURL)
+            let page = (try JSONSerialization.jsonObject(with: data) as? [[String: Any]]) ?? []
+            if page.isEmpty { break }
+            events += page
+        }
+        return events
     }
 
     private func say(_ line: String) { FileHandle.standardOutput.write(Data((line + "\n").utf8)) }
