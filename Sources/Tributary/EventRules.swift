@@ -6,9 +6,10 @@ public enum EventRules {
     public static let maxStringBytes = 8192
     /// Longest login or anonymous id, in UTF-8 bytes.
     public static let maxIDBytes = 255
-    /// The dates a property can hold, in seconds since 1970: 0001-01-01 through 9999-12-31 (UTC), the
-    /// years `yyyy-MM-dd HH:mm:ss.SSS` writes. NaN is outside.
-    public static let dateRange: ClosedRange<Double> = -62_135_596_800...253_402_300_799.999
+    /// The dates a property can hold, in seconds since 1970: 0001-01-02 through 9999-12-30 (UTC). A
+    /// date is written in local time as `yyyy-MM-dd HH:mm:ss.SSS`, and a day's margin at each end
+    /// keeps its year within 1 … 9999 in every time zone (UTC−12 … UTC+14). NaN is outside.
+    public static let dateRange: ClosedRange<Double> = -62_135_510_400...253_402_214_399.999
 
     /// Names Sensors reserves for its own columns (compared case-insensitively).
     public static let reservedNames: Set<String> = [
@@ -54,7 +55,7 @@ public enum EventRules {
             guard dateRange.contains(date.timeIntervalSince1970) else {
                 throw TrackingError(
                     .dateOutOfRange, field: key,
-                    "Property \(key) is a date outside the years 1 … 9999 (\(date.timeIntervalSince1970) s since 1970).")
+                    "Property \(key) is a date outside 0001-01-02 … 9999-12-30 (\(date.timeIntervalSince1970) s since 1970).")
             }
         case .int, .bool:
             break

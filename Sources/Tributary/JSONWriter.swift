@@ -78,14 +78,15 @@ public struct JSONWriter {
     /// `yyyy-MM-dd HH:mm:ss.SSS` in local time, the Sensors DATETIME format.
     static func sensorsDate(_ date: Date) -> String {
         let millis = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
-        var seconds = time_t(millis / 1000)
+        // Floored, as the milliseconds below: -1.5 s is second -2 and 500 ms, not second -1.
+        let ms = Int32(((millis % 1000) + 1000) % 1000)
+        var seconds = time_t((millis - Int64(ms)) / 1000)
         var parts = tm()
         localtime_r(&seconds, &parts)
         func pad(_ v: Int32, _ width: Int) -> String {
             let s = String(v)
             return String(repeating: "0", count: max(0, width - s.count)) + s
         }
-        let ms = Int32(((millis % 1000) + 1000) % 1000)
         return "\(pad(parts.tm_year + 1900, 4))-\(pad(parts.tm_mon + 1, 2))-\(pad(parts.tm_mday, 2)) "
             + "\(pad(parts.tm_hour, 2)):\(pad(parts.tm_min, 2)):\(pad(parts.tm_sec, 2)).\(pad(ms, 3))"
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
-import Tributary
+
+@testable import Tributary
 
 @Suite("Sensors validation rules")
 struct ValidationTests {
@@ -40,8 +41,8 @@ struct ValidationTests {
         ("n", .double(1.5), nil),
         ("i", .int(.max), nil),
         ("b", .bool(false), nil),
-        ("d", .date(Date(timeIntervalSince1970: 253_402_300_799)), nil),
-        ("d", .date(Date(timeIntervalSince1970: -62_135_596_800)), nil),
+        ("d", .date(Date(timeIntervalSince1970: 253_402_214_399)), nil),
+        ("d", .date(Date(timeIntervalSince1970: -62_135_510_400)), nil),
         ("$screen_name", .string("Home"), nil),
         ("time", .int(1), .reservedName),
         ("bad key", .int(1), .invalidName),
@@ -59,11 +60,30 @@ struct ValidationTests {
     /// Not test arguments: Foundation's `Date.description`, which describes them, traps on them too.
     @Test("a date past year 9999, before year 1, or NaN is refused, not a trap writing yyyy-MM-dd HH:mm:ss.SSS")
     func datesOutOfRange() {
-        for seconds in [1e17, 253_402_300_800, -1e17, -62_135_596_801, .nan] {
+        // A day inside years 1 and 9999 too: in some time zone those dates are in year 0 or 10000.
+        for seconds in [1e17, 253_402_214_400, 253_402_300_799, -1e17, -62_135_510_401, -62_135_596_800, .nan] {
             let error = #expect(throws: TrackingError.self) {
                 try EventRules.validateProperty("d", .date(Date(timeIntervalSince1970: seconds)))
             }
             #expect(error?.code == .dateOutOfRange, "\(seconds) s")
+        }
+    }
+
+    /// In this process's time zone (changing `TZ` here would race the suites running beside it).
+    @Test("dates are written in local time as DateFormatter writes them, before 1970 too, four-digit years at the range's ends")
+    func sensorsDates() throws {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.calendar = Calendar(identifier: .gregorian)
+        formatter.timeZone = TimeZone.current
+        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss.SSS"
+        for seconds in [-1.5, -0.5, -86_400.25, 0, 1.5, 1_700_000_000.125] {
+            let date = Date(timeIntervalSince1970: seconds)
+            #expect(JSONWriter.sensorsDate(date) == formatter.string(from: date), "\(seconds) s")
+        }
+        for seconds in [EventRules.dateRange.lowerBound, EventRules.dateRange.upperBound] {
+            let written = JSONWriter.sensorsDate(Date(timeIntervalSince1970: seconds))
+            #expect(written.count == 23 && !written.hasPrefix("0000") && !written.hasPrefix("10000"), "\(written)")
         }
     }
 
