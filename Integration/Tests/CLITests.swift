@@ -36,6 +36,7 @@ struct CLITests {
         (["login", "--group", "{g}/missing", "user-1"], 66, "missing"),
         (["logout", "--group", "{g}/missing"], 66, "missing"),
         (["track", "--group", "{g}", "X", "--properties", #"{"p": 1e400}"#], 65, "beyond what a Double holds"),
+        (["track", "--group", "{g}", "X", "--properties", #"{"p": 18446744073709551615}"#], 65, "send it as a string"),
         (["inspect", "--group", "{g}", "--limit", "0"], 64, "--limit"),
         (["dead-letters", "--group", "{g}", "--id", "3"], 64, "--replay"),
         (["dead-letters", "--outbox", "{g}-junk"], 74, "cannot be read"),

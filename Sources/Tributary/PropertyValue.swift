@@ -59,6 +59,11 @@ extension PropertyValue {
                     strings.append(s)
                 }
                 out[key] = .list(strings)
+            case .inexactInteger:
+                throw TrackingError(
+                    .inexactNumber, field: key,
+                    "Property \(key) is a whole number beyond the 64-bit integers (±9223372036854775807) that a double "
+                        + "cannot hold exactly either; send it as a string, or with a fraction to store it as a double.")
             case .null, .object:
                 throw TrackingError(
                     .invalidValueType, field: key,
@@ -72,13 +77,22 @@ extension PropertyValue {
 /// Any JSON value, decoded strictly (a number is never taken for a boolean).
 enum JSONValue: Decodable {
     case null, bool(Bool), int(Int64), double(Double), string(String), array([JSONValue]), object([String: JSONValue])
+    /// A whole number outside Int64 whose nearest double is another number.
+    case inexactInteger
 
     init(from decoder: any Decoder) throws {
         let c = try decoder.singleValueContainer()
         if c.decodeNil() { self = .null }
         else if let b = try? c.decode(Bool.self) { self = .bool(b) }
         else if let i = try? c.decode(Int64.self) { self = .int(i) }
-        else if let d = try? c.decode(Double.self) { self = .double(d) }
+        else if let d = try? c.decode(Double.self) {
+            // Beyond Int64, a whole number is kept only if the double is that very number.
+            if let exact = try? c.decode(Decimal.self), Self.isWhole(exact), Decimal(d) != exact {
+                self = .inexactInteger
+            } else {
+                self = .double(d)
+            }
+        }
         else if let s = try? c.decode(String.self) { self = .string(s) }
         else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
         else if let o = try? c.decode([String: JSONValue].self) { self = .object(o) }
@@ -89,8 +103,16 @@ enum JSONValue: Decodable {
         }
     }
 
+    private static func isWhole(_ value: Decimal) -> Bool {
+        var rounded = Decimal()
+        var value = value
+        NSDecimalRound(&rounded, &value, 0, .plain)
+        return rounded == value
+    }
+
     var kindName: String {
         switch self {
+        case .inexactInteger: "a whole number beyond the 64-bit integers"
         case .null: "null"
         case .bool: "a boolean"
         case .int, .double: "a number"

@@ -20,7 +20,11 @@ public struct TrackingError: Error, CustomStringConvertible, Sendable {
         public static let invalidValueType = Code(rawValue: "invalidValueType")
         /// A number is NaN or infinite.
         public static let nonFiniteNumber = Code(rawValue: "nonFiniteNumber")
-        /// A date is NaN or outside the years 1 … 9999 (what `yyyy-MM-dd HH:mm:ss.SSS` can write).
+        /// A whole number in JSON properties (`--properties`) beyond the 64-bit integers that a double
+        /// cannot hold exactly either: storing it would change its value.
+        public static let inexactNumber = Code(rawValue: "inexactNumber")
+        /// A date is NaN or outside 0001-01-02 … 9999-12-30 UTC (what `yyyy-MM-dd HH:mm:ss.SSS` can
+        /// write in local time, in every zone).
         public static let dateOutOfRange = Code(rawValue: "dateOutOfRange")
         /// The encoded event is larger than the configured limit.
         public static let eventTooLarge = Code(rawValue: "eventTooLarge")

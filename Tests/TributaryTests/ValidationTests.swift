@@ -103,6 +103,8 @@ struct ValidationTests {
         (#"{"a": [1, 2]}"#, .invalidValueType),
         (#"[1]"#, .malformedProperties),
         (#"{"a": "#, .malformedProperties),
+        (#"{"n": 18446744073709551615}"#, .inexactNumber),
+        (#"{"n": -9223372036854775809}"#, .inexactNumber),
     ])
     func propertiesFromJSON(text: String, code: TrackingError.Code?) throws {
         if let code {
@@ -112,6 +114,17 @@ struct ValidationTests {
             let parsed = try PropertyValue.properties(fromJSON: text)
             #expect(parsed == ["a": .int(1), "b": .double(1.5), "c": .string("x"), "d": .bool(true), "e": .list(["x", "y"])])
         }
+    }
+
+    @Test("numbers beyond Int64 are doubles when the double is that number, and kept exactly in Int64's range")
+    func wholeNumbersFromJSON() throws {
+        let parsed = try PropertyValue.properties(
+            fromJSON: #"{"max": 9223372036854775807, "min": -9223372036854775808, "e": 1e23, "big": 100000000000000000000, "f": 12.5}"#)
+        #expect(parsed["max"] == .int(.max) && parsed["min"] == .int(.min))
+        #expect(parsed["e"] == .double(1e23) && parsed["big"] == .double(1e20) && parsed["f"] == .double(12.5))
+        let error = #expect(throws: TrackingError.self) { try PropertyValue.properties(fromJSON: #"{"id": 12345678901234567890123}"#) }
+        #expect(error?.field == "id" && error?.message.contains("as a string") == true)
+        #expect(error?.message.contains("12345678901234567890123") == false, "never the value")
     }
 
     @Test("ids", arguments: [("", false), ("  ", false), ("user-1", true), (String(repeating: "u", count: 256), false)])
