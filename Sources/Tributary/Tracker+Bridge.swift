@@ -87,6 +87,9 @@ extension Tracker {
         properties.merge(app) { _, app in app }
         properties.merge(launchProperties) { _, launch in launch }
         properties.merge(superProperties) { _, custom in custom }
+        let dynamic = hooks.dynamicProperties()
+        try EventRules.validateProperties(dynamic)
+        properties.merge(dynamic) { _, computed in computed }
         let appVersion = app["$app_version"] ?? presets["$app_version"] ?? .string(configuration.appVersion)
         properties["$app_version"] = appVersion
         properties["_hybrid_h5"] = .bool(true)

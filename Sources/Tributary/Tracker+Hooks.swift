@@ -29,6 +29,11 @@ final class TrackerHooks: Sendable {
 
     func setDynamic(_ provider: Provider?) { dynamic.withLock { $0 = provider } }
 
+    /// The dynamic super properties, computed now (none without a provider).
+    func dynamicProperties() -> [String: PropertyValue] {
+        dynamic.withLock({ $0 })?() ?? [:]
+    }
+
     /// `properties` on top of the dynamic super properties (an event's own properties win).
     func withDynamicProperties(_ properties: [String: PropertyValue]) -> [String: PropertyValue] {
         guard let provider = dynamic.withLock({ $0 }) else { return properties }
@@ -39,9 +44,10 @@ final class TrackerHooks: Sendable {
 }
 
 extension Tracker {
-    /// Registers properties computed afresh for every event of this process (code-tracked and
-    /// automatic alike), such as `$session_id`. They override presets and super properties; an
-    /// event's own properties override them. Pass nil to remove the provider.
+    /// Registers properties computed afresh for every event of this process (code-tracked, automatic
+    /// and a hybrid page's alike), such as `$session_id`. They override presets and super properties;
+    /// an event's own properties override them (a page's do not: on a page event the app's
+    /// properties win, as its super properties do). Pass nil to remove the provider.
     ///
     /// The provider runs on the tracking thread for each event: keep it cheap and non-blocking.
     public func registerDynamicSuperProperties(_ provider: (@Sendable () -> [String: PropertyValue])?) {

@@ -40,7 +40,7 @@ struct HybridBridgeTests {
     }
 
     /// Runs `body` with a bridge over a fresh group: the main app published presets (version 4.2.0),
-    /// the hybrid tracker has a super property.
+    /// the hybrid tracker has a super property and a dynamic super property.
     static func withBridge(_ body: (HybridBridge, SharedStore) async throws -> Void) async throws {
         try await withTemporaryGroup { group in
             var appConfiguration = Tracker.Configuration(groupDirectory: group)
@@ -48,6 +48,7 @@ struct HybridBridgeTests {
             _ = try Tracker(configuration: appConfiguration)
             let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .hybrid))
             try tracker.registerSuperProperties(["app_channel": "app"])
+            tracker.registerDynamicSuperProperties { ["$session_id": "s-42"] }
             var configuration = BridgeConfiguration(
                 serverURL: server, allowedOrigins: [origin, "http://localhost:8080"])
             configuration.maxMessageBytes = 4096
@@ -104,6 +105,7 @@ struct HybridBridgeTests {
                 #expect(properties[key] as? String == expected, "\(key) is the app's")
             }
             #expect(properties["app_channel"] as? String == "app", "super properties override the page's")
+            #expect(properties["$session_id"] as? String == "s-42", "dynamic super properties too")
             #expect(properties["$lib"] as? String == "js", "the page keeps its $lib")
             #expect(lib["$lib"] as? String == "js" && lib["$lib_method"] as? String == "code")
             #expect(properties["$url"] as? String == "http://127.0.0.1:8080/p")
