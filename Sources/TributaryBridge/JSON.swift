@@ -11,8 +11,53 @@ public enum JSON: Sendable, Equatable, Decodable {
     case object([String: JSON])
 
     /// Parses `bytes`; nil when they are not JSON.
+    ///
+    /// A `\u` escape of a lone surrogate (half of a pair, which JavaScript strings may hold and
+    /// `JSON.stringify` writes so, but UTF-8 cannot) is read as U+FFFD, as a browser's `TextEncoder`
+    /// converts it: a page's message, or a DevTools frame carrying one, is not lost for it.
     public static func parse<C: Collection>(_ bytes: C) -> JSON? where C.Element == UInt8 {
-        try? JSONDecoder().decode(JSON.self, from: Data(bytes))
+        let data = Data(bytes)
+        if let json = try? JSONDecoder().decode(JSON.self, from: data) { return json }
+        guard let repaired = replacingLoneSurrogates(Array(data)) else { return nil }
+        return try? JSONDecoder().decode(JSON.self, from: Data(repaired))
+    }
+
+    /// `bytes` with every `\u` escape of a lone surrogate replaced by `\ufffd`, or nil when there is none.
+    static func replacingLoneSurrogates(_ bytes: [UInt8]) -> [UInt8]? {
+        func unit(at i: Int) -> UInt16? {
+            guard i + 6 <= bytes.count, bytes[i] == UInt8(ascii: "\\"), bytes[i + 1] == UInt8(ascii: "u") else { return nil }
+            return UInt16(String(decoding: bytes[(i + 2)..<(i + 6)], as: UTF8.self), radix: 16)
+        }
+        let replacement = Array(#"\ufffd"#.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count)
+        var changed = false
+        var i = 0
+        while i < bytes.count {
+            guard bytes[i] == UInt8(ascii: "\\"), i + 1 < bytes.count else {
+                out.append(bytes[i])
+                i += 1
+                continue
+            }
+            guard let code = unit(at: i) else {
+                out.append(contentsOf: bytes[i...(i + 1)])  // another escape, `\\` included: kept whole
+                i += 2
+                continue
+            }
+            switch code {
+            case 0xD800...0xDBFF where unit(at: i + 6).map { (0xDC00...0xDFFF).contains($0) } == true:
+                out.append(contentsOf: bytes[i..<(i + 12)])
+                i += 12
+            case 0xD800...0xDFFF:
+                out.append(contentsOf: replacement)
+                changed = true
+                i += 6
+            default:
+                out.append(contentsOf: bytes[i..<(i + 6)])
+                i += 6
+            }
+        }
+        return changed ? out : nil
     }
 
     /// The member `key` of an object (nil for other values or a missing key).

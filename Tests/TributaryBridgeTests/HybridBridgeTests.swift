@@ -2,9 +2,10 @@ import Foundation
 import Logging
 import Testing
 import Tributary
-import TributaryBridge
 import TributaryStore
 import TributaryTestSupport
+
+@testable import TributaryBridge
 
 /// The bridge's verification and enrichment, against a real shared store.
 @Suite("Hybrid bridge")
@@ -161,6 +162,22 @@ struct HybridBridgeTests {
             #expect(try tracker.identity().loginID == "user-0")
             #expect(try tracker.store.status().pendingEvents == pendingBefore)
         }
+    }
+
+    @Test("a lone surrogate a page's JSON.stringify wrote is read as U+FFFD; a pair, and an escaped backslash, are kept")
+    func loneSurrogates() async throws {
+        try await Self.withBridge { bridge, store in
+            let template = Self.message(Self.pageEvent(properties: ["cut": .string("CUT"), "pair": .string("PAIR"), "slash": .string("SLASH")]))
+            let message = template.replacingOccurrences(of: "CUT", with: #"x\ud83dy\ude00z"#)
+                .replacingOccurrences(of: "PAIR", with: #"\ud83d\ude00"#)
+                .replacingOccurrences(of: "SLASH", with: #"\\ud800"#)
+            _ = try await bridge.receive(message, origin: Self.origin).get()
+            let properties = try #require(try Self.storedBodies(store).first?.body["properties"] as? [String: Any])
+            #expect(properties["cut"] as? String == "x\u{FFFD}y\u{FFFD}z")
+            #expect(properties["pair"] as? String == "😀")
+            #expect(properties["slash"] as? String == #"\ud800"#)
+        }
+        #expect(JSON.replacingLoneSurrogates(Array(#"{"a":"\u0041\\u"}"#.utf8)) == nil, "nothing to replace")
     }
 
     @Test("a page track_signup logs the app in; later page events may carry that login")
