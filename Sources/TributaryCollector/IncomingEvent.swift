@@ -57,11 +57,17 @@ enum EventValidator {
         }
         /// A string the collector indexes: SQLite's text ends at U+0000, so "a\u0000b" and "a\u0000c"
         /// would be one event id (the second dropped as a duplicate), and one producer.
+        /// And one with U+FEFF: `JSONSerialization`, whose decoding the collector follows, drops a raw
+        /// byte-order mark at the start of a string and after an escape, so "\u{FEFF}a" and "a" would be
+        /// one event id too.
         func indexed(_ token: JSONToken, _ field: String) throws(InvalidEvent) -> String? {
             let value = string(token, in: bytes)
             // A plain string holds no control character (the scanner refuses them raw).
             if let value, !token.isPlain, value.utf8.contains(0) {
                 throw invalid(field, "contains U+0000 (\\u0000), which the collector cannot index")
+            }
+            if token.kind == .string, containsByteOrderMark(UnsafeBufferPointer(rebasing: bytes[token.range])) {
+                throw invalid(field, "contains U+FEFF (a byte-order mark), which JSON decoders drop or keep inconsistently")
             }
             return value
         }
@@ -97,6 +103,24 @@ enum EventValidator {
             }
         }
         return incoming
+    }
+
+    /// Whether a string's raw text holds U+FEFF, as UTF-8 or as a `\\ufeff` escape (any case).
+    private static func containsByteOrderMark(_ raw: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard raw.count >= 3 else { return false }
+        for i in 0..<(raw.count - 2) {
+            if raw[i] == 0xEF && raw[i + 1] == 0xBB && raw[i + 2] == 0xBF { return true }
+            if raw[i] == UInt8(ascii: "\\"), i + 5 < raw.count, raw[i + 1] == UInt8(ascii: "u"),
+                String(decoding: raw[(i + 2)..<(i + 6)], as: UTF8.self).lowercased() == "feff"
+            {
+                // Unless this backslash is itself escaped: count the backslashes before it.
+                var backslashes = 0
+                var j = i
+                while j > 0 && raw[j - 1] == UInt8(ascii: "\\") { backslashes += 1; j -= 1 }
+                if backslashes % 2 == 0 { return true }
+            }
+        }
+        return false
     }
 
     /// The value of a string token (nil for any other kind): its bytes when plain, else decoded.

@@ -223,6 +223,9 @@ struct IngestTests {
                 "_tributary.producer",
                 #"{"event_id":"x","type":"track","event":"E","time":1,"properties":{},"_tributary":{"producer":"p\u0000"}}"#
             ),
+            // JSON decoders drop a raw byte-order mark at a string's start: "\u{FEFF}y" and "y" would be one id.
+            ("event_id", "{\"event_id\":\"\u{FEFF}y9\",\"type\":\"track\",\"event\":\"E\",\"time\":1,\"properties\":{}}"),
+            ("event_id", #"{"event_id":"y\uFEFF9","type":"track","event":"E","time":1,"properties":{}}"#),
         ]
     )
     func rejectsInvalidEvent(field: String, event: String) async throws {

@@ -98,7 +98,7 @@ struct JSONScannerTests {
             #"{"event_id":"a","type":"track","event":"E","time":1,"properties":{},"event_id":"b"}"#,
             #"{"\u0065vent_id":"a\u0062","t\u0079pe":"tr\u0061ck","event":"\ud83d\ude00","time":1.5,"#
                 + #""properties":{"x":[]}}"#,
-            "{\"\u{FEFF}event_id\":\"\u{FEFF}id\",\"type\":\"x\",\"\\n\u{FEFF}event\":1}",
+            "{\"\u{FEFF}event_id\":\"id\",\"type\":\"x\",\"\\n\u{FEFF}event\":1}",
             #"{"event_id":"x","type":"t","_tributary":{"seq":1,"producer":"p","producer_seq":2},"#
                 + #""_tributary":{"seq":3}}"#,
             #"{"event_id":"x","type":"t","_tributary":{"seq":1,"seq":"2"}}"#,
@@ -108,7 +108,7 @@ struct JSONScannerTests {
             #"{"event_id":"x","type":"t","_tributary":{"seq":1.5}}"#,
             #"{"event_id":"x","type":"t","_tributary":{"seq":true}}"#,
             #"{"event_id":"x","type":"t","_tributary":{"producer_seq":null}}"#,
-            #"{"event_id":"","type":"t"}"#, "{\"event_id\":\"\u{FEFF}\",\"type\":\"t\"}",
+            #"{"event_id":"","type":"t"}"#,
             #"{"event_id":"x","type":"track","event":"E","time":true,"properties":{}}"#,
             #"{"event_id":"x","type":"track","event":"E","time":1,"properties":[]}"#,
             #"{"event_id":"x","type":"track","time":1,"properties":{}}"#,
@@ -120,6 +120,15 @@ struct JSONScannerTests {
         for text in cases {
             #expect(Scan.outcome(Array(text.utf8)) == Oracle.outcome(Array(text.utf8)), "\(text)")
         }
+        // A byte-order mark in an indexed value, which JSONSerialization drops at a string's start and
+        // after an escape, is refused: "\u{FEFF}id" and "id" would be one event id.
+        for text in [
+            "{\"event_id\":\"\u{FEFF}id\",\"type\":\"x\"}", "{\"event_id\":\"\u{FEFF}\",\"type\":\"t\"}",
+            "{\"event_id\":\"\\n\u{FEFF}id\",\"type\":\"x\"}", #"{"event_id":"i\uFEFFd","type":"x"}"#,
+        ] {
+            #expect(Scan.outcome(Array(text.utf8)).contains("\"event_id\" contains U+FEFF"), "\(text)")
+        }
+        #expect(!Scan.outcome(Array(#"{"event_id":"i\\uFEFFd","type":"x"}"#.utf8)).contains("U+FEFF"), "an escaped backslash")
     }
 
     @Test("Differential: seeded mutations of real events are accepted, refused and read as by JSONSerialization")
