@@ -134,7 +134,7 @@ final class EventStore: Sendable {
 
         var receipt = BatchReceipt()
         // Per-producer order state, read once per batch and written back once (not per event).
-        var producers: [String: ProducerOrder] = [:]
+        var producers: [ExactString: ProducerOrder] = [:]
         var seqHighWater = try Int64.fetchOne(db, sql: "SELECT value FROM high_water WHERE name = 'seq'")
         let insert = try db.cachedStatement(
             sql: """
@@ -162,9 +162,10 @@ final class EventStore: Sendable {
                         seqHighWater = max(seqHighWater ?? seq, seq)
                     }
                     if let producer = event.producer {
-                        var order = try producers[producer] ?? ProducerOrder(producer, in: db)
+                        let key = ExactString(producer)
+                        var order = try producers[key] ?? ProducerOrder(producer, in: db)
                         order.count(producerSeq: event.producerSeq)
-                        producers[producer] = order
+                        producers[key] = order
                     }
                 }
             }
@@ -242,6 +243,19 @@ final class EventStore: Sendable {
         return DatabaseError(resultCode: ResultCode(rawValue: rc), message: message, sql: statement.sql)
     }
 
+    /// A string compared and hashed by its UTF-8 bytes, as SQLite compares the `producer` column:
+    /// Swift's `String` equality is canonical equivalence, which would take "pé" precomposed and
+    /// decomposed, two producers in the table, for one.
+    struct ExactString: Hashable {
+        let value: String
+        init(_ value: String) { self.value = value }
+        static func == (a: Self, b: Self) -> Bool { a.value.utf8.elementsEqual(b.value.utf8) }
+        func hash(into hasher: inout Hasher) {
+            var value = value
+            value.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        }
+    }
+
     /// One producer's unique events and `producer_seq` order within a batch, on top of its stored row.
     private struct ProducerOrder {
         let producer: String
@@ -312,10 +326,12 @@ final class EventStore: Sendable {
                 faults: FaultCounts(counters: counters)
             )
             for row in try Row.fetchAll(db, sql: "SELECT producer, unique_events, order_violations FROM producers") {
+                // Two producers whose ids differ only in Unicode normalization are one key of a Swift
+                // dictionary (and of most JSON readers): their counts add up rather than one hiding the other.
                 let producer: String = row["producer"]
-                stats.producers[producer] = row["unique_events"]
+                stats.producers[producer, default: 0] += row["unique_events"] as Int
                 let violations: Int = row["order_violations"]
-                if violations > 0 { stats.orderViolations[producer] = violations }
+                if violations > 0 { stats.orderViolations[producer, default: 0] += violations }
             }
             return stats
         }

@@ -102,6 +102,23 @@ struct IngestTests {
         }
     }
 
+    @Test("Producers whose ids differ only in Unicode normalization keep their own order")
+    func producersByBytes() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let composed = "caf\u{E9}"
+            let decomposed = "cafe\u{301}"
+            let reply = try await Client(collector).post([
+                Events.track(seq: 1, producer: composed, producerSeq: 1),
+                Events.track(seq: 2, producer: decomposed, producerSeq: 1),
+                Events.track(seq: 3, producer: composed, producerSeq: 2),
+            ])
+            #expect(reply.status == 200)
+            let stats = try await collector.stats()
+            #expect(stats.orderViolations.isEmpty, "each producer's producer_seq rose: \(stats.orderViolations)")
+            #expect(stats.producers.values.reduce(0, +) == 3, "\(stats.producers)")
+        }
+    }
+
     @Test("Concurrent batches are each stored whole, and the counters add up")
     func concurrentBatches() async throws {
         try await Collector.withRunning(CollectorConfiguration()) { collector in
