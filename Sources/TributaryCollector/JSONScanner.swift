@@ -53,14 +53,15 @@ package struct ScannedEvent: Sendable {
     package init(text: Range<Int>) { self.text = text }
 }
 
-/// A strict, allocation-free JSON scanner that accepts exactly what Foundation's `JSONSerialization`
-/// (swift-corelibs-foundation's parser) accepts from UTF-8 text, and builds nothing but the few
-/// tokens the collector indexes.
+/// A strict, allocation-free JSON scanner that accepts what Foundation's `JSONSerialization`
+/// (swift-corelibs-foundation's parser) accepts from UTF-8 text, except a trailing comma, and builds
+/// nothing but the few tokens the collector indexes.
 ///
 /// Written because `JSONSerialization` building a dictionary of bridged values for every event was
 /// the largest part of the collector's CPU per event. What it checks, as `JSONSerialization` does:
-/// the whole grammar (RFC 8259) plus the two leniencies of that parser (a trailing comma before `]`
-/// or `}`, and one UTF-8 byte-order mark before the text), strict UTF-8 in strings (no overlong
+/// the whole grammar (RFC 8259) plus one leniency of that parser (one UTF-8 byte-order mark before
+/// the text; its other one, a trailing comma before `]` or `}`, is refused, so that every stored
+/// event is JSON to any reader), strict UTF-8 in strings (no overlong
 /// forms, surrogates or code points above U+10FFFF), no unescaped control character, only the JSON
 /// escapes, `\u` surrogates only in high-low pairs, at most 512 nested arrays and objects, and
 /// numbers that are finite as a `Double`. Text `JSONSerialization` reads as UTF-16 or UTF-32 (from a
@@ -195,8 +196,9 @@ package struct JSONScanner {
         depth += 1
     }
 
-    /// After a value in a container: `,` (a `,` right before the closing byte is allowed) or the
-    /// closing byte. Whether the container ended.
+    /// After a value in a container: `,` or the closing byte. Whether the container ended. A `,` right
+    /// before the closing byte is refused, though `JSONSerialization` allows it: the collector stores
+    /// each event's text as it came, and `GET /events` must stay JSON for strict readers.
     private mutating func separator(closing: UInt8) throws(JSONSyntaxError) -> Bool {
         skipWhitespace()
         guard index < end else { throw error("unexpected end of the text") }
@@ -208,10 +210,7 @@ package struct JSONScanner {
             throw error("expected ',' or the end of the container")
         }
         skipWhitespace()
-        if peek() == closing {
-            index += 1
-            return true
-        }
+        if peek() == closing { throw error("a ',' before the end of the container") }
         return false
     }
 

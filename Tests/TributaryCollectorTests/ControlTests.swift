@@ -30,12 +30,12 @@ struct ControlTests {
     @Test(
         "POST /control/faults rejects bad values and unknown keys, keeping the faults in force",
         arguments: [
-            (#"{"failure_rate": 2}"#, "failureRate"),
+            (#"{"failure_rate": 2}"#, "\"failure_rate\""),
             (#"{"fail_rate": 1}"#, "fail_rate"),
-            (#"{"poison_pattern": "("}"#, "poisonPattern"),
-            (#"{"forced_status": 42}"#, "forcedStatus"),
-            (#"{"forced_status": 101}"#, "forcedStatus"),
-            (#"{"failure_status": 200}"#, "failureStatus"),
+            (#"{"poison_pattern": "("}"#, "\"poison_pattern\""),
+            (#"{"forced_status": 42}"#, "\"forced_status\""),
+            (#"{"forced_status": 101}"#, "\"forced_status\""),
+            (#"{"failure_status": 200}"#, "\"failure_status\""),
             ("[]", "fault configuration"),
         ]
     )

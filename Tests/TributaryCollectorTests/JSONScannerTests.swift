@@ -4,12 +4,22 @@ import TributaryWire
 
 @testable import TributaryCollector
 
-@Suite("JSONScanner: accepts exactly what JSONSerialization accepts, extracts the indexed fields")
+@Suite("JSONScanner: accepts what JSONSerialization accepts but a trailing comma, extracts the indexed fields")
 struct JSONScannerTests {
+    /// `JSONSerialization` accepts them; the collector does not (each event's text is stored and
+    /// served as it came, and must be JSON to any reader).
+    @Test("A trailing comma is refused", arguments: [#"{"a":1,}"#, #"{"a":[1,2,]}"#, "[{},]", "{\"a\":{\"b\":1 ,\n}}"])
+    func refusesTrailingComma(text: String) throws {
+        let bytes = Array(text.utf8)
+        #expect((try? JSONSerialization.jsonObject(with: Data(bytes))) != nil, "JSONSerialization's leniency")
+        #expect(!Scan.accepts(bytes))
+        #expect(Oracle.hasTrailingComma(bytes))
+    }
+
     @Test(
         "Valid documents are accepted",
         arguments: [
-            #"{}"#, #"{"a":1}"#, #" {"a" : [ 1 , 2 ] } "#, "\t{\"a\":\n{}}\r\n", #"{"a":1,}"#, #"{"a":[1,2,]}"#,
+            #"{}"#, #"{"a":1}"#, #" {"a" : [ 1 , 2 ] } "#, "\t{\"a\":\n{}}\r\n",
             #"{"a":[]}"#, #"{"a":[{}]}"#, #"{"a":true,"b":false,"c":null}"#, #"{"a":"\u00e9\ud83d\ude00"}"#,
             #"{"a":"\"\\\/\b\f\n\r\t"}"#, #"{"a":"\u0000"}"#, "{\"a\":\"é 😀 \u{7F}\"}", #"{"a":-0.0e+0}"#,
             #"{"a":1E5}"#, #"{"a":1e-400}"#, #"{"a":123456789012345678901234567890}"#, #"{"":1}"#, "[1,\"a\",{}]",
@@ -172,7 +182,7 @@ struct JSONScannerTests {
     func bodies() throws {
         let elements = [#"{"a":"],\"}"}"#, #"{ "b" : [1, {"c":"\\"}], "d":{} }"#, #"{}"#]
         let arrays = [
-            " [\n " + elements.joined(separator: " ,\n\t") + " ]\n", "[]", "[1]", "[{},]", "{}", "[{}", "",
+            " [\n " + elements.joined(separator: " ,\n\t") + " ]\n", "[]", "[1]", "{}", "[{}", "",
             "[{\"a\":1e999}]", "\u{FEFF}[{}]",
         ]
         for array in arrays {
@@ -272,7 +282,29 @@ private enum Scan {
 /// What the collector did before the scanner: `JSONSerialization`, then the checks on the dictionary.
 private enum Oracle {
     static func accepts(_ bytes: [UInt8]) -> Bool {
-        (try? JSONSerialization.jsonObject(with: Data(bytes))) != nil
+        (try? JSONSerialization.jsonObject(with: Data(bytes))) != nil && !hasTrailingComma(bytes)
+    }
+
+    /// Whether a `,` outside strings is followed, after whitespace, by `]` or `}` (which
+    /// `JSONSerialization` accepts and the collector refuses).
+    static func hasTrailingComma(_ bytes: [UInt8]) -> Bool {
+        var inString = false
+        var escaped = false
+        var comma = false
+        for byte in bytes {
+            if inString {
+                if escaped { escaped = false } else if byte == UInt8(ascii: "\\") { escaped = true } else if byte == UInt8(ascii: "\"") { inString = false }
+                continue
+            }
+            switch byte {
+            case UInt8(ascii: "\""): inString = true; comma = false
+            case UInt8(ascii: ","): comma = true
+            case UInt8(ascii: "]"), UInt8(ascii: "}"): if comma { return true }
+            case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r"): continue
+            default: comma = false
+            }
+        }
+        return false
     }
 
     /// Whether `JSONSerialization` reads `bytes` as UTF-8 (not UTF-16/32 from a mark or NUL bytes), and
@@ -290,7 +322,9 @@ private enum Oracle {
     /// Like ``Scan/outcome(_:)``; a valid value other than an object (a top-level fragment too) is
     /// "not an object".
     static func outcome(_ bytes: [UInt8]) -> String {
-        guard let value = try? JSONSerialization.jsonObject(with: Data(bytes), options: .fragmentsAllowed) else {
+        guard let value = try? JSONSerialization.jsonObject(with: Data(bytes), options: .fragmentsAllowed),
+            !hasTrailingComma(bytes)
+        else {
             return "refused"
         }
         guard let object = value as? [String: Any] else { return "not an object" }
