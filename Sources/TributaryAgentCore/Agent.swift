@@ -124,7 +124,11 @@ public final class Agent: Service, Sendable {
 
     private func runLoop(once: Bool) async throws -> Report {
         if once, let deadline = configuration.deadline {
-            budget.update { $0 = BackgroundTask(budget: deadline, grace: configuration.grace, reason: .once) }
+            // A stop requested before the loop started (SIGTERM at once) keeps its budget if it ends sooner.
+            budget.update { current in
+                let run = BackgroundTask(budget: deadline, grace: configuration.grace, reason: .once)
+                if current == nil || run.expiresAt < current!.expiresAt { current = run }
+            }
         }
         let client = HTTPClientFactory.make(readTimeout: configuration.upload.requestTimeout)
         let session = UploadSession(outbox: outbox, client: client, configuration: configuration.upload, logger: logger)
