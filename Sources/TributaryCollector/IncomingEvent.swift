@@ -71,6 +71,9 @@ enum EventValidator {
             }
             return value
         }
+        if let repeated = event.repeatedKey {
+            throw invalid(repeated, "is given twice; readers disagree on which one counts (the first or the last)")
+        }
         guard let eventID = try indexed(event.eventID, "event_id"), !eventID.isEmpty else {
             throw invalid("event_id", "is missing or not a non-empty string")
         }

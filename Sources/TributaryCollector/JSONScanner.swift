@@ -31,8 +31,9 @@ package struct JSONToken: Sendable, Equatable {
 }
 
 /// What the scan of one element of a batch found: where its text is and the fields the collector
-/// indexes, taken from the event object's top level (and `_tributary`'s). A key given twice counts
-/// with its last value, as in `JSONSerialization`'s dictionaries.
+/// indexes, taken from the event object's top level (and `_tributary`'s). An indexed key given twice
+/// is noted in ``repeatedKey`` (the event is then refused: readers disagree on which value counts,
+/// `JSONSerialization` taking the last and others the first); its last value is kept.
 package struct ScannedEvent: Sendable {
     /// The element's text (NDJSON: the whole line), as stored.
     package var text: Range<Int>
@@ -49,6 +50,8 @@ package struct ScannedEvent: Sendable {
     package var seq = JSONToken()
     package var producer = JSONToken()
     package var producerSeq = JSONToken()
+    /// The first indexed key the object gives twice (`event_id`, `_tributary.seq`, …), if any.
+    package var repeatedKey: String?
 
     package init(text: Range<Int>) { self.text = text }
 }
@@ -245,7 +248,11 @@ package struct JSONScanner {
             guard peek() == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
             skipWhitespace()
-            switch level == .plain ? .other : Self.field(key, plain: plain, level: level, in: bytes) {
+            let field = level == .plain ? .other : Self.field(key, plain: plain, level: level, in: bytes)
+            if field != .other, event.repeatedKey == nil, event.isSet(field) {
+                event.repeatedKey = (level == .tributary ? "_tributary." : "") + field.name
+            }
+            switch field {
             case .eventID: event.eventID = try value()
             case .type: event.type = try value()
             case .name: event.name = try value()
@@ -446,8 +453,24 @@ package struct JSONScanner {
     // MARK: Keys
 
     /// The keys kept: at the top level of an event, and in its `_tributary` object.
-    private enum Field {
+    fileprivate enum Field {
         case eventID, type, name, time, properties, tributary, seq, producer, producerSeq, other
+
+        /// The key's name in the event (within `_tributary` for the last three).
+        var name: String {
+            switch self {
+            case .eventID: "event_id"
+            case .type: "type"
+            case .name: "event"
+            case .time: "time"
+            case .properties: "properties"
+            case .tributary: "_tributary"
+            case .seq: "seq"
+            case .producer: "producer"
+            case .producerSeq: "producer_seq"
+            case .other: ""
+            }
+        }
     }
 
     /// Which kept key the key whose content is `key` is at `level`: by its bytes when plain, else by its
@@ -515,5 +538,25 @@ package struct JSONScanner {
 
     private func error(_ reason: String) -> JSONSyntaxError {
         JSONSyntaxError(offset: index, reason: reason)
+    }
+}
+
+extension ScannedEvent {
+    /// Whether the scan has met `field` already.
+    fileprivate func isSet(_ field: JSONScanner.Field) -> Bool {
+        let token: JSONToken
+        switch field {
+        case .eventID: token = eventID
+        case .type: token = type
+        case .name: token = name
+        case .time: token = time
+        case .properties: token = properties
+        case .tributary: token = tributary
+        case .seq: token = seq
+        case .producer: token = producer
+        case .producerSeq: token = producerSeq
+        case .other: return false
+        }
+        return token.kind != .absent
     }
 }

@@ -105,13 +105,9 @@ struct JSONScannerTests {
     @Test("Indexed fields: last of repeated keys, escaped and byte-order-marked keys, escaped values")
     func fields() throws {
         let cases = [
-            #"{"event_id":"a","type":"track","event":"E","time":1,"properties":{},"event_id":"b"}"#,
             #"{"\u0065vent_id":"a\u0062","t\u0079pe":"tr\u0061ck","event":"\ud83d\ude00","time":1.5,"#
                 + #""properties":{"x":[]}}"#,
             "{\"\u{FEFF}event_id\":\"id\",\"type\":\"x\",\"\\n\u{FEFF}event\":1}",
-            #"{"event_id":"x","type":"t","_tributary":{"seq":1,"producer":"p","producer_seq":2},"#
-                + #""_tributary":{"seq":3}}"#,
-            #"{"event_id":"x","type":"t","_tributary":{"seq":1,"seq":"2"}}"#,
             #"{"event_id":"x","type":"t","_tributary":null}"#,
             #"{"event_id":"x","type":"t","_tributary":{"producer":7}}"#,
             #"{"event_id":"x","type":"t","_tributary":{"seq":-1}}"#,
@@ -130,6 +126,18 @@ struct JSONScannerTests {
         for text in cases {
             #expect(Scan.outcome(Array(text.utf8)) == Oracle.outcome(Array(text.utf8)), "\(text)")
         }
+        // An indexed key given twice is refused: JSONSerialization takes the last, other readers the first.
+        for (text, key) in [
+            (#"{"event_id":"a","type":"track","event":"E","time":1,"properties":{},"event_id":"b"}"#, "event_id"),
+            (#"{"\u0065vent_id":"a","type":"t","event_id":"a"}"#, "event_id"),
+            (#"{"event_id":"x","type":"t","_tributary":{"seq":1,"producer":"p","producer_seq":2},"_tributary":{"seq":3}}"#, "_tributary"),
+            (#"{"event_id":"x","type":"t","_tributary":{"seq":1,"seq":"2"}}"#, "_tributary.seq"),
+            (#"{"event_id":"x","type":"t","time":null,"time":1}"#, "time"),
+        ] {
+            #expect(Scan.outcome(Array(text.utf8)) == "event 0: \"\(key)\" is given twice; readers disagree on which one counts (the first or the last)", "\(text)")
+        }
+        #expect(!Scan.outcome(Array(#"{"event_id":"x","type":"t","properties":{"event_id":1,"a":1,"a":2}}"#.utf8)).contains("twice"),
+                "only the indexed keys of the event and of _tributary")
         // A byte-order mark in an indexed value, which JSONSerialization drops at a string's start and
         // after an escape, is refused: "\u{FEFF}id" and "id" would be one event id.
         for text in [
