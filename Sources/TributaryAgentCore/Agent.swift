@@ -29,6 +29,8 @@ public final class Agent: Service, Sendable {
     private let wakeup = Wakeup()
     private let flushRequested = Atomic<Bool>(false)
     private let stopping = Atomic<Bool>(false)
+    /// Set by the first run: an agent releases its locks when its run ends, so it runs once.
+    private let started = Atomic<Bool>(false)
     private let budget = BudgetSlot()
     private let heartbeat = Heartbeat()
     private let notifier = SystemdNotifier()
@@ -123,6 +125,10 @@ public final class Agent: Service, Sendable {
     }
 
     private func runLoop(once: Bool) async throws -> Report {
+        guard !started.exchange(true, ordering: .acquiringAndReleasing) else {
+            throw AgentError(
+                .startup, "This Agent has run already and released its group; create a new Agent to run again.")
+        }
         if once, let deadline = configuration.deadline {
             // A stop requested before the loop started (SIGTERM at once) keeps its budget if it ends sooner.
             budget.update { current in

@@ -333,6 +333,8 @@ struct UploadTests {
                     $0.deadline = .seconds(4)
                 }
                 let report = try await agent.runOnce()
+                let again = await #expect(throws: AgentError.self) { try await agent.runOnce() }
+                #expect(again?.message.contains("has run already") == true, "an agent runs once: its locks are released")
                 let deadBytes = try agent.outbox.deadLetterBytes()
                 let dead = try agent.outbox.deadLetters(limit: 10_000).count
                 let waiting = try agent.store.status().pendingEvents
