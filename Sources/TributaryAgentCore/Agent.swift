@@ -55,6 +55,7 @@ public final class Agent: Service, Sendable {
         }
         do {
             outbox = try Outbox(path: configuration.outboxPath)
+            try outbox.recountDeadLetterBytes()
             if let previous = try outbox.adoptStore(store.storeID) {
                 logger.warning(
                     "the shared store is not the one this outbox drained before: it was created anew; draining it from its first event",
@@ -140,6 +141,7 @@ public final class Agent: Service, Sendable {
         let session = UploadSession(outbox: outbox, client: client, configuration: configuration.upload, logger: logger)
         var loop = LoopState(clock: ContinuousClock(), interval: configuration.flushInterval)
         loop.flushing = once
+        loop.once = once
         var listener: FlushListener?
         var watchdog: Task<Void, Never>?
         let result: Result<Report, any Error>
@@ -244,6 +246,8 @@ public final class Agent: Service, Sendable {
         var state = "idle"
         var report = Report()
         var outboxFullLogged = false
+        /// `--once`: a run that ends, rather than waits, when nothing it could do would make progress.
+        var once = false
         /// Whether the last upload was answered (not backing off, not halted): the drain-ahead bound
         /// applies only then.
         var uploadsAnswered = true
@@ -554,6 +558,16 @@ public final class Agent: Service, Sendable {
         if loop.uploadsAnswered && count >= ahead { return 0 }
         let deadBytes = try outbox.deadLetterBytes()
         if bytes + deadBytes >= configuration.outboxQuotaBytes {
+            // Dead letters alone fill the quota: no upload can make room, and a --once run would wait
+            // for ever. It ends here, saying what to do; a daemon waits (an operator may act).
+            if count == 0 && loop.once {
+                throw AgentError(
+                    .outboxFull,
+                    "The outbox's dead letters (\(deadBytes) bytes) fill its quota (\(configuration.outboxQuotaBytes) "
+                        + "bytes): nothing more can be drained. `tributary dead-letters` lists them, --replay sends them "
+                        + "again (once the collector accepts them), --discard deletes them. The events not drained wait "
+                        + "in the store.")
+            }
             if !loop.outboxFullLogged {
                 logger.warning(
                     "outbox at its quota; draining paused until uploads make room (dead letters count too: see `tributary dead-letters`, which can replay or discard them)",

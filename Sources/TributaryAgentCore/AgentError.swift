@@ -16,6 +16,9 @@ public struct AgentError: Error, CustomStringConvertible, Sendable {
         public static let halted = Code(rawValue: "halted")
         /// Writing the outbox failed; the agent stops rather than retry a failed fsync.
         public static let outboxIO = Code(rawValue: "outboxIO")
+        /// Dead letters fill the outbox quota, so nothing more can be drained; in `--once` mode this
+        /// ends the run (an operator must replay or discard them).
+        public static let outboxFull = Code(rawValue: "outboxFull")
         /// The group's store file was deleted or created anew while the agent ran; a restart opens it.
         public static let storeReplaced = Code(rawValue: "storeReplaced")
     }

@@ -440,6 +440,15 @@ public final class Outbox: Sendable {
         try writer.read { db in Int(try Self.state(db, "dead_letter_bytes")) }
     }
 
+    /// Counts the dead letters' bytes again from the table (the agent does at start): an agent of
+    /// a version before migration v5 may have added dead letters to a migrated outbox uncounted.
+    public func recountDeadLetterBytes() throws {
+        try writer.write { db in
+            let bytes = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(LENGTH(body)), 0) FROM dead_letters") ?? 0
+            try Self.setState(db, "dead_letter_bytes", bytes)
+        }
+    }
+
     /// Number of events waiting, and their total body size.
     public func pending() throws -> (count: Int, bytes: Int) {
         try writer.read { db in

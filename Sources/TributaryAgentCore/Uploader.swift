@@ -284,6 +284,7 @@ final class UploadSession: @unchecked Sendable {
 
         case .tooLarge(let reason):
             lastError = reason
+            haltReason = nil
             if count == 1, let row = try outbox.rows(inBatch: batchID).first {
                 try outbox.deadLetter(row, status: 413, reason: "too large even alone: \(reason)") {
                     CrashPoint.hit("deadletter.before-commit")
@@ -308,6 +309,7 @@ final class UploadSession: @unchecked Sendable {
 
         case .rejected(let status, let reason):
             lastError = reason
+            haltReason = nil
             let refused = try outbox.rows(inBatch: batchID)
             suspect = refused
             suspectRefusedAlone = refused.count == 1

@@ -21,7 +21,7 @@ struct AgentCommand: AsyncParsableCommand {
             error; 74 I/O error on the store or outbox (a full disk too); 75 the group's store was \
             deleted or created anew while running (a restart drains the new one); 77 the group directory is \
             world-writable; 78 configuration error (--metrics-address not servable, --outbox used by another agent, too), or in --once \
-            mode the collector refuses uploads (401/403/404).
+            mode the collector refuses uploads (401/403/404) or dead letters fill the outbox quota.
             """
     )
 
@@ -185,7 +185,7 @@ struct AgentCommand: AsyncParsableCommand {
             logger.critical("\(error.message)")
             switch error.code {
             case .alreadyRunning: throw ExitCode(69)
-            case .configuration, .halted: throw ExitCode(78)
+            case .configuration, .halted, .outboxFull: throw ExitCode(78)
             case .storeReplaced: throw ExitCode(75)
             default: throw ExitCode(74)
             }

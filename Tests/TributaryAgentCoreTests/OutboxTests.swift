@@ -287,6 +287,10 @@ struct OutboxTests {
             #expect(try outbox.deadLetters().map(\.seq) == [4])
             #expect(try outbox.replayDeadLetters() == 0)
             #expect(try outbox.deadLetterBytes() == 2)
+            // A count an older agent left wrong is made right at the next start.
+            try outbox.writer.write { try $0.execute(sql: "UPDATE agent_state SET value = 12345 WHERE key = 'dead_letter_bytes'") }
+            try outbox.recountDeadLetterBytes()
+            #expect(try outbox.deadLetterBytes() == 2)
             // Discarding is all or nothing too, and frees the dead letters' room.
             #expect(throws: Outbox.UnknownDeadLetters.self) { try outbox.discardDeadLetters(ids: [ids[0], 999]) }
             #expect(try outbox.deadLetters().map(\.seq) == [4] && outbox.deadLetterBytes() == 2)
