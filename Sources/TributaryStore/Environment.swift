@@ -312,6 +312,13 @@ final class Environment: @unchecked Sendable {
     ///
     /// Call inside the append's write transaction: it reads what the last commit left, the file's
     /// high-water mark and, only when that alone is too close to the quota, the free list.
+    /// The id of the last committed write transaction (`mdb_env_info`'s `me_last_txnid`).
+    var lastTransactionID: Int {
+        var info = MDB_envinfo()
+        mdb_env_info(env, &info)
+        return info.me_last_txnid
+    }
+
     func checkRoom(adding bytes: Int) throws(StoreError) {
         var info = MDB_envinfo()
         mdb_env_info(env, &info)

@@ -109,6 +109,10 @@ public final class SharedStore: Sendable {
     /// Fault injection for this store's LMDB calls (tests only).
     package var faults: LMDBFaults { environment.faults }
 
+    /// The id of the last write transaction committed to the store by any process (tests: that a
+    /// refused write committed nothing).
+    package var lastTransactionID: Int { environment.lastTransactionID }
+
     /// Checks the schema version and returns the store id; writes whichever of the two a new store (or,
     /// for the id, a store created before ids) does not have yet, in a write transaction that checks
     /// again that they are absent.

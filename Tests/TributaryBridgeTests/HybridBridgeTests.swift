@@ -151,6 +151,7 @@ struct HybridBridgeTests {
                 #expect(error.code == .storeFull)
             }
             let pendingBefore = try tracker.store.status().pendingEvents
+            let transactionBefore = tracker.store.lastTransactionID
             let bridge = HybridBridge(
                 tracker: tracker, configuration: BridgeConfiguration(serverURL: Self.server, allowedOrigins: [Self.origin]),
                 logger: Logger(label: "tributary.bridge"))
@@ -161,6 +162,8 @@ struct HybridBridgeTests {
             #expect(Self.reason(result) == .storeFailed, "\(result)")
             #expect(try tracker.identity().loginID == "user-0")
             #expect(try tracker.store.status().pendingEvents == pendingBefore)
+            // Not even for a moment: no transaction committed (a login and its roll-back would be two).
+            #expect(tracker.store.lastTransactionID == transactionBefore)
         }
     }
 
