@@ -127,6 +127,19 @@ struct CLITests {
         #expect(result.stderr.contains(flag), "stderr: \(result.stderr)")
     }
 
+    @Test("tributary-sim refuses a duration it cannot hold with exit 64, naming the option", arguments: [
+        (["app", "--session-timeout", "inf"], "--session-timeout"),
+        (["app", "--session-timeout", "1e10"], "--session-timeout"),
+        (["hybrid", "--timeout", "1e300"], "--timeout"),
+    ])
+    func simDurations(arguments: [String], flag: String) async throws {
+        try await withTemporaryGroup { group in
+            let result = try await ChildProcess.run("tributary-sim", arguments + ["--group", group])
+            #expect(result.status == 64, "stderr: \(result.stderr)")
+            #expect(result.stderr.contains(flag), "stderr: \(result.stderr)")
+        }
+    }
+
     @Test("track as the app leaves the app's published presets alone, unless --app-version is given")
     func trackKeepsAppPresets() async throws {
         try await withTemporaryGroup { group in

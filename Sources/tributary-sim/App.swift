@@ -48,8 +48,8 @@ struct App: AsyncParsableCommand {
             throw ValidationError("--crash-kind must be segv, fatal, abort or threads, not '\(crashKind)'.")
         }
         if let crashAfter, crashAfter < 0 { throw ValidationError("--crash-after must not be negative.") }
-        guard sessionTimeout > 0, sessionTimeout.isFinite else {
-            throw ValidationError("--session-timeout must be positive.")
+        guard sessionTimeout > 0, sessionTimeout <= 86_400 * 365 else {  // NaN and inf fail too
+            throw ValidationError("--session-timeout must be more than 0 and at most a year of seconds; got \(sessionTimeout).")
         }
     }
 

@@ -40,7 +40,9 @@ struct Hybrid: AsyncParsableCommand {
             throw ValidationError(
                 "--server-url must be an absolute URL with a host, like https://host/sa?project=name.")
         }
-        guard timeout > 0 else { throw ValidationError("--timeout must be positive.") }
+        guard timeout > 0, timeout <= 86_400 else {  // NaN and inf fail too
+            throw ValidationError("--timeout must be more than 0 and at most a day of seconds; got \(timeout).")
+        }
     }
 
     func run() async throws {
