@@ -177,8 +177,13 @@ struct Flush: ParsableCommand {
     @OptionGroup var options: GroupOption
 
     func run() throws {
-        // A mistyped group is not "no agent": say that there is nothing there.
-        try reportingErrors { _ = try openExisting(options.group) }
+        // A mistyped group is not "no agent": say that there is nothing there. (Only the file is
+        // looked for: the agent, not this request, decides whether the store can be used.)
+        let storePath = options.group + "/" + SharedStore.fileName
+        guard FileManager.default.fileExists(atPath: storePath) else {
+            FileHandle.standardError.write(Data("tributary: the group \(options.group) cannot be used: there is no store \(storePath).\n".utf8))
+            throw ExitCode(Exit.noStore)
+        }
         guard AgentChannel.requestFlush(groupDirectory: options.group) else {
             FileHandle.standardError.write(Data("tributary: no agent is listening on \(options.group)/\(AgentChannel.socketFile); start tributary-agent.\n".utf8))
             throw ExitCode(69)
