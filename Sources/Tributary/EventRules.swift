@@ -75,6 +75,14 @@ public enum EventRules {
                 .invalidID, field: what,
                 "The \(what) must be 1 to \(maxIDBytes) UTF-8 bytes and not blank; it has \(bytes).")
         }
+        // U+0000 ends SQLite text and U+FEFF is dropped by JSON decoders at a string's start: a
+        // collector indexing the id could not tell two apart (the reference collector refuses them).
+        if let bad = id.unicodeScalars.first(where: { $0.properties.generalCategory == .control || $0 == "\u{FEFF}" }) {
+            throw TrackingError(
+                .invalidID, field: what,
+                "The \(what) contains U+\(String(bad.value, radix: 16, uppercase: true).leftPadded(to: 4)), a control "
+                    + "character or byte-order mark; ids are printable text.")
+        }
     }
 
     private static func validateName(_ name: String, what: String) throws {
@@ -139,5 +147,11 @@ public enum EventRules {
             throw TrackingError(
                 .valueTooLong, field: field, "The \(what()) has \(bytes) UTF-8 bytes; the limit is \(maxStringBytes).")
         }
+    }
+}
+
+extension String {
+    fileprivate func leftPadded(to width: Int) -> String {
+        String(repeating: "0", count: max(0, width - count)) + self
     }
 }

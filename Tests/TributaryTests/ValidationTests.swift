@@ -127,7 +127,10 @@ struct ValidationTests {
         #expect(error?.message.contains("12345678901234567890123") == false, "never the value")
     }
 
-    @Test("ids", arguments: [("", false), ("  ", false), ("user-1", true), (String(repeating: "u", count: 256), false)])
+    @Test("ids", arguments: [
+        ("", false), ("  ", false), ("user-1", true), (String(repeating: "u", count: 256), false), ("用户 é", true),
+        ("a\u{0}b", false), ("\u{FEFF}user", false), ("line\nbreak", false), ("tab\t", false), ("del\u{7F}", false),
+    ])
     func ids(id: String, valid: Bool) {
         if valid {
             #expect(throws: Never.self) { try EventRules.validateID(id, what: "login id") }
