@@ -51,7 +51,7 @@ extension Tracker {
     /// published to the group, else this producer's own), this launch's properties and this
     /// process's super properties; `$app_version` is the app's, `_hybrid_h5` is `true`, and the event
     /// gets a new `event_id` and `_track_id`. The page's `time`, `type`, name and `lib` are kept.
-    /// A `track_signup` does not log in by itself: the bridge calls ``login(_:)`` first.
+    /// A `track_signup` does not log in by itself: ``signUpFromPage(_:loginID:)`` does both.
     ///
     /// - Throws: ``TrackingError`` when the name or a property breaks the rules or the event is too
     ///   large; `StoreError` when the store cannot take it. Nothing is written then.

@@ -11,7 +11,7 @@ public enum PageEventMapping {
     public static let pageOnlyKeys: Set<String> = ["server_url", "_nocache", "$project", "$token"]
     /// The earliest `properties.$time` taken as the event time (2015-05-15, the iOS SDK's bound).
     public static let earliestCustomTime: Int64 = 1_431_656_640_000
-    /// The latest event time a page may give: the end of 9999, as for date properties
+    /// The latest event time a page may give: 9999-12-30 UTC, as for date properties
     /// (``EventRules/dateRange``).
     public static let latestTime = Int64(EventRules.dateRange.upperBound * 1000)
 

@@ -12,8 +12,9 @@ struct DecodedBody: Sendable {
 /// Decodes ingest bodies on bytes: what `WireFormat.decodeWithText` does, without building a
 /// `String` of `data_list` or a Foundation object of each event.
 ///
-/// The checks, their order and their messages are those of `WireFormat.decodeWithText`; the JSON is
-/// checked by ``JSONScanner``, which accepts what `JSONSerialization` accepts from UTF-8 text.
+/// The checks and their order are those of `WireFormat.decodeWithText`, and so are the messages,
+/// which add where the JSON is wrong; the JSON is checked by ``JSONScanner``, which accepts what
+/// `JSONSerialization` accepts from UTF-8 text except a trailing comma.
 enum BodyDecoder {
     /// Decodes `body` in `format`; its `contentEncoding` is undone first.
     ///
