@@ -63,7 +63,7 @@ extension PropertyValue {
                 throw TrackingError(
                     .inexactNumber, field: key,
                     "Property \(key) is a whole number beyond the 64-bit integers (±9223372036854775807) that a double "
-                        + "cannot hold exactly either; send it as a string, or with a fraction to store it as a double.")
+                        + "would store with other digits; send it as a string, or as a double's digits (1.8e19).")
             case .null, .object:
                 throw TrackingError(
                     .invalidValueType, field: key,
@@ -77,7 +77,8 @@ extension PropertyValue {
 /// Any JSON value, decoded strictly (a number is never taken for a boolean).
 enum JSONValue: Decodable {
     case null, bool(Bool), int(Int64), double(Double), string(String), array([JSONValue]), object([String: JSONValue])
-    /// A whole number outside Int64 whose nearest double is another number.
+    /// A whole number outside Int64 that is not the shortest decimal of its double: stored as that
+    /// double, it would be written back with other digits.
     case inexactInteger
 
     init(from decoder: any Decoder) throws {
@@ -86,7 +87,8 @@ enum JSONValue: Decodable {
         else if let b = try? c.decode(Bool.self) { self = .bool(b) }
         else if let i = try? c.decode(Int64.self) { self = .int(i) }
         else if let d = try? c.decode(Double.self) {
-            // Beyond Int64, a whole number is kept only if the double is that very number.
+            // Beyond Int64, a whole number is kept only if it is its double's shortest decimal
+            // (`Decimal(Double)` gives that), so that it is written back as it was given.
             if let exact = try? c.decode(Decimal.self), Self.isWhole(exact), Decimal(d) != exact {
                 self = .inexactInteger
             } else {

@@ -20,8 +20,8 @@ public struct TrackingError: Error, CustomStringConvertible, Sendable {
         public static let invalidValueType = Code(rawValue: "invalidValueType")
         /// A number is NaN or infinite.
         public static let nonFiniteNumber = Code(rawValue: "nonFiniteNumber")
-        /// A whole number in JSON properties (`--properties`) beyond the 64-bit integers that a double
-        /// cannot hold exactly either: storing it would change its value.
+        /// A whole number in JSON properties (`--properties`) beyond the 64-bit integers that is not the
+        /// shortest decimal of a double: stored as a double, it would be written with other digits.
         public static let inexactNumber = Code(rawValue: "inexactNumber")
         /// A date is NaN or outside 0001-01-02 … 9999-12-30 UTC (what `yyyy-MM-dd HH:mm:ss.SSS` can
         /// write in local time, in every zone).
