@@ -110,7 +110,11 @@ enum EventValidator {
 
     /// Whether a string's raw text holds U+FEFF, as UTF-8 or as a `\\ufeff` escape (any case).
     private static func containsByteOrderMark(_ raw: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard raw.count >= 3 else { return false }
+        guard let base = raw.baseAddress, raw.count >= 3 else { return false }
+        // The usual id (ASCII, no escape) has neither byte: two memchr calls, and done.
+        guard memchr(base, 0xEF, raw.count) != nil || memchr(base, Int32(UInt8(ascii: "\\")), raw.count) != nil else {
+            return false
+        }
         for i in 0..<(raw.count - 2) {
             if raw[i] == 0xEF && raw[i + 1] == 0xBB && raw[i + 2] == 0xBF { return true }
             if raw[i] == UInt8(ascii: "\\"), i + 5 < raw.count, raw[i + 1] == UInt8(ascii: "u"),
