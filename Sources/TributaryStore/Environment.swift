@@ -307,11 +307,6 @@ final class Environment: @unchecked Sendable {
         return (overflow + pageSize - 1) / pageSize * pageSize
     }
 
-    /// Throws ``StoreError/Code/storeFull`` unless an append whose records take `bytes` (see
-    /// ``footprint(ofRecord:pageSize:)``) leaves ``reserve`` of the quota free.
-    ///
-    /// Call inside the append's write transaction: it reads what the last commit left, the file's
-    /// high-water mark and, only when that alone is too close to the quota, the free list.
     /// The id of the last committed write transaction (`mdb_env_info`'s `me_last_txnid`).
     var lastTransactionID: Int {
         var info = MDB_envinfo()
@@ -319,6 +314,11 @@ final class Environment: @unchecked Sendable {
         return info.me_last_txnid
     }
 
+    /// Throws ``StoreError/Code/storeFull`` unless an append whose records take `bytes` (see
+    /// ``footprint(ofRecord:pageSize:)``) leaves ``reserve`` of the quota free.
+    ///
+    /// Call inside the append's write transaction: it reads what the last commit left, the file's
+    /// high-water mark and, only when that alone is too close to the quota, the free list.
     func checkRoom(adding bytes: Int) throws(StoreError) {
         var info = MDB_envinfo()
         mdb_env_info(env, &info)
