@@ -784,18 +784,7 @@ public final class Outbox: Sendable {
     @discardableResult
     public func replayDeadLetters(ids: [Int64]? = nil) throws -> Int {
         try writer.write { db in
-            var sql = "SELECT * FROM dead_letters WHERE event_id IS NOT NULL"
-            var arguments: StatementArguments = []
-            if let ids {
-                sql += " AND id IN (\(ids.map { _ in "?" }.joined(separator: ",")))"
-                arguments = StatementArguments(ids)
-            }
-            let rows = try GRDB.Row.fetchAll(db, sql: sql + " ORDER BY seq", arguments: arguments)
-            if let ids {
-                let found = Set(rows.map { $0["id"] as Int64 })
-                let unknown = Array(Set(ids).subtracting(found)).sorted()
-                guard unknown.isEmpty else { throw UnknownDeadLetters(ids: unknown) }
-            }
+            let rows = try Self.chosenDeadLetters(db, columns: "*", filter: "event_id IS NOT NULL", ids: ids, replaying: true)
             var moved = 0
             for r in rows {
                 try db.execute(
@@ -825,22 +814,31 @@ public final class Outbox: Sendable {
     @discardableResult
     public func discardDeadLetters(ids: [Int64]? = nil) throws -> Int {
         try writer.write { db in
-            var sql = "SELECT id, LENGTH(body) FROM dead_letters"
-            var arguments: StatementArguments = []
-            if let ids {
-                sql += " WHERE id IN (\(ids.map { _ in "?" }.joined(separator: ",")))"
-                arguments = StatementArguments(ids)
-            }
-            let rows = try GRDB.Row.fetchAll(db, sql: sql, arguments: arguments)
-            if let ids {
-                let unknown = Array(Set(ids).subtracting(rows.map { $0[0] as Int64 })).sorted()
-                guard unknown.isEmpty else { throw UnknownDeadLetters(ids: unknown, replaying: false) }
-            }
+            let rows = try Self.chosenDeadLetters(db, columns: "id, LENGTH(body) AS size", filter: "1", ids: ids, replaying: false)
             let delete = try db.cachedStatement(sql: "DELETE FROM dead_letters WHERE id = ?")
-            for row in rows { try delete.execute(arguments: [row[0] as Int64]) }
-            try Self.bump(db, "dead_letter_bytes", -rows.reduce(0) { $0 + ($1[1] as Int) })
+            for row in rows { try delete.execute(arguments: [row["id"] as Int64]) }
+            try Self.bump(db, "dead_letter_bytes", -rows.reduce(0) { $0 + ($1["size"] as Int) })
             return rows.count
         }
+    }
+
+    /// The dead letters (`columns` of each, oldest first) that `filter` admits, all or those `ids`
+    /// names; with `ids`, all or nothing: one that names none of them throws ``UnknownDeadLetters``.
+    private static func chosenDeadLetters(
+        _ db: Database, columns: String, filter: String, ids: [Int64]?, replaying: Bool
+    ) throws -> [GRDB.Row] {
+        var sql = "SELECT \(columns) FROM dead_letters WHERE \(filter)"
+        var arguments: StatementArguments = []
+        if let ids {
+            sql += " AND id IN (\(ids.map { _ in "?" }.joined(separator: ",")))"
+            arguments = StatementArguments(ids)
+        }
+        let rows = try GRDB.Row.fetchAll(db, sql: sql + " ORDER BY seq", arguments: arguments)
+        if let ids {
+            let unknown = Array(Set(ids).subtracting(rows.map { $0["id"] as Int64 })).sorted()
+            guard unknown.isEmpty else { throw UnknownDeadLetters(ids: unknown, replaying: replaying) }
+        }
+        return rows
     }
 
     /// Copies the WAL into the database file (`PRAGMA wal_checkpoint`), and with `truncate` empties it
