@@ -206,6 +206,21 @@ final class Environment: @unchecked Sendable {
             rc = mdb_txn_begin(env, nil, 0, &txn)
         }
         try mapError(rc, "mdb_txn_begin", path: path)
+        // A store of a newer schema is refused before anything is created in it (a newer Tributary may
+        // have other tables): only its meta table is read here, and the transaction is aborted.
+        var meta: MDB_dbi = 0
+        if mdb_dbi_open(txn, "meta", 0, &meta) == MDB_SUCCESS {
+            let stored: UInt32? = withKey(MetaKey.schemaVersion) { key in
+                var value = MDB_val()
+                guard mdb_get(txn, meta, &key, &value) == MDB_SUCCESS else { return nil }
+                return decodeU32(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
+            }
+            if let stored, stored > SharedStore.schemaVersion {
+                mdb_txn_abort(txn)
+                let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+                throw SharedStore.unsupportedSchema(stored, groupDirectory: directory)
+            }
+        }
         var tables = Tables()
         let names: [(String, WritableKeyPath<Tables, MDB_dbi>)] = [
             ("events", \.events), ("meta", \.meta), ("identity", \.identity), ("config", \.config),

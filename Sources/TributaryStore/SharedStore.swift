@@ -113,6 +113,14 @@ public final class SharedStore: Sendable {
     /// refused write committed nothing).
     package var lastTransactionID: Int { environment.lastTransactionID }
 
+    /// The refusal of a store whose schema is newer than this Tributary's.
+    static func unsupportedSchema(_ stored: UInt32, groupDirectory: String) -> StoreError {
+        StoreError(
+            .unsupportedSchema,
+            "The store in \(groupDirectory) has schema version \(stored); this Tributary reads up to "
+                + "\(Self.schemaVersion). Upgrade Tributary; the store was left untouched.")
+    }
+
     /// Checks the schema version and returns the store id; writes whichever of the two a new store (or,
     /// for the id, a store created before ids) does not have yet, in a write transaction that checks
     /// again that they are absent.
@@ -122,12 +130,7 @@ public final class SharedStore: Sendable {
             (try withKey(MetaKey.schemaVersion) { key in try txn.withValue(meta, &key) { $0.map(decodeU32) } },
              try withKey(MetaKey.storeID) { key in try txn.withValue(meta, &key) { $0.map(decodeU64) } })
         }
-        if let stored, stored > Self.schemaVersion {
-            throw StoreError(
-                .unsupportedSchema,
-                "The store in \(groupDirectory) has schema version \(stored); this Tributary reads up to "
-                    + "\(Self.schemaVersion). Upgrade Tributary; the store was left untouched.")
-        }
+        if let stored, stored > Self.schemaVersion { throw unsupportedSchema(stored, groupDirectory: groupDirectory) }
         if stored != nil, let storeID { return storeID }
         return try environment.write { txn in
             try withKey(MetaKey.schemaVersion) { key in
@@ -597,6 +600,15 @@ extension SharedStore {
     }
 
     /// Writes a schema version (tests use it to simulate a store from a newer Tributary).
+    /// Deletes the table `name` from the store (tests: a store of another schema).
+    package func dropTable(_ name: String) throws {
+        try environment.write { txn in
+            var dbi: MDB_dbi = 0
+            try check(mdb_dbi_open(txn.txn, name, 0, &dbi), "mdb_dbi_open")
+            try check(mdb_drop(txn.txn, dbi, 1), "mdb_drop")
+        }
+    }
+
     package func overwriteSchemaVersion(_ version: UInt32) throws {
         let dbi = environment.tables.meta
         try environment.write { txn in

@@ -399,13 +399,14 @@ struct SharedStoreTests {
         }
     }
 
-    @Test("a store from a newer schema is refused and left untouched")
-    func newerSchema() throws {
+    @Test("a store from a newer schema is refused and left untouched, one with a table fewer too", arguments: [nil, "config"])
+    func newerSchema(dropping table: String?) throws {
         try withTemporaryGroup { group in
             do {
                 let store = try SharedStore(groupDirectory: group)
                 try Self.append(store, 2)
                 try store.overwriteSchemaVersion(SharedStore.schemaVersion + 1)
+                if let table { try store.dropTable(table) }
             }
             let path = group + "/" + SharedStore.fileName
             let before = try Data(contentsOf: URL(fileURLWithPath: path))
