@@ -442,17 +442,21 @@ public final class Agent: Service, Sendable {
     }
 
     /// Runs one upload step, cancelling its request if a deadline (present, or started by a SIGTERM
-    /// while the request runs) expires first. A cancelled request's batch stays in the outbox with its
-    /// id, for the next run.
+    /// while the request runs) expires first, or if the request's answer has not been read a second
+    /// after its timeout: the HTTP client's timeout may end with the response head, and a collector
+    /// that then sends its body a byte at a time would hold the upload for as long as it likes. A
+    /// cancelled request's batch stays in the outbox with its id, for the next attempt.
     private func stepCancelledAtExpiry(
         _ session: UploadSession, maxEvents: Int, timeout: Duration
     ) async throws -> UploadSession.Step {
-        try await withThrowingTaskGroup(of: UploadSession.Step?.self) { group in
+        let answerBy = ContinuousClock.now + timeout + .seconds(1)
+        return try await withThrowingTaskGroup(of: UploadSession.Step?.self) { group in
             group.addTask { try await session.step(maxEvents: maxEvents, timeout: timeout) }
             group.addTask { [budget] in
                 while true {
                     try await Task.sleep(for: .milliseconds(20))
                     if let task = budget.current, task.remaining() <= .zero { return nil }
+                    if ContinuousClock.now >= answerBy { return nil }
                 }
             }
             var result: UploadSession.Step = .wait(.zero)

@@ -31,10 +31,14 @@ public final class FaultProxy: Sendable {
         case resetMidBody(rate: Double)
         /// Dribble the response, `bytesPerTick` every `tickMillis` ms, in `rate` of the exchanges.
         case slowBody(bytesPerTick: Int, tickMillis: Int, rate: Double)
+        /// Forward the response's status line and headers at once, then dribble its body,
+        /// `bytesPerTick` every `tickMillis` ms, in `rate` of the exchanges: a timeout that ends at the
+        /// response head does not end this.
+        case slowBodyAfterHead(bytesPerTick: Int, tickMillis: Int, rate: Double)
 
         var rate: Double {
             switch self {
-            case .resetMidBody(let rate), .slowBody(_, _, let rate): rate
+            case .resetMidBody(let rate), .slowBody(_, _, let rate), .slowBodyAfterHead(_, _, let rate): rate
             }
         }
 
@@ -42,6 +46,8 @@ public final class FaultProxy: Sendable {
             switch self {
             case .resetMidBody(let rate): "reset mid-body (rate \(rate))"
             case .slowBody(let bytes, let millis, let rate): "slow body (\(bytes) B / \(millis) ms, rate \(rate))"
+            case .slowBodyAfterHead(let bytes, let millis, let rate):
+                "slow body after the head (\(bytes) B / \(millis) ms, rate \(rate))"
             }
         }
     }
@@ -178,13 +184,25 @@ public final class FaultProxy: Sendable {
                         return
                     }
                 } else {
-                    if !serverSpoke, faulty, case .slowBody = mode { state.faulted.add(1, ordering: .relaxed) }
+                    let dribble: (bytesPerTick: Int, tickMillis: Int, afterHead: Bool)?
+                    switch mode {
+                    case .slowBody(let bytes, let millis, _): dribble = (bytes, millis, false)
+                    case .slowBodyAfterHead(let bytes, let millis, _): dribble = (bytes, millis, true)
+                    case .resetMidBody: dribble = nil
+                    }
+                    if !serverSpoke, faulty, dribble != nil { state.faulted.add(1, ordering: .relaxed) }
+                    let startsAnswer = !serverSpoke
                     serverSpoke = true
-                    guard faulty, case .slowBody(let bytesPerTick, let tickMillis, _) = mode else {
+                    guard faulty, let (bytesPerTick, tickMillis, afterHead) = dribble else {
                         guard sendAll(client, chunk) else { break loop }
                         continue
                     }
                     var offset = chunk.startIndex
+                    // The head at once (an answer's first chunk holds it: the collector's are small).
+                    if afterHead, startsAnswer, let headEnd = Self.headerEnd(Array(chunk)) {
+                        guard sendAll(client, chunk[offset..<(offset + headEnd)]) else { break loop }
+                        offset += headEnd
+                    }
                     while offset < chunk.endIndex {
                         if state.stopped.load(ordering: .acquiring) { break loop }
                         let next = min(offset + max(1, bytesPerTick), chunk.endIndex)
@@ -199,14 +217,19 @@ public final class FaultProxy: Sendable {
         close(server)
     }
 
+    /// Where a message's headers end (just past the blank line), or nil while they are incomplete.
+    static func headerEnd(_ message: [UInt8]) -> Int? {
+        let separator: [UInt8] = Array("\r\n\r\n".utf8)
+        guard message.count >= 4,
+            let start = (0...(message.count - 4)).first(where: { message[$0..<($0 + 4)].elementsEqual(separator) })
+        else { return nil }
+        return start + 4
+    }
+
     /// Where to cut a request: after its headers and half its body (at least one byte); nil until the
     /// headers are complete.
     static func cutPoint(_ request: [UInt8]) -> Int? {
-        let separator: [UInt8] = Array("\r\n\r\n".utf8)
-        guard request.count >= 4,
-            let start = (0...(request.count - 4)).first(where: { request[$0..<($0 + 4)].elementsEqual(separator) })
-        else { return nil }
-        let headerEnd = start + 4
+        guard let headerEnd = headerEnd(request) else { return nil }
         let head = String(decoding: request[0..<headerEnd], as: UTF8.self).lowercased()
         let length = head.split(separator: "\r\n")
             .first { $0.hasPrefix("content-length:") }

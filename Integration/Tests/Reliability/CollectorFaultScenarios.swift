@@ -54,6 +54,10 @@ extension ReliabilityScenarios {
             Case(name: "slow response body past the request timeout", faults: .none,
                  extra: ["--request-timeout", "0.5", "--deadline", "10"],
                  proxy: .slowBody(bytesPerTick: 4, tickMillis: 50, rate: 0.5), proxySeed: 22),
+            // The head at once, then a byte every 200 ms: a body of ~60 B takes 12 s, far past the timeout.
+            Case(name: "slow response body after a prompt head", faults: .none,
+                 extra: ["--request-timeout", "0.5"],
+                 proxy: .slowBodyAfterHead(bytesPerTick: 1, tickMillis: 200, rate: 0.5), proxySeed: 23),
         ]
 
         @Test("the agent against a faulty collector: nothing lost, nothing duplicated after dedup, order kept", arguments: cases)
@@ -124,7 +128,7 @@ extension ReliabilityScenarios {
                         if stats.repeatedBatches != 0 {
                             problems.append("\(stats.repeatedBatches) batches repeated: a truncated request was committed")
                         }
-                    case .slowBody?:
+                    case .slowBody?, .slowBodyAfterHead?:
                         // Each slowed answer came after the commit: its batch comes back once, deduplicated.
                         if proxied.faulted == 0 { problems.append("the proxy slowed no response (\(proxied.exchanges) exchanges)") }
                         if stats.repeatedBatches < proxied.faulted {
