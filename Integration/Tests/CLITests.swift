@@ -140,6 +140,20 @@ struct CLITests {
         }
     }
 
+    @Test("status shows the outbox's bytes against its quota, and says when dead letters fill it")
+    func statusOutboxFull() async throws {
+        try await withTemporaryGroup { group in
+            _ = try Tracker(configuration: .init(groupDirectory: group))
+            var report = AgentStatus(
+                pid: 1, state: "idle", outboxPath: group + "-outbox.sqlite", outboxPending: 0, delivered: 0,
+                deadLetters: 7, batches: 0, retries: 0, corruptRecords: 0, lastUploadMillis: nil, updatedMillis: 0)
+            (report.outboxBytes, report.deadLetterBytes, report.outboxQuota) = (0, 600, 512)
+            try report.write(groupDirectory: group)
+            let text = try await ChildProcess.run("tributary", ["status", "--group", group])
+            #expect(text.stdout.contains("0 pending + 600 dead letters of a 512 quota; FULL"), "\(text.stdout)")
+        }
+    }
+
     @Test("track as the app leaves the app's published presets alone, unless --app-version is given")
     func trackKeepsAppPresets() async throws {
         try await withTemporaryGroup { group in

@@ -90,8 +90,11 @@ struct FlushAndStatusTests {
                 let agentStatus = try #require(json["agent"] as? [String: Any])
                 #expect(agentStatus["delivered"] as? Int == 25)
                 #expect(agentStatus["state"] as? String == "idle")
+                #expect(agentStatus["outbox_bytes"] as? Int == 0 && agentStatus["dead_letter_bytes"] as? Int == 0)
+                #expect(agentStatus["outbox_quota"] as? Int == 512 << 20)
                 let text = try await ChildProcess.run("tributary", ["status", "--group", group])
                 #expect(text.stdout.contains("agent:          idle"))
+                #expect(text.stdout.contains("  bytes:        0 pending + 0 dead letters of a 536870912 quota\n"), "\(text.stdout)")
 
                 let url = try #require(URL(string: "http://127.0.0.1:\(metricsPort)/metrics"))
                 let (data, _) = try await URLSession.shared.data(from: url)

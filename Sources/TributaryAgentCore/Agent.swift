@@ -601,12 +601,16 @@ public final class Agent: Service, Sendable {
     private func writeStatus(session: UploadSession, state: String, loop: LoopState) {
         do {
             let counters = try outbox.counters()
-            let status = AgentStatus(
+            let pending = try outbox.pending()
+            var status = AgentStatus(
                 pid: getpid(), state: state, haltReason: session.haltReason, lastError: session.lastError,
-                outboxPath: outbox.path, outboxPending: try outbox.pending().count, delivered: counters.delivered,
+                outboxPath: outbox.path, outboxPending: pending.count, delivered: counters.delivered,
                 deadLetters: counters.deadLetters, batches: counters.batches, retries: counters.retries,
                 corruptRecords: counters.corruptRecords, lastUploadMillis: loop.lastUploadMillis,
                 updatedMillis: BootClock.wallMillis())
+            status.outboxBytes = pending.bytes
+            status.deadLetterBytes = try outbox.deadLetterBytes()
+            status.outboxQuota = configuration.outboxQuotaBytes
             try status.write(groupDirectory: store.groupDirectory)
             var line = "\(state): \(status.outboxPending) events queued, \(status.delivered) delivered"
             if status.deadLetters > 0 { line += ", \(status.deadLetters) dead letters" }

@@ -77,6 +77,11 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var retries: Int64
     /// Corrupt store records set aside.
     public var corruptRecords: Int64
+    /// Bytes the outbox holds: its pending events, its dead letters, and the quota the two together
+    /// may reach before the drain stops (nil in a report of an agent before these were reported).
+    public var outboxBytes: Int?
+    public var deadLetterBytes: Int?
+    public var outboxQuota: Int?
     /// When the last batch was acknowledged (wall clock ms), if ever.
     public var lastUploadMillis: Int64?
     /// When this report was written (wall clock ms).

@@ -122,6 +122,10 @@ struct StatusReport: Encodable {
         if let a = agent {
             lines.append("agent:          \(a.state) (pid \(a.pid), reported \(ageText(a.updatedMillis)))")
             lines.append("  outbox:       \(a.outboxPending) pending in \(a.outboxPath)")
+            if let bytes = a.outboxBytes, let dead = a.deadLetterBytes, let quota = a.outboxQuota {
+                let full = bytes + dead >= quota ? "; FULL: the drain waits (see tributary dead-letters)" : ""
+                lines.append("  bytes:        \(bytes) pending + \(dead) dead letters of a \(quota) quota\(full)")
+            }
             lines.append("  delivered:    \(a.delivered) events in \(a.batches) batches, \(a.retries) retries")
             lines.append("  dead letters: \(a.deadLetters)\(a.corruptRecords > 0 ? " (\(a.corruptRecords) corrupt store records)" : "")")
             if let halt = a.haltReason { lines.append("  HALTED:       \(halt)") }
