@@ -36,8 +36,7 @@ final class TrackerHooks: Sendable {
 
     /// `properties` on top of the dynamic super properties (an event's own properties win).
     func withDynamicProperties(_ properties: [String: PropertyValue]) -> [String: PropertyValue] {
-        guard let provider = dynamic.withLock({ $0 }) else { return properties }
-        let computed = provider()
+        let computed = dynamicProperties()
         if computed.isEmpty { return properties }
         return computed.merging(properties) { _, own in own }
     }

@@ -557,10 +557,9 @@ public final class Agent: Service, Sendable {
     /// holds ``AgentConfiguration/drainAhead`` events. Stops between chunks when a stop is requested,
     /// the deadline passes or the outbox reaches its quota.
     private func drainRespectingQuota(_ loop: inout LoopState, maxEvents: Int? = nil) throws -> Int {
-        let (count, bytes) = try outbox.pending()
+        let (count, bytes, deadBytes) = try outbox.pending()
         let ahead = configuration.effectiveDrainAhead
         if loop.uploadsAnswered && count >= ahead { return 0 }
-        let deadBytes = try outbox.deadLetterBytes()
         if bytes + deadBytes >= configuration.outboxQuotaBytes {
             // Dead letters alone fill the quota: no upload can make room, and a --once run would wait
             // for ever. It ends here, saying what to do; a daemon waits (an operator may act).
@@ -591,8 +590,8 @@ public final class Agent: Service, Sendable {
         let quota = configuration.outboxQuotaBytes
         let drained = try drainer.drainAvailable(maxEvents: limit) {
             guard self.mayDrain() else { return false }
-            guard let held = try? self.outbox.pending().bytes + self.outbox.deadLetterBytes() else { return true }
-            return held < quota
+            guard let held = try? self.outbox.pending() else { return true }
+            return held.bytes + held.deadLetterBytes < quota
         }
         metrics.drained.increment(by: drained)
         return drained
@@ -609,7 +608,7 @@ public final class Agent: Service, Sendable {
                 corruptRecords: counters.corruptRecords, lastUploadMillis: loop.lastUploadMillis,
                 updatedMillis: BootClock.wallMillis())
             status.outboxBytes = pending.bytes
-            status.deadLetterBytes = try outbox.deadLetterBytes()
+            status.deadLetterBytes = pending.deadLetterBytes
             status.outboxQuota = configuration.outboxQuotaBytes
             try status.write(groupDirectory: store.groupDirectory)
             var line = "\(state): \(status.outboxPending) events queued, \(status.delivered) delivered"

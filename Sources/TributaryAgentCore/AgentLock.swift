@@ -29,10 +29,7 @@ final class AgentLock: Sendable {
 
     /// Claims the outbox at `outboxPath` for the agent of `groupDirectory`: one agent per outbox.
     static func outbox(_ outboxPath: String, groupDirectory: String) throws -> AgentLock {
-        // The outbox's directory, as the outbox itself would create it.
-        try? FileManager.default.createDirectory(
-            atPath: (outboxPath as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
-            attributes: [.posixPermissions: 0o700])
+        try? Outbox.createDirectory(of: outboxPath)  // the lock lives beside the outbox
         return try AgentLock(path: outboxPath + ".lock", groupDirectory: groupDirectory) { holder in
             AgentError(
                 .configuration,

@@ -60,12 +60,17 @@ public final class Outbox: Sendable {
     public let path: String
     let writer: DatabasePool
 
-    /// Opens (creating and migrating) the outbox at `path`.
-    public init(path: String) throws {
-        self.path = path
+    /// Creates the directory an outbox at `path` lives in (mode 0700: the outbox is the agent's alone).
+    static func createDirectory(of path: String) throws {
         try FileManager.default.createDirectory(
             atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o700])
+    }
+
+    /// Opens (creating and migrating) the outbox at `path`.
+    public init(path: String) throws {
+        self.path = path
+        try Self.createDirectory(of: path)
         var config = Configuration()
         config.busyMode = .timeout(Self.busyTimeout)
         config.prepareDatabase { db in
@@ -204,10 +209,7 @@ public final class Outbox: Sendable {
         m.registerMigration("v5: dead-letter bytes") { db in
             // Dead letters count against the outbox quota with the pending events (promise 4): kept in
             // agent_state like the pending counters, so that no check sums the table.
-            try db.execute(sql: """
-                INSERT OR REPLACE INTO agent_state (key, value)
-                    SELECT 'dead_letter_bytes', COALESCE(SUM(LENGTH(body)), 0) FROM dead_letters;
-                """)
+            try db.execute(sql: countDeadLetterBytes)
         }
         return m
     }
@@ -436,28 +438,31 @@ public final class Outbox: Sendable {
 
     /// The bytes the dead letters hold (their bodies, or a corrupt record's raw bytes). They count
     /// against the outbox quota with the pending events.
-    public func deadLetterBytes() throws -> Int {
-        try writer.read { db in Int(try Self.state(db, "dead_letter_bytes")) }
-    }
+    public func deadLetterBytes() throws -> Int { try pending().deadLetterBytes }
+
+    /// Sets `dead_letter_bytes` from the table (migration v5, and the agent at every start).
+    private static let countDeadLetterBytes = """
+        INSERT OR REPLACE INTO agent_state (key, value)
+            SELECT 'dead_letter_bytes', COALESCE(SUM(LENGTH(body)), 0) FROM dead_letters;
+        """
 
     /// Counts the dead letters' bytes again from the table (the agent does at start): an agent of
     /// a version before migration v5 may have added dead letters to a migrated outbox uncounted.
     public func recountDeadLetterBytes() throws {
-        try writer.write { db in
-            let bytes = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(LENGTH(body)), 0) FROM dead_letters") ?? 0
-            try Self.setState(db, "dead_letter_bytes", bytes)
-        }
+        try writer.write { db in try db.execute(sql: Self.countDeadLetterBytes) }
     }
 
-    /// Number of events waiting, and their total body size.
-    public func pending() throws -> (count: Int, bytes: Int) {
+    /// Number of events waiting and their total body size, and the dead letters' bytes (with the
+    /// pending bytes, what the outbox quota bounds): one read of the counters.
+    public func pending() throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
         try writer.read { db in
             let select = try db.cachedStatement(sql: """
                 SELECT (SELECT value FROM agent_state WHERE key = 'pending_count'),
-                       (SELECT value FROM agent_state WHERE key = 'pending_bytes')
+                       (SELECT value FROM agent_state WHERE key = 'pending_bytes'),
+                       (SELECT value FROM agent_state WHERE key = 'dead_letter_bytes')
                 """)
             let row = try GRDB.Row.fetchOne(select)
-            return (Int(row?[0] as Int64? ?? 0), Int(row?[1] as Int64? ?? 0))
+            return (Int(row?[0] as Int64? ?? 0), Int(row?[1] as Int64? ?? 0), Int(row?[2] as Int64? ?? 0))
         }
     }
 

@@ -116,13 +116,11 @@ final class UploadSession: @unchecked Sendable {
     private struct ReadAhead {
         var batch: Outbox.PreparedBatch
         var encoded: EncodedBatch
-        /// The wall clock it was built at: its `_flush_time` and `Date`.
-        var sentAt: Int64
-        /// The monotonic clock it was built at.
-        var builtAtNanos: UInt64
+        /// The clocks it was built at (its `_flush_time` and `Date` are the wall clock's).
+        var clock: WireClock
 
         func isFresh(maxAge: Duration) -> Bool {
-            let age = BootClock.nowNanos() &- builtAtNanos
+            let age = BootClock.nowNanos() &- clock.bootNanos
             return Duration.nanoseconds(Int64(clamping: age)) <= maxAge
         }
     }
@@ -160,7 +158,7 @@ final class UploadSession: @unchecked Sendable {
         if suspect == nil, let ready = self.ready.take(), ready.batch.count <= limit,
             ready.isFresh(maxAge: configuration.readAheadMaxAge)
         {
-            let outcome = await post(ready.encoded, batchID: ready.batch.id, sentAt: ready.sentAt, timeout: timeout) {
+            let outcome = await post(ready.encoded, batchID: ready.batch.id, sentAt: ready.clock.wallMillis, timeout: timeout) {
                 self.readAhead(after: ready.batch.id, limit: limit)
             }
             return try apply(outcome, batchID: ready.batch.id, count: ready.batch.count)
@@ -228,7 +226,7 @@ final class UploadSession: @unchecked Sendable {
                 Self.append(event, at: clock, to: &body)
             }) else { return }
             let encoded = try body.finish(gzipLevel: configuration.gzipLevel)
-            readAheadBatch = ReadAhead(batch: batch, encoded: encoded, sentAt: clock.wallMillis, builtAtNanos: clock.bootNanos)
+            readAheadBatch = ReadAhead(batch: batch, encoded: encoded, clock: clock)
         } catch {
             logger.debug("could not read the next batch ahead", metadata: ["tributary.reason": "\(error)"])
         }
@@ -244,6 +242,7 @@ final class UploadSession: @unchecked Sendable {
     private func apply(_ outcome: UploadOutcome, batchID: String, count: Int) throws -> Step {
         let next = readAheadBatch.take()
         if case .retry = outcome {} else { suspectHalf = nil }
+        if case .halt = outcome {} else { haltReason = nil }  // any other answer: not halted any more
         switch outcome {
         case .delivered:
             CrashPoint.hit("upload.after-ack")
@@ -260,7 +259,6 @@ final class UploadSession: @unchecked Sendable {
                 suspectRefusedAlone = false
             }
             attempt = 0
-            haltReason = nil
             if sizeCeiling != nil {
                 deliveriesUnderCeiling += 1
                 if deliveriesUnderCeiling >= Self.ceilingDeliveries { sizeCeiling = nil }
@@ -274,7 +272,6 @@ final class UploadSession: @unchecked Sendable {
             let delay = configuration.backoff.delay(attempt: attempt, retryAfter: retryAfter, using: &rng)
             attempt += 1
             lastError = reason
-            haltReason = nil  // the collector answers something else now: not halted, just failing
             try outbox.countRetry()
             logger.info("upload failed; will retry the same batch", metadata: [
                 "tributary.batch.id": "\(batchID)", "tributary.reason": "\(reason)",
@@ -284,7 +281,6 @@ final class UploadSession: @unchecked Sendable {
 
         case .tooLarge(let reason):
             lastError = reason
-            haltReason = nil
             if count == 1, let row = try outbox.rows(inBatch: batchID).first {
                 try outbox.deadLetter(row, status: 413, reason: "too large even alone: \(reason)") {
                     CrashPoint.hit("deadletter.before-commit")
@@ -309,7 +305,6 @@ final class UploadSession: @unchecked Sendable {
 
         case .rejected(let status, let reason):
             lastError = reason
-            haltReason = nil
             let refused = try outbox.rows(inBatch: batchID)
             suspect = refused
             suspectRefusedAlone = refused.count == 1

@@ -63,11 +63,13 @@ enum BodyDecoder {
         let scanned = json.withUnsafeBufferPointer { bytes in
             Result { () throws(JSONSyntaxError) in try JSONScanner.scanArray(bytes) }
         }
-        if case .failure(let syntax) = scanned {
+        let events: [ScannedEvent]
+        switch scanned {
+        case .success(let elements): events = elements
+        case .failure(let syntax):
             let hint = json.starts(with: Self.gzipMagic) ? " (it is gzip data: send gzip=1)" : ""
             throw WireError(.malformedBody, "data_list does not hold a JSON array: \(syntax)\(hint).")
         }
-        guard case .success(let events) = scanned else { preconditionFailure("handled above") }
         if let index = events.firstIndex(where: { !$0.isObject }) {
             throw WireError(.malformedBody, "Element \(index) of data_list is not a JSON object.")
         }

@@ -52,6 +52,8 @@ package struct ScannedEvent: Sendable {
     package var producerSeq = JSONToken()
     /// The first indexed key the object gives twice (`event_id`, `_tributary.seq`, …), if any.
     package var repeatedKey: String?
+    /// The indexed keys met so far, a bit each (``JSONScanner`` `Field` raw values).
+    fileprivate var fieldsMet: UInt16 = 0
 
     package init(text: Range<Int>) { self.text = text }
 }
@@ -249,8 +251,12 @@ package struct JSONScanner {
             index += 1
             skipWhitespace()
             let field = level == .plain ? .other : Self.field(key, plain: plain, level: level, in: bytes)
-            if field != .other, event.repeatedKey == nil, event.isSet(field) {
-                event.repeatedKey = (level == .tributary ? "_tributary." : "") + field.name
+            if field != .other {
+                let bit: UInt16 = 1 << field.rawValue
+                if event.fieldsMet & bit != 0, event.repeatedKey == nil {
+                    event.repeatedKey = (level == .tributary ? "_tributary." : "") + field.name
+                }
+                event.fieldsMet |= bit
             }
             switch field {
             case .eventID: event.eventID = try value()
@@ -453,7 +459,7 @@ package struct JSONScanner {
     // MARK: Keys
 
     /// The keys kept: at the top level of an event, and in its `_tributary` object.
-    fileprivate enum Field {
+    fileprivate enum Field: UInt16 {
         case eventID, type, name, time, properties, tributary, seq, producer, producerSeq, other
 
         /// The key's name in the event (within `_tributary` for the last three).
@@ -538,25 +544,5 @@ package struct JSONScanner {
 
     private func error(_ reason: String) -> JSONSyntaxError {
         JSONSyntaxError(offset: index, reason: reason)
-    }
-}
-
-extension ScannedEvent {
-    /// Whether the scan has met `field` already.
-    fileprivate func isSet(_ field: JSONScanner.Field) -> Bool {
-        let token: JSONToken
-        switch field {
-        case .eventID: token = eventID
-        case .type: token = type
-        case .name: token = name
-        case .time: token = time
-        case .properties: token = properties
-        case .tributary: token = tributary
-        case .seq: token = seq
-        case .producer: token = producer
-        case .producerSeq: token = producerSeq
-        case .other: return false
-        }
-        return token.kind != .absent
     }
 }

@@ -160,7 +160,7 @@ public enum Gzip {
                     throw WireError(.tooLarge, "The decompressed body exceeds \(limit) bytes.")
                 }
                 if finished { return }
-                capacity = min(ceiling, capacity.multipliedReportingOverflow(by: 2).overflow ? ceiling : capacity * 2)
+                capacity = capacity > ceiling / 2 ? ceiling : capacity * 2
             }
         }
         return output

@@ -43,8 +43,7 @@ public enum JSONText {
             }
             output.append(UInt8(ascii: "]"))
         case let number as NSNumber where !isSwiftScalar(value):
-            guard let text = numberText(number) else { return false }
-            output.append(contentsOf: text.utf8)
+            return write(exactValue(of: number), to: &output)  // as the Swift value of its type, below
         case let bool as Bool:
             output.append(contentsOf: (bool ? "true" : "false").utf8)
         case let int as Int:
@@ -74,20 +73,6 @@ public enum JSONText {
         case UInt8(ascii: "f"), UInt8(ascii: "d"): return number.doubleValue
         case UInt8(ascii: "Q"), UInt8(ascii: "L"): return number.uint64Value
         default: return number.int64Value
-        }
-    }
-
-    /// `true`/`false`, an integer, or the shortest text that reads back as the same double.
-    private static func numberText(_ number: NSNumber) -> String? {
-        if ObjectIdentifier(type(of: number)) == booleanType { return number.boolValue ? "true" : "false" }
-        switch UInt8(bitPattern: number.objCType.pointee) {
-        case UInt8(ascii: "f"), UInt8(ascii: "d"):
-            let double = number.doubleValue
-            return double.isFinite ? doubleText(double) : nil
-        case UInt8(ascii: "Q"), UInt8(ascii: "L"):
-            return String(number.uint64Value)
-        default:
-            return String(number.int64Value)
         }
     }
 
