@@ -66,6 +66,9 @@ public final class Agent: Service, Sendable {
                     ])
             }
         } catch {
+            // An I/O error opening, migrating or recounting the outbox is fail-stop as in the loop: the
+            // orderly way out (closing the outbox) would checkpoint, and fsync, the WAL that just failed.
+            if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
             outboxLock.release()
             lock.release()
             throw AgentError(.startup, "Cannot open the outbox \(configuration.outboxPath): \(error).")
