@@ -32,7 +32,7 @@ final class Wakeup: Sendable {
     /// Ends wait `id` (its timeout passed or its task was cancelled), whether or not it has registered
     /// yet. An end that comes late, for a wait already over, changes nothing: recording it would
     /// overwrite the early end of the wait after it, which would then sleep without a timeout.
-    private func end(_ id: UInt64) {
+    func end(_ id: UInt64) {
         state.withLock { state -> CheckedContinuation<Void, Never>? in
             if let waiter = state.waiter, waiter.id == id {
                 state.waiter = nil
@@ -46,15 +46,27 @@ final class Wakeup: Sendable {
     /// Waits for a signal, the timeout or cancellation.
     func wait(timeout: Duration) async {
         guard timeout > .zero, !Task.isCancelled else { return }
-        let id = state.withLock { state -> UInt64 in
-            state.nextID += 1
-            return state.nextID
-        }
+        let id = begin()
         let timer = Task { [weak self] in
             // Cancelled: the wait is over already.
             guard (try? await Task.sleep(for: timeout)) != nil else { return }
             self?.end(id)
         }
+        await park(id)
+        timer.cancel()
+    }
+
+    /// Starts wait number `id`: its timer may end it from here on, even before ``park(_:)`` registers it.
+    func begin() -> UInt64 {
+        state.withLock { state -> UInt64 in
+            state.nextID += 1
+            return state.nextID
+        }
+    }
+
+    /// Sleeps as wait `id` until a signal, ``end(_:)`` of `id` (which may have come already), or
+    /// cancellation.
+    func park(_ id: UInt64) async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLock { state -> Bool in
@@ -71,6 +83,5 @@ final class Wakeup: Sendable {
         } onCancel: {
             end(id)
         }
-        timer.cancel()
     }
 }

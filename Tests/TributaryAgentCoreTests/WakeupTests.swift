@@ -32,4 +32,43 @@ struct WakeupTests {
         await waiting.value
         #expect(clock.now - began < .seconds(20))
     }
+
+    /// Parks wait `id` and reports whether it returned within `patience`; a wait still parked then is
+    /// cancelled, which ends it, so the test itself never hangs.
+    static func returns(_ wakeup: Wakeup, _ id: UInt64, within patience: Duration) async -> Bool {
+        await withTaskGroup(of: Bool.self) { group in
+            group.addTask { await wakeup.park(id); return true }
+            group.addTask { try? await Task.sleep(for: patience); return false }
+            let first = await group.next()!
+            group.cancelAll()
+            return first
+        }
+    }
+
+    // The order that hung the agent's loop for good: wait 2's timer fires before wait 2 parks, then wait 1's
+    // timer, late, fires as well. Driven step by step, since the timers' own timing almost never gives it.
+    @Test("a late end of the previous wait does not cancel the early end of the current one")
+    func lateEndOfPreviousWait() async {
+        let wakeup = Wakeup()
+        let first = wakeup.begin()
+        wakeup.end(first)
+        #expect(await Self.returns(wakeup, first, within: .seconds(30)))
+        let second = wakeup.begin()
+        wakeup.end(second)  // early: before the wait parks
+        wakeup.end(first)  // late: wait 1 is over
+        // 30 s: far above scheduling on a loaded machine; without the early end kept, the wait never returns.
+        #expect(await Self.returns(wakeup, second, within: .seconds(30)), "wait 2 lost its early end")
+    }
+
+    @Test("an end for a wait not yet begun is not kept for it")
+    func endOfFutureWaitIgnored() async {
+        let wakeup = Wakeup()
+        wakeup.end(1)
+        let id = wakeup.begin()
+        #expect(id == 1)
+        // Nothing ended wait 1 after it began: it parks until the test's patience runs out.
+        #expect(await Self.returns(wakeup, id, within: .milliseconds(200)) == false)
+        wakeup.signal()
+        #expect(await Self.returns(wakeup, wakeup.begin(), within: .seconds(30)))
+    }
 }
