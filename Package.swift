@@ -156,6 +156,7 @@ let package = Package(
         .testTarget(
             name: "TributaryAgentCoreTests",
             dependencies: ["TributaryAgentCore", "TributaryCollector", "Tributary", "TributaryTestSupport",
+                           .product(name: "AsyncHTTPClient", package: "async-http-client"),
                            .product(name: "Hummingbird", package: "hummingbird"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")],
             swiftSettings: strict

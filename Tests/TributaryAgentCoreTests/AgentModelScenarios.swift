@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Foundation
 import Logging
 import Testing
@@ -63,12 +64,13 @@ struct AgentModelScenarios {
         let store: SharedStore
         let tracker: Tracker
         let outboxPath: String
-        let client = HTTPClientFactory.make(readTimeout: .milliseconds(300))
+        let client: HTTPClient
         let url: String
         var outbox: Outbox
         var session: UploadSession
 
-        init(group: String, url: String) throws {
+        init(group: String, url: String, client: HTTPClient) throws {
+            self.client = client
             tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .app, producerID: "model"))
             store = tracker.store
             outboxPath = group + "-state/outbox.sqlite"
@@ -102,28 +104,30 @@ struct AgentModelScenarios {
         let steps = 60 * Reliability.soak
         try await withTemporaryGroup { group in
             try await Collector.withRunning(CollectorConfiguration()) { collector in
-                let system = try System(group: group, url: collector.url)
                 var model = Model()
                 var rng = SplitMix64(seed: seed)
                 var disagreements: [String] = []
                 var uncertainRequests = 0  // a lost answer or a hang: the collector may hold the batch already
-                for step in 0..<steps {
-                    let op = Operation.random(&rng)
-                    if op == .uploadLostAck || op == .uploadHang { uncertainRequests += 1 }
-                    try await Self.apply(op, to: system, model: &model, collector: collector, rng: &rng)
-                    if let problem = try await Self.disagreement(system, model, collector) {
-                        disagreements.append("step \(step) after \(op): \(problem)")
-                        break
+                let system = try await withHTTPClient(readTimeout: .milliseconds(300)) { client in
+                    let system = try System(group: group, url: collector.url, client: client)
+                    for step in 0..<steps {
+                        let op = Operation.random(&rng)
+                        if op == .uploadLostAck || op == .uploadHang { uncertainRequests += 1 }
+                        try await Self.apply(op, to: system, model: &model, collector: collector, rng: &rng)
+                        if let problem = try await Self.disagreement(system, model, collector) {
+                            disagreements.append("step \(step) after \(op): \(problem)")
+                            break
+                        }
                     }
+                    // Faults off, disk space back: everything acknowledged and deliverable arrives.
+                    system.store.faults.reset()
+                    try await collector.setFaults(FaultConfiguration(poisonPattern: "^Poison$"))
+                    _ = try Drainer(store: system.store, outbox: system.outbox, logger: Self.logger).drainAvailable()
+                    for _ in 0..<500 {
+                        if case .empty = try await system.session.step() { break }
+                    }
+                    return system
                 }
-                // Faults off, disk space back: everything acknowledged and deliverable arrives.
-                system.store.faults.reset()
-                try await collector.setFaults(FaultConfiguration(poisonPattern: "^Poison$"))
-                _ = try Drainer(store: system.store, outbox: system.outbox, logger: Self.logger).drainAvailable()
-                for _ in 0..<500 {
-                    if case .empty = try await system.session.step() { break }
-                }
-                try? await system.client.shutdown()
                 var oracle = Oracle(ledgers: [])
                 oracle.batchSize = 8
                 // Each request whose answer was lost (a lost ack, a hang, a timeout after the collector

@@ -188,30 +188,30 @@ struct FuzzScenarios {
             let outbox = try Outbox(path: group + "-state/outbox.sqlite")
             _ = try Drainer(store: tracker.store, outbox: outbox, logger: AgentModelScenarios.logger).drainAvailable()
             try await Collector.withRunning(CollectorConfiguration()) { collector in
-                let client = HTTPClientFactory.make(readTimeout: .milliseconds(500))
                 var verdict = Oracle.Verdict()
                 var forced: Set<Int> = []
-                for _ in 0..<iterations {
-                    var faults = FaultConfiguration(forcedStatus: 300 + Int(rng.next() % 300))
-                    let retryAfter = Self.noise(&rng, maxLength: 20).filter { $0.isASCII && !$0.isNewline && $0 != "\u{0}" && $0 != "\u{7f}" }
-                    faults.retryAfter = retryAfter.trimmingCharacters(in: .whitespaces).isEmpty ? nil : retryAfter
-                    guard (try? faults.validate()) != nil else { continue }
-                    try await collector.setFaults(faults)
-                    if let status = faults.forcedStatus { forced.insert(status) }
+                try await withHTTPClient(readTimeout: .milliseconds(500)) { client in
+                    for _ in 0..<iterations {
+                        var faults = FaultConfiguration(forcedStatus: 300 + Int(rng.next() % 300))
+                        let retryAfter = Self.noise(&rng, maxLength: 20).filter { $0.isASCII && !$0.isNewline && $0 != "\u{0}" && $0 != "\u{7f}" }
+                        faults.retryAfter = retryAfter.trimmingCharacters(in: .whitespaces).isEmpty ? nil : retryAfter
+                        guard (try? faults.validate()) != nil else { continue }
+                        try await collector.setFaults(faults)
+                        if let status = faults.forcedStatus { forced.insert(status) }
+                        var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
+                        configuration.batchSize = 20
+                        configuration.backoff = Backoff(base: .milliseconds(1), cap: .milliseconds(2), maxRetryAfter: .milliseconds(2))
+                        let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: AgentModelScenarios.logger)
+                        // Several requests under the same answer: enough for a bisection to reach one event.
+                        for _ in 0..<6 { _ = try await session.step(timeout: .milliseconds(500)) }
+                    }
+                    // Statuses 400/422 dead-letter what they blamed: those are kept, not delivered.
+                    try await collector.setFaults(.none)
                     var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
                     configuration.batchSize = 20
-                    configuration.backoff = Backoff(base: .milliseconds(1), cap: .milliseconds(2), maxRetryAfter: .milliseconds(2))
                     let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: AgentModelScenarios.logger)
-                    // Several requests under the same answer: enough for a bisection to reach one event.
-                    for _ in 0..<6 { _ = try await session.step(timeout: .milliseconds(500)) }
+                    for _ in 0..<100 { if case .empty = try await session.step() { break } }
                 }
-                // Statuses 400/422 dead-letter what they blamed: those are kept, not delivered.
-                try await collector.setFaults(.none)
-                var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
-                configuration.batchSize = 20
-                let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: AgentModelScenarios.logger)
-                for _ in 0..<100 { if case .empty = try await session.step() { break } }
-                try? await client.shutdown()
                 let delivered = Set(try await collector.events().map(\.eventID))
                 let deadLetters = try outbox.deadLetters()
                 let letters = Set(deadLetters.compactMap(\.eventID))

@@ -317,27 +317,27 @@ struct UploadTests {
                 let backoff = Backoff(base: .milliseconds(100), cap: .seconds(2))
                 var upload = agent.configuration.upload
                 upload.backoff = backoff
-                let client = HTTPClientFactory.make()
-                let session = UploadSession(outbox: agent.outbox, client: client, configuration: upload, logger: Self.logger)
-                var batchIDs: Set<String> = []
-                var laterDelays: [Duration] = []
-                for attempt in 0..<8 {
-                    guard case .wait(let delay) = try await session.step() else {
-                        Issue.record("a failing collector must lead to a wait")
-                        break
+                try await withHTTPClient { client in
+                    let session = UploadSession(outbox: agent.outbox, client: client, configuration: upload, logger: Self.logger)
+                    var batchIDs: Set<String> = []
+                    var laterDelays: [Duration] = []
+                    for attempt in 0..<8 {
+                        guard case .wait(let delay) = try await session.step() else {
+                            Issue.record("a failing collector must lead to a wait")
+                            break
+                        }
+                        #expect(delay >= .zero && delay <= backoff.ceiling(attempt: attempt))
+                        // Each failure counts: the next wait's ceiling doubles, and the outbox's retry counter grows.
+                        #expect(session.attempt == attempt + 1)
+                        #expect(try agent.outbox.counters().retries == Int64(attempt + 1))
+                        if attempt >= 4 { laterDelays.append(delay) }
+                        batchIDs.formUnion(try agent.outbox.nextBatch(maxCount: 500, maxBytes: .max).compactMap(\.batchID))
                     }
-                    #expect(delay >= .zero && delay <= backoff.ceiling(attempt: attempt))
-                    // Each failure counts: the next wait's ceiling doubles, and the outbox's retry counter grows.
-                    #expect(session.attempt == attempt + 1)
-                    #expect(try agent.outbox.counters().retries == Int64(attempt + 1))
-                    if attempt >= 4 { laterDelays.append(delay) }
-                    batchIDs.formUnion(try agent.outbox.nextBatch(maxCount: 500, maxBytes: .max).compactMap(\.batchID))
+                    #expect(batchIDs.count == 1, "a retried batch keeps its id")
+                    // Attempts 4 to 7 draw from [0, 1.6 s] and [0, 2 s]: all four at or below the base (100 ms)
+                    // has a chance below 1 in 10,000, and is what a backoff that never grew would give.
+                    #expect(laterDelays.count == 4 && laterDelays.max()! > backoff.base, "the backoff must grow: \(laterDelays)")
                 }
-                #expect(batchIDs.count == 1, "a retried batch keeps its id")
-                // Attempts 4 to 7 draw from [0, 1.6 s] and [0, 2 s]: all four at or below the base (100 ms)
-                // has a chance below 1 in 10,000, and is what a backoff that never grew would give.
-                #expect(laterDelays.count == 4 && laterDelays.max()! > backoff.base, "the backoff must grow: \(laterDelays)")
-                try await client.shutdown()
             }
         }
     }
@@ -399,19 +399,20 @@ struct UploadTests {
             let outbox = try Outbox(path: group + "-state/outbox.sqlite")
             #expect(try Drainer(store: tracker.store, outbox: outbox, logger: Self.logger).drainAvailable() == 20)
             try await Collector.withRunning(CollectorConfiguration()) { collector in
-                let client = HTTPClientFactory.make()
-                var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
-                configuration.batchSize = 10
-                configuration.readAheadMaxAge = .milliseconds(stale ? 100 : 60_000)
-                let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: Self.logger)
-                #expect(try await session.step() == .progressed(delivered: 10))
-                #expect(session.readyBatchCount == 10, "the second batch was read ahead during the first request")
-                try await Task.sleep(for: .milliseconds(300))
-                let resumed = BootClock.wallMillis()
-                #expect(try await session.step() == .progressed(delivered: 10))
-                try await client.shutdown()
+                let resumed = try await withHTTPClient { client in
+                    var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
+                    configuration.batchSize = 10
+                    configuration.readAheadMaxAge = .milliseconds(stale ? 100 : 60_000)
+                    let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: Self.logger)
+                    #expect(try await session.step() == .progressed(delivered: 10))
+                    #expect(session.readyBatchCount == 10, "the second batch was read ahead during the first request")
+                    try await Task.sleep(for: .milliseconds(300))
+                    let resumed = BootClock.wallMillis()
+                    #expect(try await session.step() == .progressed(delivered: 10))
+                    return resumed
+                }
                 let flushTimes = try await collector.events().map { event in
-                    (try JSONSerialization.jsonObject(with: Data(event.json.utf8)) as? [String: Any])?["_flush_time"] as? Int64 ?? 0
+                    try #require(try event.jsonObject()["_flush_time"] as? Int64, "every event carries _flush_time")
                 }
                 #expect(flushTimes.count == 20 && flushTimes.prefix(10).allSatisfy { $0 < resumed })
                 if stale {

@@ -50,7 +50,9 @@ extension ReliabilityScenarios {
                     try await Scenario.drain(group, collector)
                     // The frozen transactions never committed: a victim's events are exactly its ledger.
                     let store = try SharedStore(groupDirectory: group)
-                    for registration in try store.producers() where registration.id.hasPrefix("victim") {
+                    let victimRegistrations = try store.producers().filter { $0.id.hasPrefix("victim") }
+                    #expect(victimRegistrations.count == victims, "every victim registered before it froze")
+                    for registration in victimRegistrations {
                         let acknowledged = oracle.ledgers.first { $0.producer == registration.id }?.entries().count
                         #expect(acknowledged.map { UInt64($0) } == registration.lastSeq, "\(registration.id) partial commit")
                     }

@@ -55,17 +55,21 @@ extension ReliabilityScenarios {
                     var inconsistent: [String] = []
                     for event in try await collector.events() {
                         let object = try event.jsonObject()
+                        // Every event here is a track event: a missing time or _flush_time is a fault too.
                         guard let time = (object["time"] as? NSNumber)?.int64Value,
-                            let flush = (object["_flush_time"] as? NSNumber)?.int64Value
-                        else { continue }
-                        if flush - time < -1000 || flush - time > elapsedMillis { inconsistent.append(event.eventID) }
+                            let flush = (object["_flush_time"] as? NSNumber)?.int64Value,
+                            flush - time >= -1000, flush - time <= elapsedMillis
+                        else {
+                            inconsistent.append(event.eventID)
+                            continue
+                        }
                     }
                     var oracle = Oracle(ledgers: [ledger])
                     oracle.batchSize = Scenario.batchSize
                     oracle.inFlightWindows = 1
                     var verdict = try await oracle.judge(collector, group: group, outbox: Scenario.outbox(group))
                     if !inconsistent.isEmpty {
-                        verdict.healthProblems.append("\(inconsistent.count) events with a time not corrected to their flush time")
+                        verdict.healthProblems.append("\(inconsistent.count) events without a time or _flush_time, or with a time not corrected to it")
                     }
                     Scenario.conclude(
                         "7 wall-clock steps ±1 h and bumps", test: "TimeAndStopScenarios/clockJumps", iterations: steps,
@@ -126,12 +130,12 @@ extension ReliabilityScenarios {
                     var runs = 0
                     while runs < 40 * Reliability.soak {
                         runs += 1
-                        let began = Date()
-                        let run = try await ChildProcess.run(
-                            "tributary-agent", Scenario.agentArguments(group, collector.url, ["--deadline", "1.5", "--grace", "0.3"]))
-                        let took = Date().timeIntervalSince(began)
+                        let (run, readyToExit) = try await DeadlineTests.runFromReady(
+                            group, Scenario.agentArguments(group, collector.url, ["--deadline", "1.5", "--grace", "0.3"]))
                         #expect(run.status == 0, "\(run.stderr)")
-                        #expect(took < 2.5, "run \(runs) took \(took) s with a 1.5 s deadline (process start included)")
+                        // As DeadlineTests.onceDeadline: READY → exit within the deadline, plus 0.5 s for the exit
+                        // of a debug binary (the launch, before READY, is left out: up to 1.7 s on a loaded machine).
+                        #expect(readyToExit < 2.0, "run \(runs): READY=1 to exit took \(readyToExit) s with a 1.5 s deadline")
                         oracle.inFlightWindows += 1
                         if try await collector.stats().unique >= total { break }
                     }
