@@ -26,12 +26,18 @@ package struct EventMoment: Sendable {
 final class TrackerHooks: Sendable {
     typealias Provider = @Sendable () -> [String: PropertyValue]
     private let dynamic = Mutex<Provider?>(nil)
+    private let automatic = Mutex<Provider?>(nil)
 
     func setDynamic(_ provider: Provider?) { dynamic.withLock { $0 = provider } }
+    func setAutomatic(_ provider: Provider?) { automatic.withLock { $0 = provider } }
 
-    /// The dynamic super properties, computed now (none without a provider).
+    /// The dynamic super properties, computed now: automatic tracking's, under the app's (none without
+    /// a provider).
     func dynamicProperties() -> [String: PropertyValue] {
-        dynamic.withLock({ $0 })?() ?? [:]
+        let own = automatic.withLock({ $0 })?() ?? [:]
+        let app = dynamic.withLock({ $0 })?() ?? [:]
+        if own.isEmpty { return app }
+        return own.merging(app) { _, app in app }
     }
 
     /// `properties` on top of the dynamic super properties (an event's own properties win).
@@ -51,6 +57,13 @@ extension Tracker {
     /// The provider runs on the tracking thread for each event: keep it cheap and non-blocking.
     public func registerDynamicSuperProperties(_ provider: (@Sendable () -> [String: PropertyValue])?) {
         hooks.setDynamic(provider)
+    }
+
+    /// Registers automatic tracking's dynamic properties (`$session_id`), beside the app's own provider
+    /// (``registerDynamicSuperProperties(_:)``), which neither replaces nor is replaced by it; on a
+    /// shared key the app's value wins.
+    package func registerAutomaticProperties(_ provider: (@Sendable () -> [String: PropertyValue])?) {
+        hooks.setAutomatic(provider)
     }
 
     /// Records a preset event produced by automatic tracking (`$lib_method` `autoTrack`), durably, in

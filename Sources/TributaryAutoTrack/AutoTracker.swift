@@ -19,8 +19,10 @@ public struct TimingToken: Sendable, Hashable {
 /// `$AppCrashed` with the missing `$AppEnd`. Every event of the process (code-tracked ones too) carries
 /// `$session_id`.
 ///
-/// Each call tracks synchronously (one durable transaction per event) and returns the receipts. Calls
-/// are expected from one UI thread; the tracker is nevertheless safe to call from several.
+/// Each call tracks synchronously (one durable transaction per event) and returns the receipts. When
+/// an event is refused (the store full, a property over a limit), the call still does everything else
+/// the report implies (the other events, pausing timers, the flush) and then throws the first error.
+/// Calls are expected from one UI thread; from several, they are taken one at a time.
 ///
 /// ```swift
 /// let auto = try AutoTracker(tracker: tracker, configuration: .init(pageIDs: ["HomeViewController": "home"]))
@@ -53,19 +55,33 @@ public final class AutoTracker: Sendable {
         var exposure = ExposureTracker()
         var sessionID = ""
         var lastClick: (element: String, touch: UInt64)?
+        /// The page view owed to the user: one held back while the app was not visible, or the current
+        /// page's again after a trip to the background. Sent, and cleared, when the app becomes active.
+        var pageViewOwed: [String: PropertyValue]?
     }
 
-    /// What to do once the lock is released.
+    /// What to do once the state's lock is released.
     private enum Action {
-        case track(String, [String: PropertyValue])
+        case track(String, [String: PropertyValue], ifFailed: Undo? = nil)
         case markLaunched
         case pauseTimers, resumeTimers, flush
+    }
+
+    /// What a failed event takes back, so that the next report tries it again.
+    private enum Undo {
+        /// The element is not exposed after all: the next layout update reports it again.
+        case exposure(String)
+        /// The touch was not recorded: the same touch reported again is a click.
+        case click(element: String, touch: UInt64)
     }
 
     private final class Box: Sendable {
         let state: Mutex<State>
         init(_ state: State) { self.state = Mutex(state) }
     }
+
+    /// The longest ``Configuration/sessionTimeout``: 365 days.
+    public static let maxSessionTimeout: Duration = .seconds(365 * 86_400)
 
     /// Configuration key (store `config` table) recording that `$AppStart` was tracked once.
     public static let launchedKey = "app.has_launched_once"
@@ -76,13 +92,17 @@ public final class AutoTracker: Sendable {
     public let crashLog: CrashLog
     private let configuration: Configuration
     private let box: Box
+    /// One report at a time, from reading the clock to the last commit: reports from several threads
+    /// keep their order in the store, and their times and durations.
+    private let operation = Mutex(())
 
     /// Sets up automatic tracking on `tracker` and registers `$session_id` as a dynamic super property.
     public init(tracker: Tracker, configuration: Configuration = Configuration()) throws {
         let timeout = configuration.sessionTimeout.components
-        guard timeout.seconds >= 0, configuration.sessionTimeout > .zero else {
+        guard configuration.sessionTimeout > .zero, configuration.sessionTimeout <= Self.maxSessionTimeout else {
             throw AutoTrackError(
-                .invalidConfiguration, "sessionTimeout must be positive; it is \(configuration.sessionTimeout).")
+                .invalidConfiguration,
+                "sessionTimeout must be positive and at most 365 days; it is \(configuration.sessionTimeout).")
         }
         let nanos = UInt64(timeout.seconds) * 1_000_000_000 + UInt64(timeout.attoseconds / 1_000_000_000)
         self.tracker = tracker
@@ -94,7 +114,8 @@ public final class AutoTracker: Sendable {
                 machine: LifecycleMachine(hasLaunchedBefore: launched, sessionTimeoutNanos: nanos),
                 pages: PageFlow(pageIDs: configuration.pageIDs)))
         self.box = box
-        tracker.registerDynamicSuperProperties {
+        // Its own slot: the app's dynamic super properties, registered before or after, stay as they are.
+        tracker.registerAutomaticProperties {
             let id = box.state.withLock { $0.sessionID }
             return id.isEmpty ? [:] : ["$session_id": .string(id)]
         }
@@ -102,14 +123,22 @@ public final class AutoTracker: Sendable {
 
     // MARK: Start and crashes
 
-    /// Turns the crash records of the previous run into `$AppCrashed` (and the `$AppEnd` it never sent),
-    /// dated at the crash, clears the crash file, then installs the crash handlers (unless
+    /// Turns the crash records of earlier runs into `$AppCrashed` (and the `$AppEnd` each crash kept
+    /// from being sent), dated at the crash, and installs the crash handlers (unless
     /// ``Configuration/captureCrashes`` is false). Call it once, early, before the app's first signal.
+    ///
+    /// The records are set aside first and the handlers installed before they are tracked, so a crash
+    /// while they are tracked is kept, and a failure to track them (the store full) leaves crash capture
+    /// on: the error is thrown after the handlers are in place, and the records wait for the next start.
     @discardableResult
     public func start() throws -> [TrackReceipt] {
+        try crashLog.setAside()
+        if configuration.captureCrashes {
+            try crashLog.install(bootID: .current)
+            publishCrashContext()
+        }
         var receipts: [TrackReceipt] = []
-        let records = try crashLog.read()
-        for record in records {
+        for record in try crashLog.readSetAside() {
             let effects = LifecycleMachine.crashEffects(
                 foreground: record.foreground, activeSince: record.activeSince, crashedAt: record.bootTimeNanos)
             for effect in effects {
@@ -132,11 +161,8 @@ public final class AutoTracker: Sendable {
                 receipts.append(try tracker.trackAutomatic(event, properties: properties, moment: moment))
             }
         }
-        if !records.isEmpty { try crashLog.clear() }
-        if configuration.captureCrashes {
-            try crashLog.install(bootID: .current)
-            publishCrashContext()
-        }
+        // Also when no record was intact: torn bytes alone are not read again at every start.
+        try crashLog.discardSetAside()
         return receipts
     }
 
@@ -158,12 +184,15 @@ public final class AutoTracker: Sendable {
     /// Feeds one lifecycle signal; tracks what it implies and returns the receipts, in order.
     @discardableResult
     public func handle(_ signal: AppSignal) throws -> [TrackReceipt] {
-        let now = configuration.monotonicNanos()
-        let actions = box.state.withLock { s in
-            let effects = s.machine.handle(signal, at: now)
-            return Self.plan(effects, &s)
+        try operation.withLock { _ in
+            let now = configuration.monotonicNanos()
+            let actions = box.state.withLock { s in
+                let effects = s.machine.handle(signal, at: now)
+                if s.machine.phase == .background, s.pageViewOwed == nil { s.pageViewOwed = s.pages.resend }
+                return Self.plan(effects, &s)
+            }
+            return try perform(actions)
         }
-        return try perform(actions)
     }
 
     private static func plan(_ effects: [LifecycleEffect], _ s: inout State) -> [Action] {
@@ -189,8 +218,8 @@ public final class AutoTracker: Sendable {
             case .appCrashed:
                 break  // only from crash records, in start()
             case .resendPageView:
-                s.exposure.reset()
-                if let p = s.pages.resend { actions.append(.track("$AppViewScreen", p)) }
+                break  // the page view owed, below: also one held back before the first start
+
             case .pauseTimers:
                 actions.append(.pauseTimers)
             case .resumeTimers:
@@ -199,27 +228,56 @@ public final class AutoTracker: Sendable {
                 actions.append(.flush)
             }
         }
+        if s.machine.phase == .active, let owed = s.pageViewOwed {
+            s.pageViewOwed = nil
+            s.exposure.reset()
+            actions.append(.track("$AppViewScreen", owed))
+        }
         return actions
     }
 
+    /// Carries out every action, also after one fails: the state has moved on already, so an `$AppEnd`
+    /// refused (the store full) must not keep the timers running or the flush from being asked for. The
+    /// first error is thrown at the end; the events before and after it are stored.
     private func perform(_ actions: [Action]) throws -> [TrackReceipt] {
         publishCrashContext()
         var receipts: [TrackReceipt] = []
+        var firstError: (any Error)?
         for action in actions {
-            switch action {
-            case .track(let event, let properties):
-                receipts.append(try tracker.trackAutomatic(event, properties: properties))
-            case .markLaunched:
-                try tracker.store.setConfiguration(Self.launchedKey, json: "true")
-            case .pauseTimers:
-                tracker.enterBackground()
-            case .resumeTimers:
-                tracker.enterForeground()
-            case .flush:
-                if configuration.flushOnBackground { tracker.flush() }
+            do {
+                switch action {
+                case .track(let event, let properties, let undo):
+                    do {
+                        receipts.append(try tracker.trackAutomatic(event, properties: properties))
+                    } catch {
+                        if let undo { self.undo(undo) }
+                        throw error
+                    }
+                case .markLaunched:
+                    try tracker.store.setConfiguration(Self.launchedKey, json: "true")
+                case .pauseTimers:
+                    tracker.enterBackground()
+                case .resumeTimers:
+                    tracker.enterForeground()
+                case .flush:
+                    if configuration.flushOnBackground { tracker.flush() }
+                }
+            } catch {
+                if firstError == nil { firstError = error }
             }
         }
+        if let firstError { throw firstError }
         return receipts
+    }
+
+    private func undo(_ undo: Undo) {
+        box.state.withLock { s in
+            switch undo {
+            case .exposure(let id): s.exposure.forget(id)
+            case .click(let element, let touch):
+                if let last = s.lastClick, last.element == element, last.touch == touch { s.lastClick = nil }
+            }
+        }
     }
 
     /// The current session id (`$session_id`).
@@ -240,31 +298,39 @@ public final class AutoTracker: Sendable {
     /// `viewport` reports the elements already visible.
     @discardableResult
     public func pageAppeared(_ page: PageDescription, viewport: Rect? = nil) throws -> [TrackReceipt] {
-        let now = configuration.monotonicNanos()
-        let actions: [Action] = box.state.withLock { s in
-            let properties = s.pages.appeared(page, at: now)
-            s.exposure.reset()
-            guard s.machine.pageViewsVisible else { return [] }
-            var actions: [Action] = [.track("$AppViewScreen", properties)]
-            if let viewport { actions += Self.exposures(&s, viewport: viewport) }
-            return actions
+        try operation.withLock { _ in
+            let now = configuration.monotonicNanos()
+            let actions: [Action] = box.state.withLock { s in
+                let properties = s.pages.appeared(page, at: now)
+                s.exposure.reset()
+                guard s.machine.pageViewsVisible else {
+                    s.pageViewOwed = properties  // with its load time: sent when the user opens the app
+                    return []
+                }
+                s.pageViewOwed = nil
+                var actions: [Action] = [.track("$AppViewScreen", properties)]
+                if let viewport { actions += Self.exposures(&s, viewport: viewport) }
+                return actions
+            }
+            return try perform(actions)
         }
-        return try perform(actions)
     }
 
     /// The visible area or the current page's views changed (scroll, layout, show/hide): tracks an
     /// `$AppExposure` for each element that just came into view. `root` replaces the page's view tree.
     @discardableResult
     public func layoutChanged(viewport: Rect, root: ViewNode? = nil) throws -> [TrackReceipt] {
-        let actions: [Action] = try box.state.withLock { s in
-            guard s.pages.current != nil else {
-                throw AutoTrackError(.noPage, "A layout change was reported before any page appeared.")
+        try operation.withLock { _ in
+            let actions: [Action] = try box.state.withLock { s in
+                guard s.pages.current != nil else {
+                    throw AutoTrackError(.noPage, "A layout change was reported before any page appeared.")
+                }
+                if let root { s.pages.replaceCurrentRoot(root) }
+                guard s.machine.pageViewsVisible else { return [] }
+                return Self.exposures(&s, viewport: viewport)
             }
-            if let root { s.pages.replaceCurrentRoot(root) }
-            guard s.machine.pageViewsVisible else { return [] }
-            return Self.exposures(&s, viewport: viewport)
+            return try perform(actions)
         }
-        return try perform(actions)
     }
 
     /// The page was refreshed (pull to refresh): everything visible is exposed again at the next update.
@@ -276,8 +342,8 @@ public final class AutoTracker: Sendable {
         return fresh.map { element in
             var p = element.properties.merging(element.node.exposure ?? [:]) { own, _ in own }
             p["$screen_name"] = .string(s.pages.screenName(current.page.className))
-            if let title = current.page.title { p["$title"] = .string(title) }
-            return .track("$AppExposure", p)
+            if let title = current.page.title { p["$title"] = .string(clippedToValueLimit(title)) }
+            return .track("$AppExposure", p, ifFailed: .exposure(element.node.id))
         }
     }
 
@@ -288,6 +354,10 @@ public final class AutoTracker: Sendable {
     /// element and touch is ignored (returns nil), so one click is one event.
     @discardableResult
     public func click(elementID: String, touch: UInt64? = nil) throws -> TrackReceipt? {
+        try operation.withLock { _ in try clickLocked(elementID: elementID, touch: touch) }
+    }
+
+    private func clickLocked(elementID: String, touch: UInt64?) throws -> TrackReceipt? {
         let action: Action? = try box.state.withLock { s in
             guard let current = s.pages.current else {
                 throw AutoTrackError(.noPage, "A click on \(elementID) was reported before any page appeared.")
@@ -306,8 +376,8 @@ public final class AutoTracker: Sendable {
             }
             var p = element.properties
             p["$screen_name"] = .string(s.pages.screenName(current.page.className))
-            if let title = current.page.title { p["$title"] = .string(title) }
-            return .track("$AppClick", p)
+            if let title = current.page.title { p["$title"] = .string(clippedToValueLimit(title)) }
+            return .track("$AppClick", p, ifFailed: touch.map { .click(element: elementID, touch: $0) })
         }
         guard let action else { return nil }
         return try perform([action]).first
@@ -328,7 +398,7 @@ public final class AutoTracker: Sendable {
         let elapsed = now >= token.startedAt ? now - token.startedAt : 0
         var p = properties
         p["$performance_type"] = .string(token.kind)
-        p["$performance_name"] = .string(token.name)
+        p["$performance_name"] = .string(clippedToValueLimit(token.name))
         p["$event_duration"] = .double((Double(elapsed) / 1_000_000).rounded() / 1000)
         if let screen = box.state.withLock({ $0.pages.currentScreen }) { p["$screen_name"] = .string(screen) }
         return try tracker.trackAutomatic("$AppPerformance", properties: p)

@@ -124,84 +124,187 @@ public struct CrashLogError: Error, CustomStringConvertible, Sendable {
 
 /// The crash file of one producer, `<group>/crash-<producer id>.records`: fixed-size records appended
 /// by the signal handler (see docs/autotrack.md, "Crash records"), turned into events at the next start.
+///
+/// At a start the records of earlier runs are first set aside in `<file>.pending`, so that this run's
+/// handlers write to a file of their own: a crash while those records are tracked is kept, and a
+/// failure to track them (a full store) does not leave the run without crash capture. The pending file
+/// goes once its records are durable events; until then every start tries again.
 public struct CrashLog: Sendable {
-    /// The file.
+    /// The file the signal handler appends to.
     public let path: String
+    /// Records of earlier runs, set aside until they are tracked.
+    public var pendingPath: String { path + ".pending" }
     /// Size of one record.
     public static let recordSize = MemoryLayout<tributary_crash_record>.size
 
     /// The crash file of `producerID` in `groupDirectory`.
     public init(groupDirectory: String, producerID: String) {
-        path = groupDirectory + "/crash-" + producerID + ".records"
+        path = groupDirectory + "/" + Self.fileName(producerID: producerID)
     }
 
-    /// Every complete, intact record in the file. A record torn by a kill or a power cut mid-write
-    /// (wrong magic, size or checksum) is skipped, and reading resumes at the next intact record.
+    /// `crash-<producer id>.records`; `%` and `/` in the id are written `%25` and `%2F`, and an id too
+    /// long for a file name (255 bytes, with `.pending`) keeps its first 160 bytes and a hash of the rest.
+    static func fileName(producerID: String) -> String {
+        var safe = ""
+        for character in producerID {
+            switch character {
+            case "%": safe += "%25"
+            case "/": safe += "%2F"
+            default: safe.append(character)
+            }
+        }
+        if ("crash-" + safe + ".records.pending").utf8.count > 255 {
+            var kept = ""
+            for character in safe {
+                guard kept.utf8.count + character.utf8.count <= 160 else { break }
+                kept.append(character)
+            }
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in producerID.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+            let digits = String(hash, radix: 16)
+            safe = kept + "-" + String(repeating: "0", count: 16 - digits.count) + digits
+        }
+        return "crash-" + safe + ".records"
+    }
+
+    /// Every complete, intact record not yet tracked: those set aside, then those in the file. A record
+    /// torn by a kill or a power cut mid-write (wrong magic, size or checksum) is skipped, and reading
+    /// resumes at the next intact record.
     public func read() throws -> [CrashRecord] {
+        try Self.records(in: pendingPath) + Self.records(in: path)
+    }
+
+    /// The records set aside by ``setAside()``.
+    func readSetAside() throws -> [CrashRecord] { try Self.records(in: pendingPath) }
+
+    static func records(in path: String) throws -> [CrashRecord] {
         guard FileManager.default.fileExists(atPath: path) else { return [] }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw CrashLogError(path: path, message: "cannot be read.", errno: Glibc.errno)
         }
-        var records: [CrashRecord] = []
-        var offset = 0
-        while offset + Self.recordSize <= data.count {
-            if let record = Self.decode(data.subdata(in: offset..<offset + Self.recordSize)) {
-                records.append(record)
-                offset += Self.recordSize
-            } else {
-                offset += 1  // a torn record: resynchronise on the next intact one
+        return data.withUnsafeBytes { raw in
+            var records: [CrashRecord] = []
+            var offset = 0
+            while offset + recordSize <= raw.count {
+                if let record = decode(UnsafeRawBufferPointer(rebasing: raw[offset..<offset + recordSize])) {
+                    records.append(record)
+                    offset += recordSize
+                } else {
+                    // A torn record: resynchronise on the next magic number (a record starts with it).
+                    offset = nextMagic(in: raw, after: offset) ?? raw.count
+                }
             }
+            return records
         }
-        return records
+    }
+
+    /// The offset of the next record magic after `offset`, if any.
+    private static func nextMagic(in raw: UnsafeRawBufferPointer, after offset: Int) -> Int? {
+        let magic = withUnsafeBytes(of: TRIBUTARY_CRASH_MAGIC) { Array($0) }
+        var candidate = offset + 1
+        while candidate + recordSize <= raw.count {
+            guard let hit = raw[candidate...].firstIndex(of: magic[0]) else { return nil }
+            if hit + magic.count <= raw.count, raw[hit..<hit + magic.count].elementsEqual(magic) { return hit }
+            candidate = hit + 1
+        }
+        return nil
     }
 
     static func decode(_ chunk: Data) -> CrashRecord? {
-        chunk.withUnsafeBytes { raw -> CrashRecord? in
-            let r = raw.loadUnaligned(as: tributary_crash_record.self)
-            guard r.magic == TRIBUTARY_CRASH_MAGIC, r.version == TRIBUTARY_CRASH_VERSION,
-                Int(r.size) == recordSize,
-                r.checksum
-                    == tributary_crash_checksum(
-                        raw.baseAddress, UInt64(MemoryLayout<tributary_crash_record>.offset(of: \.checksum)!))
-            else { return nil }
-            var r2 = r
-            let modules: [(bias: UInt64, start: UInt64, end: UInt64, name: String)] = withUnsafeBytes(of: &r2.modules) {
-                m in
-                let all = m.bindMemory(to: tributary_crash_module.self)
-                return all.prefix(Int(min(r.module_count, UInt32(TRIBUTARY_CRASH_MAX_MODULES)))).map { module in
-                    var copy = module
-                    return (module.bias, module.start, module.end, cString(&copy.name))
-                }
-            }
-            let addresses: [UInt64] = withUnsafeBytes(of: &r2.frames) { f in
-                Array(f.bindMemory(to: UInt64.self).prefix(Int(min(r.frame_count, UInt32(TRIBUTARY_CRASH_MAX_FRAMES)))))
-            }
-            let frames = addresses.map { address in
-                let module = modules.first { address >= $0.start && address < $0.end }
-                return CrashRecord.Frame(
-                    address: address, module: module?.name, offset: module.map { address &- $0.bias })
-            }
-            return CrashRecord(
-                signal: r.signal, code: r.code, pid: r.pid, tid: r.tid, faultAddress: r.fault_address,
-                instruction: r.instruction, wallTimeMillis: r.wall_ms, bootTimeNanos: r.boot_ns,
-                bootID: withUnsafeBytes(of: &r2.boot_id) { BootID(bytes: $0) }, foreground: r.foreground != 0,
-                activeSince: r.active_since_ns, sessionID: cString(&r2.session_id),
-                screenName: cString(&r2.screen_name),
-                frames: frames)
-        }
+        chunk.withUnsafeBytes { decode($0) }
     }
 
-    /// Empties the file once its records are durably tracked.
-    public func clear() throws {
-        guard FileManager.default.fileExists(atPath: path) else { return }
-        let fd = open(path, O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            throw CrashLogError(path: path, message: "cannot be opened to clear it.", errno: Glibc.errno)
+    static func decode(_ raw: UnsafeRawBufferPointer) -> CrashRecord? {
+        guard raw.count >= recordSize else { return nil }
+        let r = raw.loadUnaligned(as: tributary_crash_record.self)
+        guard r.magic == TRIBUTARY_CRASH_MAGIC, r.version == TRIBUTARY_CRASH_VERSION,
+            Int(r.size) == recordSize,
+            r.checksum
+                == tributary_crash_checksum(
+                    raw.baseAddress, UInt64(MemoryLayout<tributary_crash_record>.offset(of: \.checksum)!))
+        else { return nil }
+        var r2 = r
+        let modules: [(bias: UInt64, start: UInt64, end: UInt64, name: String)] = withUnsafeBytes(of: &r2.modules) {
+            m in
+            let all = m.bindMemory(to: tributary_crash_module.self)
+            return all.prefix(Int(min(r.module_count, UInt32(TRIBUTARY_CRASH_MAX_MODULES)))).map { module in
+                var copy = module
+                return (module.bias, module.start, module.end, cString(&copy.name))
+            }
         }
-        defer { close(fd) }
-        guard ftruncate(fd, 0) == 0, fsync(fd) == 0 else {
+        let addresses: [UInt64] = withUnsafeBytes(of: &r2.frames) { f in
+            Array(f.bindMemory(to: UInt64.self).prefix(Int(min(r.frame_count, UInt32(TRIBUTARY_CRASH_MAX_FRAMES)))))
+        }
+        let frames = addresses.map { address in
+            let module = modules.first { address >= $0.start && address < $0.end }
+            return CrashRecord.Frame(
+                address: address, module: module?.name, offset: module.map { address &- $0.bias })
+        }
+        return CrashRecord(
+            signal: r.signal, code: r.code, pid: r.pid, tid: r.tid, faultAddress: r.fault_address,
+            instruction: r.instruction, wallTimeMillis: r.wall_ms, bootTimeNanos: r.boot_ns,
+            bootID: withUnsafeBytes(of: &r2.boot_id) { BootID(bytes: $0) }, foreground: r.foreground != 0,
+            activeSince: r.active_since_ns, sessionID: cString(&r2.session_id),
+            screenName: cString(&r2.screen_name),
+            frames: frames)
+    }
+
+    /// Moves the records of earlier runs out of the handler's file into ``pendingPath`` (appending them
+    /// to records set aside before and not yet tracked), durably, so that this run's handlers start on
+    /// an empty file.
+    func setAside() throws {
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+            (attributes[.size] as? Int ?? 0) > 0
+        else { return }
+        if !FileManager.default.fileExists(atPath: pendingPath) {
+            guard rename(path, pendingPath) == 0 else {
+                throw CrashLogError(
+                    path: path, message: "cannot be set aside as \(pendingPath): \(String(cString: strerror(Glibc.errno))).",
+                    errno: Glibc.errno)
+            }
+        } else {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw CrashLogError(path: path, message: "cannot be read.", errno: Glibc.errno)
+            }
+            let fd = open(pendingPath, O_WRONLY | O_APPEND | O_CLOEXEC)
+            guard fd >= 0 else {
+                throw CrashLogError(path: pendingPath, message: "cannot be opened to add records.", errno: Glibc.errno)
+            }
+            defer { close(fd) }
+            let written = data.withUnsafeBytes { raw -> Bool in
+                var done = 0
+                while done < raw.count {
+                    let n = write(fd, raw.baseAddress! + done, raw.count - done)
+                    if n < 0, Glibc.errno == EINTR { continue }
+                    guard n > 0 else { return false }
+                    done += n
+                }
+                return true
+            }
+            // Appended twice if a kill comes before the unlink: the same records, the same event ids (dedup).
+            guard written, fsync(fd) == 0, unlink(path) == 0 else {
+                throw CrashLogError(path: pendingPath, message: "cannot take the records of \(path).", errno: Glibc.errno)
+            }
+        }
+        syncDirectory()
+    }
+
+    /// Removes the records set aside, once they are durably tracked.
+    func discardSetAside() throws {
+        guard unlink(pendingPath) == 0 || Glibc.errno == ENOENT else {
             throw CrashLogError(
-                path: path, message: "cannot be truncated after its crashes were tracked.", errno: Glibc.errno)
+                path: pendingPath, message: "cannot be removed after its crashes were tracked.", errno: Glibc.errno)
+        }
+        syncDirectory()
+    }
+
+    /// Makes the renames and removals in the group directory durable (best effort: a directory that
+    /// cannot be opened was just written to, so this does not fail in practice).
+    private func syncDirectory() {
+        let dir = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dir >= 0 {
+            fsync(dir)
+            close(dir)
         }
     }
 
@@ -213,12 +316,7 @@ public struct CrashLog: Sendable {
                 path: path, message: "cannot be created: \(String(cString: strerror(Glibc.errno))).", errno: Glibc.errno
             )
         }
-        // The file's directory entry must survive a power cut too.
-        let dir = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dir >= 0 {
-            fsync(dir)
-            close(dir)
-        }
+        syncDirectory()  // the file's directory entry must survive a power cut too
         let rc = bootID.bytes.withUnsafeBufferPointer { tributary_crash_install(fd, $0.baseAddress) }
         guard rc == 0 else {
             close(fd)

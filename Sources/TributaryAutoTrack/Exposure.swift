@@ -14,6 +14,9 @@ public struct ExposureTracker: Sendable {
     /// Forgets what was exposed (page switch, pull to refresh): visible elements are exposed again.
     public mutating func reset() { visible = [] }
 
+    /// Forgets one element (its exposure could not be recorded): the next update reports it again.
+    public mutating func forget(_ id: String) { visible.remove(id) }
+
     /// Recomputes visibility of the tree under `root` (in window coordinates, its frame relative to
     /// the window) against `viewport`, and returns the elements that just became visible, in tree order.
     public mutating func update(root: ViewNode, viewport: Rect, pageType: String) -> [LocatedElement] {

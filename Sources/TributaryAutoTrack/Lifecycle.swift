@@ -110,10 +110,12 @@ public struct LifecycleMachine: Sendable {
     /// Page views are tracked only while the user can see the app.
     public var pageViewsVisible: Bool { phase == .inactive || phase == .active }
 
-    /// The `$event_duration` of an `$AppEnd`, in seconds with 3 decimals, or nil outside (0, 24 h).
+    /// The `$event_duration` of an `$AppEnd`, in seconds with 3 decimals, or nil outside (0, 24 h)
+    /// (under half a millisecond rounds to 0, and is left out too).
     public static func duration(from start: UInt64, to end: UInt64) -> Double? {
         guard end > start, end - start < maxDurationNanos else { return nil }
-        return (Double(end - start) / 1_000_000).rounded() / 1000
+        let seconds = (Double(end - start) / 1_000_000).rounded() / 1000
+        return seconds > 0 ? seconds : nil
     }
 
     /// What the next start does with a crash record: `$AppCrashed`, and the `$AppEnd` the crashed

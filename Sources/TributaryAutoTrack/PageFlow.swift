@@ -36,7 +36,7 @@ public struct PageFlow: Sendable {
     public init(pageIDs: [String: String] = [:]) { self.pageIDs = pageIDs }
 
     /// The page id of a class.
-    public func screenName(_ className: String) -> String { pageIDs[className] ?? className }
+    public func screenName(_ className: String) -> String { clippedToValueLimit(pageIDs[className] ?? className) }
 
     /// The screen name of the page on screen.
     public var currentScreen: String? { current.map { screenName($0.page.className) } }
@@ -49,7 +49,7 @@ public struct PageFlow: Sendable {
     public mutating func appeared(_ page: PageDescription, at now: UInt64) -> [String: PropertyValue] {
         let name = screenName(page.className)
         var properties: [String: PropertyValue] = ["$screen_name": .string(name)]
-        if let title = page.title { properties["$title"] = .string(title) }
+        if let title = page.title { properties["$title"] = .string(clippedToValueLimit(title)) }
         if let lastScreen { properties["$referrer"] = .string(lastScreen) }
         var reported = properties
         if let start = createdAt.removeValue(forKey: page.instanceID), now >= start {

@@ -110,10 +110,11 @@ public struct ViewNode: Sendable, Hashable {
     /// Whether the view itself may be drawn (not hidden, alpha ≥ 0.01).
     public var isDrawable: Bool { !isHidden && alpha >= 0.01 }
 
-    /// The text of the view, or of its subviews joined with `-` (how a cell's content is read).
+    /// The text of the view, or of its drawable subviews joined with `-` (how a cell's content is read;
+    /// a hidden "Sold out" label is not part of it).
     public var displayedContent: String? {
         if let content, !content.isEmpty { return content }
-        let parts = children.compactMap(\.displayedContent)
+        let parts = children.filter(\.isDrawable).compactMap(\.displayedContent)
         return parts.isEmpty ? nil : parts.joined(separator: "-")
     }
 }
@@ -130,7 +131,9 @@ public struct LocatedElement: Sendable, Hashable {
     /// The element properties (`$element_type`, `$element_content`, `$element_path`, `$element_position`).
     public var properties: [String: PropertyValue] {
         var p: [String: PropertyValue] = ["$element_type": .string(node.type), "$element_path": .string(path)]
-        if let content = node.displayedContent { p["$element_content"] = .string(String(content.prefix(1000))) }
+        if let content = node.displayedContent {
+            p["$element_content"] = .string(clippedToValueLimit(String(content.prefix(1000))))
+        }
         if let position { p["$element_position"] = .string(position.description) }
         return p
     }
@@ -167,4 +170,19 @@ public enum ElementPath {
         }
         return search(root, path: "\(pageType)[0]/" + step(root, index: 0), cell: nil)
     }
+}
+
+/// `text` cut, at a character boundary, to the property value limit (8,192 UTF-8 bytes): what the
+/// toolkit reports (a label's text, a title, a URL) is cut rather than refused, as Sensors does.
+func clippedToValueLimit(_ text: String) -> String {
+    guard text.utf8.count > EventRules.maxStringBytes else { return text }
+    var end = text.startIndex
+    var bytes = 0
+    while end < text.endIndex {
+        let next = text.index(after: end)
+        bytes += text.utf8.distance(from: end, to: next)
+        guard bytes <= EventRules.maxStringBytes else { break }
+        end = next
+    }
+    return String(text[..<end])
 }

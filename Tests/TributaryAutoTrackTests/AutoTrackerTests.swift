@@ -40,10 +40,15 @@ func storedEvents(_ group: String) throws -> [Stored] {
 
 func isEvent(_ name: String) -> (Stored) -> Bool { { $0.event == name } }
 
-func makeAuto(_ group: String, clock: ManualClock, pageIDs: [String: String] = [:]) throws -> AutoTracker {
-    let tracker = try Tracker(configuration: .init(groupDirectory: group))
+func makeAuto(
+    _ group: String, clock: ManualClock, pageIDs: [String: String] = [:], maxEventBytes: Int? = nil,
+    producerID: String? = nil, captureCrashes: Bool = false
+) throws -> AutoTracker {
+    var trackerConfig = Tracker.Configuration(groupDirectory: group, producerID: producerID)
+    if let maxEventBytes { trackerConfig.maxEventBytes = maxEventBytes }
+    let tracker = try Tracker(configuration: trackerConfig)
     var config = AutoTracker.Configuration(pageIDs: pageIDs)
-    config.captureCrashes = false
+    config.captureCrashes = captureCrashes
     config.flushOnBackground = false
     config.monotonicNanos = { clock.now() }
     return try AutoTracker(tracker: tracker, configuration: config)
@@ -241,10 +246,10 @@ struct AutoTrackerTests {
             try auto.handle(.didBecomeActive)
             try auto.handle(.willResignActive)
             try auto.handle(.didBecomeActive)
-            try await Task.sleep(for: .milliseconds(100))
-            #expect(agent.received.isEmpty, "no flush while the app stays in front")
             try auto.handle(.didEnterBackground)
             #expect(await agent.wait(for: "flush", timeout: 5) != nil)
+            // Datagrams on one socket arrive in order: had the flicker asked for a flush, it would be here too.
+            #expect(agent.received.count == 1, "no flush while the app stays in front")
         }
     }
 
@@ -277,5 +282,167 @@ struct AutoTrackerTests {
             #expect(perf[0]["status_code"] as? Int == 200)
             #expect(perf[0]["$screen_name"] as? String == "HomeViewController")
         }
+    }
+
+    // MARK: Failures and edge cases (from a review, 2026-11-24)
+
+    /// An auto tracker whose tracker shares its manual clock, and whose events can be made too large.
+    static func makeSmallAuto(_ group: String, clock: ManualClock, flush: Bool = false) throws -> AutoTracker {
+        var trackerConfig = Tracker.Configuration(groupDirectory: group)
+        trackerConfig.maxEventBytes = 4096
+        trackerConfig.monotonicNanos = { clock.now() }
+        var config = AutoTracker.Configuration()
+        config.captureCrashes = false
+        config.flushOnBackground = flush
+        config.monotonicNanos = { clock.now() }
+        return try AutoTracker(tracker: try Tracker(configuration: trackerConfig), configuration: config)
+    }
+
+    static let blob: [String: PropertyValue] = ["blob": .string(String(repeating: "x", count: 4000))]
+
+    // The lifecycle has moved on when an event of the step is refused: stopping at the first failure
+    // left the timers counting in the background and no flush asked for, and that $AppEnd could never
+    // come again.
+    @Test("an $AppEnd refused (over the size limit) still pauses the timers and asks for the flush")
+    func refusedAppEnd() async throws {
+        try await withTemporaryGroup { group in
+            let clock = ManualClock()
+            let auto = try Self.makeSmallAuto(group, clock: clock, flush: true)
+            let agent = try NotifySocket(path: group + "/" + AgentChannel.socketFile)
+            try auto.handle(.didFinishLaunching(inBackground: false))
+            try auto.handle(.didBecomeActive)
+            try auto.tracker.trackTimerStart("Read")
+            clock.advance(seconds: 2)
+            try auto.tracker.registerSuperProperties(Self.blob)
+            let error = #expect(throws: TrackingError.self) { try auto.handle(.didEnterBackground) }
+            #expect(error?.code == .eventTooLarge)
+            #expect(auto.phase == .background)
+            #expect(await agent.wait(for: "flush", timeout: 5) != nil, "the flush was not asked for")
+            clock.advance(seconds: 100)  // in the background: not counted
+            auto.tracker.unregisterSuperProperty("blob")
+            try await auto.tracker.trackTimerEnd("Read")
+            let read = try #require(try storedEvents(group).first(where: isEvent("Read")))
+            #expect(read["$event_duration"] as? Double == 2.0, "the timer ran on in the background")
+        }
+    }
+
+    @Test("an exposure refused does not hide the other elements of the update, and is reported again at the next")
+    func refusedExposure() throws {
+        try withTemporaryGroup { group in
+            let auto = try makeAuto(group, clock: ManualClock())
+            try auto.handle(.didFinishLaunching(inBackground: false))
+            try auto.handle(.didBecomeActive)
+            var page = homePage()
+            // The first cell's exposure data uses a reserved name: its event is refused.
+            page.root!.children[1].children[0].exposure = ["id": .string("sku-0")]
+            try auto.pageAppeared(page)
+            let error = #expect(throws: TrackingError.self) { try auto.layoutChanged(viewport: screen) }
+            #expect(error?.code == .reservedName)
+            #expect(try storedEvents(group).filter(isEvent("$AppExposure")).count == 3, "cells 1 to 3 are exposed")
+            // Still on screen, still refused: the error comes again instead of silence; the others are not repeated.
+            #expect(throws: TrackingError.self) { try auto.layoutChanged(viewport: screen) }
+            #expect(try storedEvents(group).filter(isEvent("$AppExposure")).count == 3)
+        }
+    }
+
+    @Test("a click refused is a click when the same touch is reported again")
+    func refusedClick() throws {
+        try withTemporaryGroup { group in
+            let auto = try Self.makeSmallAuto(group, clock: ManualClock())
+            try auto.handle(.didFinishLaunching(inBackground: false))
+            try auto.handle(.didBecomeActive)
+            try auto.pageAppeared(homePage())
+            try auto.tracker.registerSuperProperties(Self.blob)
+            #expect(throws: TrackingError.self) { try auto.click(elementID: "buy", touch: 7) }
+            auto.tracker.unregisterSuperProperty("blob")
+            #expect(try auto.click(elementID: "buy", touch: 7) != nil, "the retried touch was taken for a repeat")
+            #expect(try auto.click(elementID: "buy", touch: 7) == nil)
+        }
+    }
+
+    @Test("page views owed: one shown before launch is sent at the start; one shown on the way to the front is sent once")
+    func pageViewsOwed() throws {
+        try withTemporaryGroup { group in
+            let clock = ManualClock()
+            let auto = try makeAuto(group, clock: clock)
+            auto.pageCreated("home-1")
+            clock.advance(seconds: 0.25)
+            try auto.pageAppeared(homePage())  // before didFinishLaunching: not visible yet
+            try auto.handle(.didFinishLaunching(inBackground: false))
+            try auto.handle(.didBecomeActive)
+            var views = try storedEvents(group).filter(isEvent("$AppViewScreen"))
+            #expect(views.count == 1, "the page shown before the start was never sent")
+            #expect(views.first?["$page_load_duration"] as? Double == 0.25, "a view sent late keeps its load time")
+
+            // Hot start during which a page appears while inactive: that view is tracked, and not again.
+            try auto.handle(.didEnterBackground)
+            try auto.handle(.willEnterForeground)
+            try auto.pageAppeared(PageDescription(instanceID: "c", className: "CartViewController"))
+            try auto.handle(.didBecomeActive)
+            views = try storedEvents(group).filter(isEvent("$AppViewScreen"))
+            #expect(views.map { $0["$screen_name"] as? String } == ["HomeViewController", "CartViewController"])
+        }
+    }
+
+    @Test("the app's dynamic super properties and $session_id both reach every event, whichever was registered first")
+    func dynamicPropertiesShared() async throws {
+        try await withTemporaryGroup { group in
+            let auto = try makeAuto(group, clock: ManualClock())
+            auto.tracker.registerDynamicSuperProperties { ["ab": .string("x")] }
+            try auto.handle(.didFinishLaunching(inBackground: false))
+            try auto.handle(.didBecomeActive)
+            try await auto.tracker.track("Buy")
+            let buy = try #require(try storedEvents(group).first(where: isEvent("Buy")))
+            #expect(buy["ab"] as? String == "x")
+            #expect(buy["$session_id"] as? String == auto.sessionID && !auto.sessionID.isEmpty)
+        }
+    }
+
+    @Test("what the toolkit reports is cut to the 8,192-byte value limit; hidden subviews are not content")
+    func clippedContent() throws {
+        try withTemporaryGroup { group in
+            let auto = try makeAuto(group, clock: ManualClock())
+            try auto.handle(.didFinishLaunching(inBackground: false))
+            try auto.handle(.didBecomeActive)
+            let family = String(repeating: "👨‍👩‍👧‍👦", count: 1000)  // 25,000 bytes in 1,000 characters
+            let root = ViewNode(
+                id: "root", type: "UIView", frame: screen,
+                children: [
+                    ViewNode(id: "big", type: "UILabel", frame: Rect(x: 0, y: 0, width: 100, height: 40), content: family),
+                    ViewNode(
+                        id: "cell", type: "UITableViewCell", frame: Rect(x: 0, y: 100, width: 390, height: 100),
+                        children: [
+                            ViewNode(id: "name", type: "UILabel", frame: Rect(x: 0, y: 0, width: 100, height: 20), content: "Item"),
+                            ViewNode(
+                                id: "sold", type: "UILabel", frame: Rect(x: 0, y: 20, width: 100, height: 20), isHidden: true,
+                                content: "Sold out"),
+                        ]),
+                ])
+            try auto.pageAppeared(PageDescription(instanceID: "p", className: "P", title: family, root: root))
+            try auto.click(elementID: "big")
+            try auto.click(elementID: "cell")
+            let token = auto.startTiming("image", name: "data:image/png;base64," + String(repeating: "A", count: 20_000))
+            try auto.endTiming(token)
+            let events = try storedEvents(group)
+            let clicks = events.filter(isEvent("$AppClick"))
+            let content = try #require(clicks.first?["$element_content"] as? String)
+            #expect(content.utf8.count <= 8192 && content.utf8.count > 8000 && family.hasPrefix(content))
+            #expect(clicks.last?["$element_content"] as? String == "Item")
+            #expect((events.first(where: isEvent("$AppViewScreen"))?["$title"] as? String)?.utf8.count ?? 0 > 8000)
+            #expect((events.first(where: isEvent("$AppPerformance"))?["$performance_name"] as? String)?.utf8.count == 8192)
+        }
+    }
+
+    @Test("a session timeout beyond 365 days is a configuration error, not a crash; an $AppEnd under 0.5 ms has no duration")
+    func edges() throws {
+        try withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            var config = AutoTracker.Configuration()
+            config.sessionTimeout = .seconds(Int64.max)
+            let error = #expect(throws: AutoTrackError.self) { try AutoTracker(tracker: tracker, configuration: config) }
+            #expect(error?.code == .invalidConfiguration)
+        }
+        #expect(LifecycleMachine.duration(from: 1_000, to: 400_000) == nil)
+        #expect(LifecycleMachine.duration(from: 1_000, to: 1_000_000) == 0.001)
     }
 }

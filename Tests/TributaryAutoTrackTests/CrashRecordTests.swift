@@ -99,6 +99,88 @@ struct CrashRecordTests {
         }
     }
 
+    static func size(_ path: String) -> Int? {
+        (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int
+    }
+
+    // Tracking the records used to come before installing the handlers: a start that could not track
+    // them (a full store, an event over the limit) threw with no handlers installed, so a crash in that
+    // run was not recorded, and the records were read again, and failed again, at every start.
+    @Test("a start that cannot track the crash records keeps them for the next start, and still installs the handlers")
+    func startFailureKeepsRecords() throws {
+        try withTemporaryGroup { group in
+            let clock = ManualClock()
+            let crashedAt = BootClock.nowNanos()
+            let record = crashRecordBytes(
+                signal: SIGSEGV, foreground: true, activeSince: crashedAt - 5_000_000_000, crashedAt: crashedAt,
+                wallMillis: 1_700_000_000_000, session: "s1", screen: "cart")
+            // 700 bytes: smaller than the $AppCrashed event with its presets and reason.
+            let small = try makeAuto(group, clock: clock, maxEventBytes: 700, captureCrashes: true)
+            defer { tributary_crash_uninstall() }
+            try Data(record).write(to: URL(fileURLWithPath: small.crashLog.path))
+            let error = #expect(throws: TrackingError.self) { try small.start() }
+            #expect(error?.code == .eventTooLarge)
+            #expect(Self.size(small.crashLog.path) == 0, "the handlers were installed on a fresh crash file")
+            #expect(Self.size(small.crashLog.pendingPath) == record.count, "the record was set aside")
+            #expect(try storedEvents(group).isEmpty)
+
+            // This run crashes too: its handler appends to the fresh file. The next start reports both, once.
+            let second = crashRecordBytes(
+                signal: SIGABRT, foreground: false, activeSince: 0, crashedAt: crashedAt + 1_000_000_000,
+                wallMillis: 1_700_000_001_000, session: "s2", screen: "")
+            try Data(second).write(to: URL(fileURLWithPath: small.crashLog.path))
+            #expect(try small.crashLog.read().map(\.signal) == [SIGSEGV, SIGABRT])
+            let next = try makeAuto(group, clock: clock)
+            #expect(try next.start().count == 3)
+            #expect(try storedEvents(group).map(\.event) == ["$AppCrashed", "$AppEnd", "$AppCrashed"])
+            #expect(try next.crashLog.read().isEmpty)
+            #expect(!FileManager.default.fileExists(atPath: next.crashLog.pendingPath))
+        }
+    }
+
+    @Test("a crash file of torn bytes only is cleared at the next start; a record after 1 MB of garbage is found")
+    func tornOnly() throws {
+        try withTemporaryGroup { group in
+            let auto = try makeAuto(group, clock: ManualClock())
+            try Data(repeating: 0x54, count: 5000).write(to: URL(fileURLWithPath: auto.crashLog.path))
+            #expect(try auto.start().isEmpty)
+            #expect(try auto.crashLog.read().isEmpty)
+            #expect(!FileManager.default.fileExists(atPath: auto.crashLog.pendingPath))
+            #expect(Self.size(auto.crashLog.path) ?? 0 == 0, "torn bytes are not read again at every start")
+
+            let record = crashRecordBytes(
+                signal: SIGBUS, foreground: false, activeSince: 0, crashedAt: 5, wallMillis: 1_700_000_000_000,
+                session: "s", screen: "")
+            // Garbage that holds the magic number now and then (a record's first four bytes), then a record.
+            var garbage = [UInt8](repeating: 0xFF, count: 1 << 20)
+            for offset in stride(from: 1000, to: garbage.count - 8, by: 50_000) {
+                withUnsafeBytes(of: TRIBUTARY_CRASH_MAGIC) { garbage.replaceSubrange(offset..<offset + 4, with: $0) }
+            }
+            try Data(garbage + record).write(to: URL(fileURLWithPath: auto.crashLog.path))
+            #expect(try auto.crashLog.read().map(\.signal) == [SIGBUS])
+        }
+    }
+
+    @Test("the crash file's name keeps a producer id with / or % in one file of the group, and a long id within 255 bytes")
+    func fileNames() throws {
+        #expect(CrashLog.fileName(producerID: "app") == "crash-app.records")
+        #expect(CrashLog.fileName(producerID: "team/app") == "crash-team%2Fapp.records")
+        #expect(CrashLog.fileName(producerID: "50%/x") == "crash-50%25%2Fx.records")
+        let long = String(repeating: "é", count: 120)  // 240 bytes
+        let name = CrashLog.fileName(producerID: long)
+        #expect((name + ".pending").utf8.count <= 255)
+        #expect(name != CrashLog.fileName(producerID: long + "x"), "two long ids keep two files")
+        try withTemporaryGroup { group in
+            let auto = try makeAuto(group, clock: ManualClock(), producerID: "team/app")
+            #expect((auto.crashLog.path as NSString).deletingLastPathComponent == group)
+            let record = crashRecordBytes(
+                signal: SIGSEGV, foreground: false, activeSince: 0, crashedAt: 5, wallMillis: 1_700_000_000_000,
+                session: "s", screen: "")
+            try Data(record).write(to: URL(fileURLWithPath: auto.crashLog.path))
+            #expect(try auto.start().count == 1)
+        }
+    }
+
     @Test("app_crashed_reason keeps whole frame lines within the 8,192-byte value limit")
     func reasonLimit() throws {
         var record = try #require(
