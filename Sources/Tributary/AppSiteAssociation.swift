@@ -209,13 +209,14 @@ public struct AppSiteAssociation: Sendable, Equatable {
         var star: Int?
         var mark = 0
         while ti < t.count {
-            if pi < p.count && (p[pi] == "?" || p[pi] == t[ti]) {
-                pi += 1
-                ti += 1
-            } else if pi < p.count && p[pi] == "*" {
+            // A `*` in the pattern is always the wildcard, also where the text has a literal `*`.
+            if pi < p.count && p[pi] == "*" {
                 star = pi
                 mark = ti
                 pi += 1
+            } else if pi < p.count && (p[pi] == "?" || p[pi] == t[ti]) {
+                pi += 1
+                ti += 1
             } else if let star {
                 pi = star + 1
                 mark += 1

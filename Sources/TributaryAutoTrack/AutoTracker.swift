@@ -70,7 +70,7 @@ public final class AutoTracker: Sendable {
     /// What a failed event takes back, so that the next report tries it again.
     private enum Undo {
         /// The element is not exposed after all: the next layout update reports it again.
-        case exposure(String)
+        case exposure(ExposureTracker.Key)
         /// The touch was not recorded: the same touch reported again is a click.
         case click(element: String, touch: UInt64)
     }
@@ -273,7 +273,7 @@ public final class AutoTracker: Sendable {
     private func undo(_ undo: Undo) {
         box.state.withLock { s in
             switch undo {
-            case .exposure(let id): s.exposure.forget(id)
+            case .exposure(let key): s.exposure.forget(key)
             case .click(let element, let touch):
                 if let last = s.lastClick, last.element == element, last.touch == touch { s.lastClick = nil }
             }
@@ -343,7 +343,7 @@ public final class AutoTracker: Sendable {
             var p = element.properties.merging(element.node.exposure ?? [:]) { own, _ in own }
             p["$screen_name"] = .string(s.pages.screenName(current.page.className))
             if let title = current.page.title { p["$title"] = .string(clippedToValueLimit(title)) }
-            return .track("$AppExposure", p, ifFailed: .exposure(element.node.id))
+            return .track("$AppExposure", p, ifFailed: .exposure(ExposureTracker.Key(element)))
         }
     }
 

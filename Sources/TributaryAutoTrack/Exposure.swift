@@ -5,8 +5,24 @@ import Tributary
 /// inside the visible part of its parent, so nested scroll views clip their content twice. Leaving the
 /// visible area and coming back is a new exposure; a page switch or a refresh starts over.
 public struct ExposureTracker: Sendable {
+    /// What makes an element the same one from one update to the next: its view, and what the view
+    /// shows. Toolkits reuse the views of list cells, so a view scrolled back in as another row, or
+    /// showing other data (a carousel), is a new exposure.
+    public struct Key: Sendable, Hashable {
+        public var id: String
+        public var position: CellPosition?
+        public var exposure: [String: PropertyValue]?
+
+        /// The key of a located element.
+        public init(_ element: LocatedElement) {
+            id = element.node.id
+            position = element.position
+            exposure = element.node.exposure
+        }
+    }
+
     /// Elements visible at the last update (reported once while they stay visible).
-    public private(set) var visible: Set<String> = []
+    public private(set) var visible: Set<Key> = []
 
     /// An empty tracker.
     public init() {}
@@ -15,7 +31,7 @@ public struct ExposureTracker: Sendable {
     public mutating func reset() { visible = [] }
 
     /// Forgets one element (its exposure could not be recorded): the next update reports it again.
-    public mutating func forget(_ id: String) { visible.remove(id) }
+    public mutating func forget(_ key: Key) { visible.remove(key) }
 
     /// Recomputes visibility of the tree under `root` (in window coordinates, its frame relative to
     /// the window) against `viewport`, and returns the elements that just became visible, in tree order.
@@ -24,8 +40,8 @@ public struct ExposureTracker: Sendable {
         Self.collect(
             root, origin: (0, 0), clip: viewport, path: "\(pageType)[0]/" + ElementPath.step(root, index: 0),
             cell: nil, into: &now)
-        let fresh = now.filter { !visible.contains($0.node.id) }
-        visible = Set(now.map(\.node.id))
+        let fresh = now.filter { !visible.contains(Key($0)) }
+        visible = Set(now.map(Key.init))
         return fresh
     }
 

@@ -41,8 +41,17 @@ public struct PageFlow: Sendable {
     /// The screen name of the page on screen.
     public var currentScreen: String? { current.map { screenName($0.page.className) } }
 
+    /// Pages created and not yet shown that are remembered; the oldest go first beyond it.
+    static let maxCreatedPages = 256
+
     /// A page instance was created (its view started loading).
-    public mutating func created(_ instanceID: String, at now: UInt64) { createdAt[instanceID] = now }
+    public mutating func created(_ instanceID: String, at now: UInt64) {
+        createdAt[instanceID] = now
+        // Pages created but never shown (a prefetch, a cancelled push) would otherwise pile up.
+        if createdAt.count > Self.maxCreatedPages, let oldest = createdAt.min(by: { $0.value < $1.value })?.key {
+            createdAt[oldest] = nil
+        }
+    }
 
     /// A page appeared: returns its `$AppViewScreen` properties. The page becomes the referrer of the
     /// next one even when the view is not reported (app in the background).

@@ -141,4 +141,21 @@ struct ExposureTests {
         #expect(tracker.visible.isEmpty)
         #expect(tracker.update(root: Self.list(offset: 0), viewport: Self.screen, pageType: "P").count == 4)
     }
+
+    // Toolkits reuse cell views: the view that showed item A at row 0 shows item I at row 8 after a
+    // scroll. Keyed by the view alone, item I was never exposed.
+    @Test("a reused view showing another row or other data is a new exposure")
+    func reusedViews() {
+        func page(item: Int64, row: Int) -> ViewNode {
+            let cell = ViewNode(
+                id: "0x1", type: "UITableViewCell", frame: Rect(x: 0, y: 0, width: 390, height: 100),
+                cell: CellPosition(section: 0, row: row), exposure: ["item": .int(item)])
+            return ViewNode(id: "root", type: "UIView", frame: Self.screen, children: [cell])
+        }
+        var tracker = ExposureTracker()
+        #expect(tracker.update(root: page(item: 0, row: 0), viewport: Self.screen, pageType: "P").count == 1)
+        #expect(tracker.update(root: page(item: 0, row: 0), viewport: Self.screen, pageType: "P").isEmpty, "unchanged")
+        #expect(tracker.update(root: page(item: 8, row: 8), viewport: Self.screen, pageType: "P").count == 1, "reused as row 8")
+        #expect(tracker.update(root: page(item: 9, row: 8), viewport: Self.screen, pageType: "P").count == 1, "new data")
+    }
 }

@@ -187,6 +187,8 @@ struct AppSiteAssociationTests {
             ("/?", "/x", true), ("/?", "/", false), ("/?", "/xy", false), ("/*/b", "/x/y/b", true),
             ("/a*c", "/abxc", true),
             ("/a*c", "/abxd", false), ("**", "x", true),
+            // A literal `*` in the path is matched by the wildcard, not taken as the literal it looks like.
+            ("/a/*", "/a/*b", true), ("/*b", "/*xb", true),
         ])
     func wildcards(pattern: String, path: String, matches: Bool) throws {
         let file = #"{"applinks":{"details":[{"appID":"T.a","components":[{"/":"\#(pattern)"}]}]}}"#
