@@ -26,7 +26,7 @@ help:
 	@echo "make soak   the reliability scenarios only, SOAK (default 20) times the iterations"
 	@echo "make run    demo: a collector, an agent, a main app and two extensions on a fresh group, then a summary"
 	@echo "make bench  release build, then every performance figure next to its baseline (docs/performance.md)"
-	@echo "make install  release build; binaries, systemd units and docs under DESTDIR/PREFIX"
+	@echo "make install  release build if needed; binaries, systemd units and docs under DESTDIR/PREFIX"
 	@echo "make release  release build of the four binaries into $(RELEASE_DIR)/release"
 	@echo "make bench-deps  the packages make bench needs besides make deps ($(BENCH_DEB_PACKAGES))"
 	@echo "make format   swift format every source, test and benchmark file in place"
@@ -44,6 +44,7 @@ install_missing = missing=""; for p in $(1); do \
 
 deps:
 	@$(call install_missing,$(DEB_PACKAGES))
+	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "make: '$(SWIFT)' not found: install a Swift 6 toolchain (swift.org/install) or set SWIFT=/path/to/swift" >&2; exit 1; }
 
 # Tools only the benchmarks need, never `make test`: python3-venv for the Python SDKs of the loss
 # comparison; linux-perf and valgrind to profile (docs/performance.md, "Profiling").
@@ -96,8 +97,11 @@ bench: bench-deps $(BENCH_DIR)/venv/.installed
 release: deps
 	for b in $(BINARIES); do $(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product $$b || exit 1; done
 
-# Honours PREFIX (default /usr/local), DESTDIR (staging), SYSCONFDIR, UNITDIR and DOCDIR.
-install: release
+# Honours PREFIX (default /usr/local), DESTDIR (staging), SYSCONFDIR, UNITDIR and DOCDIR. Build as yourself
+# (`make release`), then `sudo make install`: as root, install builds only when a binary is missing, so a
+# root-owned $(RELEASE_DIR) does not get in the way of your next build.
+ROOT_WITH_BINARIES := $(and $(filter 0,$(shell id -u)),$(filter $(words $(BINARIES)),$(words $(wildcard $(addprefix $(RELEASE_DIR)/release/,$(BINARIES))))))
+install: $(if $(ROOT_WITH_BINARIES),,release)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/tributary
 	for b in $(BINARIES); do install -m 0755 $(RELEASE_DIR)/release/$$b $(DESTDIR)$(PREFIX)/bin/$$b; done
 	for u in Integration/systemd/*.in; do \

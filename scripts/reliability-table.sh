@@ -6,6 +6,8 @@
 table="${1:-.build/reliability/table.tsv}"
 if [ ! -s "$table" ]; then
   echo "reliability: no scenario ran (no $table)"
+  # Under CI every scenario must have run: no table means none did.
+  [ "${TRIBUTARY_NO_SKIPS:-0}" = 1 ] && exit 1
   exit 0
 fi
 echo

@@ -4,7 +4,8 @@ import Glibc
 
 /// The app group directory: where the shared store lives.
 enum GroupDirectory {
-    /// Creates the directory (owner and group only, mode 0770) if needed and checks it is safe to use.
+    /// Creates the directory (owner and group only, set-group-ID: mode 2770) if needed and checks it is
+    /// safe to use.
     ///
     /// A directory writable by other users is refused: anyone could then replace the store files or
     /// plant a lock file that blocks every producer.
@@ -30,7 +31,7 @@ enum GroupDirectory {
             throw StoreError(
                 .insecureDirectory,
                 "The group directory \(path) is writable by every user (mode \(mode)). Refusing to open a store "
-                    + "there; run `chmod o-w \(path)` (Tributary creates it with mode 770).")
+                    + "there; run `chmod o-w \(path)` (Tributary creates it with mode 2770).")
         }
     }
 
@@ -45,7 +46,10 @@ enum GroupDirectory {
                     "Could not create the group directory \(prefix): \(String(cString: strerror(err))).", lmdbCode: err)
             }
         }
-        // mkdir applies the umask; the group directory itself gets exactly owner+group rwx.
-        chmod(path, 0o770)
+        // mkdir applies the umask; the group directory itself gets exactly owner+group rwx, and the
+        // set-group-ID bit: every file created in it (the store's by a producer, agent.sock and the
+        // status by the agent, which runs as another user) gets the directory's group, not the primary
+        // group of whoever created it, so the other users of the app group can use it.
+        chmod(path, 0o2770)
     }
 }

@@ -315,12 +315,14 @@ struct SharedStoreTests {
         }
     }
 
-    @Test("the group directory is created owner/group-only; a world-writable one is refused")
+    @Test("the group directory is created owner/group-only and set-group-ID; a world-writable one is refused")
     func directoryPermissions() throws {
         try withTemporaryGroup { group in
             _ = try SharedStore(groupDirectory: group + "/nested")
-            let attributes = try FileManager.default.attributesOfItem(atPath: group + "/nested")
-            #expect((attributes[.posixPermissions] as? Int) == 0o770)
+            var st = stat()
+            #expect(stat(group + "/nested", &st) == 0)
+            // Set-group-ID: what the agent (another user) creates there gets the app group, not its own.
+            #expect(st.st_mode & 0o7777 == 0o2770, "mode \(String(st.st_mode & 0o7777, radix: 8))")
 
             let open = group + "/open"
             try FileManager.default.createDirectory(atPath: open, withIntermediateDirectories: true)

@@ -2,7 +2,7 @@ import Foundation
 
 /// A fresh app group directory path for one test, removed afterwards (even when the test fails).
 ///
-/// The directory itself is not created, so the store's own creation path (mode 0770) is exercised.
+/// The directory itself is not created, so the store's own creation path (mode 2770) is exercised.
 /// It lives under the system temporary directory, which on this project's machines is a real disk
 /// (never put a durable store on tmpfs).
 public func withTemporaryGroup<T>(_ body: (String) async throws -> T) async throws -> T {
