@@ -46,6 +46,17 @@ struct UploadTests {
         return try Agent(configuration: config, logger: logger)
     }
 
+    /// Polls `condition` every 20 ms until it holds or `seconds` pass (on a loaded 2-core machine an
+    /// agent's turn can take seconds); returns whether it held.
+    static func eventually(within seconds: Double = 30, _ condition: () async throws -> Bool) async throws -> Bool {
+        let began = Date()
+        while Date().timeIntervalSince(began) < seconds {
+            if try await condition() { return true }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return try await condition()
+    }
+
     /// Checks the collector holds exactly `count` unique events, each producer's in order, seq in order.
     static func expectDelivered(_ collector: RunningCollector, count: Int, sourceLocation: SourceLocation = #_sourceLocation) async throws {
         let stats = try await collector.stats()
@@ -232,10 +243,9 @@ struct UploadTests {
                 let running = Task { try await agent.run() }
                 defer { running.cancel() }
                 var status: AgentStatus?
-                for _ in 0..<200 {
+                _ = try await Self.eventually {
                     status = AgentChannel.readStatus(groupDirectory: group)
-                    if status?.state == "halted" { break }
-                    try await Task.sleep(for: .milliseconds(20))
+                    return status?.state == "halted"
                 }
                 #expect(status?.state == "halted")
                 #expect(status?.haltReason?.contains("401") == true)
@@ -245,18 +255,15 @@ struct UploadTests {
                 // A retryable answer after the refusal: failing, no longer halted.
                 try await collector.setFaults(FaultConfiguration(forcedStatus: 503))
                 agent.requestFlush()
-                for _ in 0..<200 {
+                _ = try await Self.eventually {
                     status = AgentChannel.readStatus(groupDirectory: group)
-                    if status?.haltReason == nil { break }
-                    try await Task.sleep(for: .milliseconds(20))
+                    return status?.haltReason == nil
                 }
                 #expect(status?.haltReason == nil && status?.state != "halted", "\(String(describing: status))")
 
                 try await collector.setFaults(.none)
                 agent.requestFlush()
-                for _ in 0..<200 where try await collector.stats().unique < 300 {
-                    try await Task.sleep(for: .milliseconds(20))
-                }
+                _ = try await Self.eventually { try await collector.stats().unique >= 300 }
                 try await Self.expectDelivered(collector, count: 300)
                 agent.requestStop()
                 try await running.value

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Testing
 
 /// The knobs and the output of the reliability scenarios: seeds, the soak multiplier and the table.
 public enum Reliability {
@@ -44,6 +45,10 @@ public enum Reliability {
         var result: String
         if let skipped {
             result = "skipped: " + skipped
+            // Where every scenario must run (CI), a skip fails the test itself too, not only the table.
+            if ProcessInfo.processInfo.environment["TRIBUTARY_NO_SKIPS"] == "1" {
+                Issue.record("\(scenario) was skipped, and TRIBUTARY_NO_SKIPS=1: \(skipped)")
+            }
         } else if let verdict, verdict.passed {
             result = "pass"
         } else {

@@ -164,15 +164,20 @@ extension ReliabilityScenarios {
                             environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000", "SWIFT_BACKTRACE": "enable=no",
                                           "TRIBUTARY_TEST_STALL_AFTER_MS": "\(300 + 200 * round)"])
                         #expect(await notify.wait(for: "READY=1") != nil)
+                        #expect(await notify.wait(for: "WATCHDOG=1") != nil, "the watchdog never pinged before the freeze")
                         // As systemd does: no WATCHDOG=1 within WatchdogSec → WatchdogSignal (SIGABRT).
                         var last = 0
+                        var stopped = false
                         for _ in 0..<50 {
                             try await Task.sleep(for: .milliseconds(200))
                             let pings = notify.received.filter { $0.text == "WATCHDOG=1" }.count
-                            if pings == last { break }
+                            if pings == last {
+                                stopped = true
+                                break
+                            }
                             last = pings
                         }
-                        #expect(last > 0, "the watchdog never pinged before the freeze")
+                        #expect(stopped, "round \(round): the pings went on for 10 s after the loop froze")
                         // Then, like systemd after TimeoutAbortSec, SIGKILL if the abort did not end it.
                         frozen.send(SIGABRT)
                         for _ in 0..<20 where frozen.process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
