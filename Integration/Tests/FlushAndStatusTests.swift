@@ -117,4 +117,67 @@ struct FlushAndStatusTests {
             }
         }
     }
+
+    /// One sample's value in Prometheus' text format (`name value`), or nil.
+    static func sample(_ metrics: String, _ name: String) -> Double? {
+        metrics.split(separator: "\n").lazy.compactMap { line -> Double? in
+            let parts = line.split(separator: " ")
+            return parts.count == 2 && parts[0] == name ? Double(parts[1]) : nil
+        }.first
+    }
+
+    @Test("metrics and STATUS=: requests, retries and dead letters as the collector answered them; backlog and batch latency")
+    func metricsMatchCollector() async throws {
+        try await withTemporaryGroup { group in
+            // Seeded: some requests answered 503 (retried), and one poison event refused with 422 (dead-lettered).
+            let faults = FaultConfiguration(
+                seed: 7, failureRate: 0.3, failureStatus: 503, retryAfter: "0", poisonPattern: "^Poison$", poisonStatus: 422)
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "40"]).status == 0)
+                #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "Poison"]).status == 0)
+                let metricsPort = Self.freePort()
+                let notify = try NotifySocket(path: group + "-notify")
+                let agent = try ChildProcess(
+                    "tributary-agent",
+                    [
+                        "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
+                        "--batch-size", "10", "--flush-interval", "0.1", "--backoff-base", "0.01", "--backoff-cap", "0.05",
+                        "--log-level", "error", "--metrics-address", "127.0.0.1:\(metricsPort)",
+                    ], environment: ["NOTIFY_SOCKET": notify.path])
+                let url = try #require(URL(string: "http://127.0.0.1:\(metricsPort)/metrics"))
+                var metrics = ""
+                let began = Date()
+                // Until everything is answered: 40 delivered, the poison dead-lettered, nothing queued.
+                repeat {
+                    try await Task.sleep(for: .milliseconds(100))
+                    if let (data, _) = try? await URLSession.shared.data(from: url) { metrics = String(decoding: data, as: UTF8.self) }
+                } while !(Self.sample(metrics, "tributary_events_uploaded_total") == 40
+                    && Self.sample(metrics, "tributary_dead_letters_total") == 1
+                    && Self.sample(metrics, "tributary_backlog_events") == 0) && Date().timeIntervalSince(began) < 60
+                let stats = try await collector.stats()
+                #expect(stats.unique == 40)
+                #expect(Self.sample(metrics, "tributary_events_drained_total") == 41, "\(metrics)")
+                #expect(Self.sample(metrics, "tributary_dead_letters_total") == 1)
+                #expect(Self.sample(metrics, "tributary_backlog_events") == 0)
+                // Every request reached the collector (no proxy, no timeout); each 503 is one retry.
+                #expect(stats.faults.failure > 0, "the seed must make some requests fail")
+                #expect(Self.sample(metrics, "tributary_upload_requests_total") == Double(stats.requests))
+                #expect(Self.sample(metrics, "tributary_upload_retries_total") == Double(stats.faults.failure))
+                #expect(metrics.contains("tributary_batch_latency_seconds"), "\(metrics)")
+                #expect(Self.sample(metrics, "tributary_deadline_expirations_total") ?? 0 == 0)
+                // The status line systemd shows (`systemctl status`), once a second.
+                let statusBegan = Date()
+                while !notify.received.contains(where: { $0.text.contains("0 events queued, 40 delivered, 1 dead letters") }),
+                    Date().timeIntervalSince(statusBegan) < 30
+                {
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                #expect(
+                    notify.received.contains { $0.text.contains("STATUS=idle: 0 events queued, 40 delivered, 1 dead letters") },
+                    "\(notify.received.map(\.text).suffix(3))")
+                agent.send(SIGTERM)
+                #expect(await agent.finish().status == 0)
+            }
+        }
+    }
 }

@@ -346,16 +346,19 @@ public final class Agent: Service, Sendable {
                         done: uploaded)
                     // While the collector works on the batch, keep draining, chunk by chunk, until it answers
                     // (and the next batches, if they follow at once, are answered too).
+                    let requestsBefore = session.requestsSent
                     let drainedDuring = isStopping ? 0 : try drainWhile({ !uploaded.isSet }, &loop)
                     drainOver.set()
                     loop.report.drained += drainedDuring
                     let steps = try await upload
+                    // Requests, not steps: a step that dead-letters the event bisection isolated sends none.
+                    let requests = session.requestsSent - requestsBefore
+                    loop.report.requests += requests
+                    metrics.requests.increment(by: requests)
                     heartbeat.requestEnded()
                     progressed = drainedMore(drainedDuring)
                     var delivered = false
                     for (step, took) in steps {
-                        loop.report.requests += 1
-                        metrics.requests.increment()
                         progressed = try apply(step, took: took, session: session, loop: &loop, once: once) || progressed
                         if case .progressed(let count, _) = step, count > 0 { delivered = true }
                     }

@@ -78,6 +78,8 @@ final class UploadSession: @unchecked Sendable {
 
     /// Retries so far for the batch in flight.
     private(set) var attempt = 0
+    /// HTTP requests sent by this session (a step that dead-letters or finds nothing sends none).
+    private(set) var requestsSent = 0
     /// Rows known to contain at least one rejected event (the collector refused them as a whole).
     private var suspect: [Outbox.Row]?
     /// The half of the suspect currently being sent (kept, with its batch id, across retries).
@@ -334,6 +336,7 @@ final class UploadSession: @unchecked Sendable {
         if let date = httpDate(nowWall) { request.headers.add(name: "Date", value: date) }
         if let token = configuration.bearerToken { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         request.body = .bytes(ByteBuffer(bytes: encoded.body))
+        requestsSent += 1
         async let answer = client.execute(request, timeout: .init(timeout))
         whileWaiting()
         do {
