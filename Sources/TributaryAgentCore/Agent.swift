@@ -54,7 +54,10 @@ public final class Agent: Service, Sendable {
             throw error
         }
         do {
-            outbox = try Outbox(path: configuration.outboxPath)
+            // Before READY=1: a long migration would otherwise meet systemd's start timeout, every start.
+            outbox = try Outbox(path: configuration.outboxPath) { migrate in
+                try SystemdNotifier().extendingStart(status: "migrating the outbox \(configuration.outboxPath)", migrate)
+            }
             try outbox.recountDeadLetterBytes()
             if let previous = try outbox.adoptStore(store.storeID) {
                 logger.warning(

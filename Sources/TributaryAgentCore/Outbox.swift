@@ -67,8 +67,10 @@ public final class Outbox: Sendable {
             attributes: [.posixPermissions: 0o700])
     }
 
-    /// Opens (creating and migrating) the outbox at `path`.
-    public init(path: String) throws {
+    /// Opens (creating and migrating) the outbox at `path`. `whileMigrating`, when the outbox needs a
+    /// migration (a new outbox too), runs around it: a migration that rebuilds a table takes time in
+    /// proportion to what the outbox holds.
+    public init(path: String, whileMigrating: ((() throws -> Void) throws -> Void)? = nil) throws {
         self.path = path
         try Self.createDirectory(of: path)
         var config = Configuration()
@@ -92,7 +94,12 @@ public final class Outbox: Sendable {
         // that failed would be retried by the next). The agent checkpoints explicitly (checkpoint()),
         // where the error is seen and stops it.
         try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
-        try Self.migrator.migrate(writer)
+        let migrator = Self.migrator
+        if let whileMigrating, try !writer.read({ db in try migrator.hasCompletedMigrations(db) }) {
+            try whileMigrating { [writer] in try migrator.migrate(writer) }
+        } else {
+            try migrator.migrate(writer)
+        }
     }
 
     /// The writer connection's `PRAGMA synchronous` (2 = FULL).
