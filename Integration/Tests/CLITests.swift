@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import Tributary
 @testable import TributaryAgentCore
+import TributaryCollector
 import TributaryStore
 import TributaryTestSupport
 
@@ -112,6 +113,164 @@ struct CLITests {
             #expect(await first.finish().status == 0)
             let alone = try await ChildProcess.run("tributary-agent", ["--group", other, "--once", "--deadline", "1"] + common)
             #expect(alone.status == 0, "stderr: \(alone.stderr)")
+        }
+    }
+
+    /// Runs `tributary-agent` to its end, killed after `limit`: an agent that should have refused to start
+    /// and did not would otherwise run on as a daemon (and its status then tells: 9, SIGKILL).
+    static func runAgent(_ arguments: [String], killedAfter limit: Duration = .seconds(30))
+        async throws -> (status: Int32, stdout: String, stderr: String)
+    {
+        let agent = try ChildProcess("tributary-agent", arguments)
+        let limiter = Task {
+            try await Task.sleep(for: limit)
+            agent.send(SIGKILL)
+        }
+        defer { limiter.cancel() }
+        return await agent.finish()
+    }
+
+    @Test("tributary-agent --auth-token-file: an unreadable file or a refused token exits 78 keeping every event; the right token delivers them")
+    func agentTokenFile() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            for i in 0..<20 { try await tracker.track("Ordinary", properties: ["i": .int(Int64(i))]) }
+            let tokenFile = group + "-token"
+            try await Collector.withRunning(CollectorConfiguration(token: "s3cret")) { collector in
+                let arguments = [
+                    "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite", "--once",
+                    "--auth-token-file", tokenFile, "--log-level", "warning",
+                ]
+                let missing = try await Self.runAgent(arguments)
+                #expect(missing.status == 78, "no token file: stderr: \(missing.stderr)")
+                #expect(missing.stderr.contains("Cannot read the auth token file \(tokenFile)"), "\(missing.stderr)")
+
+                // docs/wire-formats.md: a --once run (the fetch timer's) that the collector refuses ends with 78.
+                try "expired\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
+                let refused = try await Self.runAgent(arguments)
+                #expect(refused.status == 78, "wrong token: stderr: \(refused.stderr)")
+                #expect(refused.stderr.contains("refuses uploads") && refused.stderr.contains("401"), "\(refused.stderr)")
+                #expect(try await collector.stats().unique == 0)
+                #expect(try Outbox(path: group + "-state/outbox.sqlite").pending().count == 20, "the refused run must keep every event")
+
+                try "s3cret\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
+                let accepted = try await Self.runAgent(arguments)
+                #expect(accepted.status == 0, "right token: stderr: \(accepted.stderr)")
+                let stats = try await collector.stats()
+                #expect(stats.unique == 20 && stats.duplicates == 0, "\(stats.unique) delivered, \(stats.duplicates) duplicates")
+                #expect(stats.orderViolations.values.reduce(0, +) == 0 && stats.seqViolations == 0)
+            }
+        }
+    }
+
+    // The agent unit has RestartPreventExitStatus=69: a second agent started by hand must exit with exactly
+    // that, not a code systemd would restart, and say which process holds the group.
+    @Test("a second tributary-agent on a group the first one drains exits 69 naming the first one's pid, and leaves it running")
+    func secondAgentExits69() async throws {
+        try await withTemporaryGroup { group in
+            let server = ["--server", "http://127.0.0.1:9/sa", "--log-level", "warning"]
+            let notify = try NotifySocket(path: group + "-notify")
+            let first = try ChildProcess(
+                "tributary-agent", ["--group", group, "--outbox", group + "-state/outbox.sqlite"] + server,
+                environment: ["NOTIFY_SOCKET": notify.path])
+            #expect(await notify.wait(for: "READY=1", timeout: 30) != nil, "the first agent never sent READY=1")
+            // An outbox of its own: the group alone is what the two share.
+            let second = try await Self.runAgent(["--group", group, "--outbox", group + "-state2/outbox.sqlite"] + server)
+            #expect(second.status == 69, "stderr: \(second.stderr)")
+            #expect(second.stderr.contains("(pid \(first.pid))"), "the refusal must name pid \(first.pid): \(second.stderr)")
+            #expect(first.process.isRunning, "the first agent must run on")
+            // The refused agent must not have taken the first one's flush socket.
+            let flush = try await ChildProcess.run("tributary", ["flush", "--group", group])
+            #expect(flush.status == 0, "the first agent no longer listens: \(flush.stderr)")
+            first.send(SIGTERM)
+            let stopped = await first.finish()
+            #expect(stopped.status == 0, "\(stopped.stderr)")
+        }
+    }
+
+    /// A group directory under `root` whose `agent.sock` path is `length` bytes long.
+    static func groupDirectory(under root: String, socketPathLength length: Int) -> String {
+        let socket = "/" + AgentChannel.socketFile
+        var directory = root
+        while directory.utf8.count + socket.utf8.count < length {
+            let room = length - directory.utf8.count - socket.utf8.count
+            // Components of at most 40 bytes, "/" included; never a last one of "/" alone.
+            let take = room <= 40 ? room : (room == 41 ? 39 : 40)
+            directory += "/" + String(repeating: "d", count: take - 1)
+        }
+        return directory
+    }
+
+    // A sockaddr_un holds 108 bytes of path, its NUL included: an agent.sock path of 107 bytes is the
+    // longest that can be bound. A longer one is a configuration error the agent names (exit 78, which
+    // systemd does not restart), not a path cut short or a failure to bind reported as something else.
+    @Test("tributary-agent serves an agent.sock path of 107 bytes, and exits 78 naming the path at 108", arguments: [107, 108])
+    func socketPathLength(length: Int) async throws {
+        try await withTemporaryGroup { group in
+            let directory = Self.groupDirectory(under: group, socketPathLength: length)
+            let socket = directory + "/" + AgentChannel.socketFile
+            try #require(socket.utf8.count == length, "\(socket) is \(socket.utf8.count) bytes, not \(length)")
+            let arguments = [
+                "--group", directory, "--server", "http://127.0.0.1:9/sa", "--outbox", group + "-state/outbox.sqlite",
+                "--log-level", "warning",
+            ]
+            if length >= 108 {
+                let result = try await Self.runAgent(arguments)
+                #expect(result.status == 78, "stderr: \(result.stderr)")
+                #expect(result.stderr.contains("too long for the agent's Unix socket") && result.stderr.contains(socket),
+                        "the message must say the path is too long, and name it: \(result.stderr)")
+                #expect(!FileManager.default.fileExists(atPath: socket))
+            } else {
+                let notify = try NotifySocket(path: group + "-notify")
+                let agent = try ChildProcess("tributary-agent", arguments, environment: ["NOTIFY_SOCKET": notify.path])
+                #expect(await notify.wait(for: "READY=1", timeout: 30) != nil, "no READY=1 with a \(length)-byte socket path")
+                let flush = try await ChildProcess.run("tributary", ["flush", "--group", directory])
+                #expect(flush.status == 0, "the agent does not listen on its \(length)-byte socket path: \(flush.stderr)")
+                agent.send(SIGTERM)
+                let stopped = await agent.finish()
+                #expect(stopped.status == 0, "\(stopped.stderr)")
+            }
+        }
+    }
+
+    @Test("dead-letters --discard deletes the dead letters an agent left, says how many, and frees their bytes in the quota")
+    func discardDeadLetters() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            for name in ["Ordinary", "Poison", "Ordinary", "Poison", "Ordinary"] { try await tracker.track(name) }
+            let outboxPath = group + "-state/outbox.sqlite"
+            let agentArguments = { (url: String) in
+                ["--group", group, "--server", url + "/sa", "--outbox", outboxPath, "--once", "--log-level", "error"]
+            }
+            let faults = FaultConfiguration(poisonPattern: "^Poison$", poisonStatus: 422)
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                let run = try await Self.runAgent(agentArguments(collector.url))
+                #expect(run.status == 0, "stderr: \(run.stderr)")
+                #expect(try await collector.stats().unique == 3)
+            }
+            // --group finds the outbox through the agent's status file.
+            let listed = try await ChildProcess.run("tributary", ["dead-letters", "--group", group, "--json"])
+            #expect(listed.status == 0, "stderr: \(listed.stderr)")
+            let letters = try #require(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])
+            #expect(letters.count == 2 && letters.allSatisfy { $0["status"] as? Int == 422 }, "\(listed.stdout)")
+            #expect(try Outbox(path: outboxPath).pending().deadLetterBytes > 0)
+
+            let discarded = try await ChildProcess.run("tributary", ["dead-letters", "--group", group, "--discard"])
+            #expect(discarded.status == 0, "stderr: \(discarded.stderr)")
+            #expect(discarded.stdout.contains("discarded 2 dead letter(s)"), "\(discarded.stdout)")
+            let after = try await ChildProcess.run("tributary", ["dead-letters", "--group", group])
+            #expect(after.stdout.contains("no dead letters in \(outboxPath)"), "\(after.stdout)")
+            // The count the quota check reads, before any agent start recounts it from the table.
+            let left = try Outbox(path: outboxPath).pending()
+            #expect(left.deadLetterBytes == 0 && left.count == 0, "dead-letter bytes left: \(left.deadLetterBytes)")
+
+            // `tributary status` shows the agent's report: the next run reports the freed quota.
+            let next = try await Self.runAgent(agentArguments("http://127.0.0.1:9"))
+            #expect(next.status == 0, "stderr: \(next.stderr)")
+            let status = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
+            let json = try #require(try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
+            let agent = try #require(json["agent"] as? [String: Any], "no agent report: \(status.stdout)")
+            #expect(agent["dead_letter_bytes"] as? Int == 0, "\(status.stdout)")
         }
     }
 
