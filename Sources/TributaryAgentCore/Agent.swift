@@ -341,6 +341,13 @@ public final class Agent: Service, Sendable {
                     loop.notBefore = task?.expiresAt
                 } else {
                     loop.state = isStopping ? "stopping" : "uploading"
+                    // Halted by a refusal: read the token file before each retry, so a token fixed during the
+                    // wait is what the retry sends.
+                    if session.haltReason != nil, let file = configuration.authTokenFile,
+                        let token = try? Self.readToken(file)
+                    {
+                        session.updateToken(token)
+                    }
                     heartbeat.requestStarted(timeout: timeout)
                     let uploaded = DoneFlag()
                     let drainOver = DoneFlag()
@@ -509,9 +516,6 @@ public final class Agent: Service, Sendable {
                 loop.state = "halted"
                 if once {
                     throw AgentError(.halted, "The collector refuses uploads (\(reason)); every event is kept.")
-                }
-                if let file = configuration.authTokenFile, let token = try? Self.readToken(file) {
-                    session.updateToken(token)
                 }
             } else {
                 loop.state = "backoff"

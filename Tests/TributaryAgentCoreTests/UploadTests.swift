@@ -318,8 +318,9 @@ struct UploadTests {
             try await Collector.withRunning(CollectorConfiguration(token: "s3cret")) { collector in
                 let agent = try Self.agent(group, collector) {
                     $0.authTokenFile = tokenFile
-                    // Halted, the agent retries at the cap: 100 ms keeps the refusals (and the fix) quick.
-                    $0.upload.backoff = Backoff(base: .milliseconds(5), cap: .milliseconds(100))
+                    // Halted, the agent retries at the cap: 500 ms keeps the refusals quick, and leaves the test
+                    // time to fix the file between two of them.
+                    $0.upload.backoff = Backoff(base: .milliseconds(5), cap: .milliseconds(500))
                     // A failed test stops at once rather than retrying through the default 80 s stop timeout.
                     $0.stopTimeout = .seconds(2)
                 }
@@ -344,7 +345,14 @@ struct UploadTests {
                 #expect(try agent.outbox.pending().count == 300, "a refused upload must keep every event in the outbox")
                 #expect(try agent.outbox.deadLetters().isEmpty, "a 401 dead-letters nothing")
 
-                // Fixed as an operator would: the file replaced; no restart, no flush request.
+                // Fixed as an operator would, right after a refusal (the agent then waits the cap): the file
+                // replaced; no restart, no flush request. The retry must send the new token: an agent that
+                // re-read the file only after a refusal sent the old one once more, and waited the cap again.
+                let seen = try await collector.stats().rejectedBatches
+                while try await collector.stats().rejectedBatches == seen, clock.now - waitedFrom < .seconds(30) {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                let refusedAtFix = try await collector.stats().rejectedBatches
                 try "s3cret\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
                 waitedFrom = clock.now
                 var delivered = 0
@@ -354,6 +362,7 @@ struct UploadTests {
                     try await Task.sleep(for: .milliseconds(20))
                 }
                 #expect(delivered == 300, "\(delivered) of 300 delivered 30 s after the token file was corrected")
+                #expect(try await collector.stats().rejectedBatches == refusedAtFix, "a retry after the fix sent the old token")
                 try await Self.expectDelivered(collector, count: 300)
                 let stats = try await collector.stats()
                 #expect(stats.duplicates == 0 && stats.received == 300, "\(stats.received) received, \(stats.duplicates) duplicates")
