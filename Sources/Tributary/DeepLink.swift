@@ -63,11 +63,11 @@ extension Tracker {
         -> TrackReceipt
     {
         let launch = try DeepLink.launch(for: url)
-        let receipt = try await track(
-            DeepLink.launchEvent, properties: properties.merging(launch.eventProperties) { $1 })
-        if !launch.latestProperties.isEmpty {
-            replaceLaunchProperties(prefix: "$latest_utm_", with: launch.latestProperties)
-        }
-        return receipt
+        let newChannel = !launch.latestProperties.isEmpty
+        // A link with its own channel: its launch event carries that channel's `$utm_*` only, not the
+        // previous link's `$latest_utm_*` beside them; the new set applies from the next event on.
+        if newChannel { replaceLaunchProperties(prefix: "$latest_utm_", with: [:]) }
+        defer { if newChannel { replaceLaunchProperties(prefix: "$latest_utm_", with: launch.latestProperties) } }
+        return try await track(DeepLink.launchEvent, properties: properties.merging(launch.eventProperties) { $1 })
     }
 }

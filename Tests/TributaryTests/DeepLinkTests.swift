@@ -75,6 +75,9 @@ struct DeepLinkTests {
             #expect(events[1].1["$latest_utm_campaign"] as? String == "spring")
             #expect(events[1].1["$utm_source"] == nil)
             #expect(events[3].1["$latest_utm_campaign"] as? String == "spring")
+            // The third link has a channel of its own: its launch event does not mix in the first one's.
+            #expect(events[4].1["$utm_source"] as? String == "push")
+            #expect(events[4].1["$latest_utm_source"] == nil && events[4].1["$latest_utm_campaign"] == nil)
             #expect(events[5].1["$latest_utm_source"] as? String == "push")
             #expect(events[5].1["$latest_utm_campaign"] == nil, "a new channel replaces the whole set")
             #expect(tracker.launchProperties == ["$latest_utm_source": "push"])
