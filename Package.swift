@@ -142,6 +142,8 @@ let package = Package(
             name: "TributaryBridgeTests",
             dependencies: [
                 "TributaryBridge", "Tributary", "TributaryTestSupport", .product(name: "Logging", package: "swift-log"),
+                // Serves the browser tests' pages: a frame needs a real http origin to be trusted.
+                .product(name: "Hummingbird", package: "hummingbird"),
             ],
             swiftSettings: strict
         ),

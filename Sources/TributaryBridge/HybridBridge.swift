@@ -105,6 +105,26 @@ public final class HybridBridge: Sendable {
             "{\"callType\":\"app_h5_track\",\"data\":\(event)}", origin: origin, channel: .legacyNavigation)
     }
 
+    /// Counts a message the host could not read: its DevTools frame was longer than any message the
+    /// bridge takes (``WebViewHost``). Refused as ``BridgeRejection/Reason/messageTooLarge``, or as
+    /// ``BridgeRejection/Reason/foreignOrigin`` when the frame's origin is not trusted (the first rule).
+    func refuseUnread(byteCount: Int, origin: String, channel: Channel) {
+        let origin = BridgeConfiguration.normalizedOrigin(origin)
+        counts.withLock { $0.received[origin, default: 0] += 1 }
+        do throws(BridgeRejection) {
+            try checkOrigin(origin)
+            count(
+                .failure(
+                    BridgeRejection(
+                        .messageTooLarge, origin: origin,
+                        "The message's DevTools frame has \(byteCount) bytes, more than a message of at most "
+                            + "\(configuration.maxMessageBytes) bytes takes; it was not read.")),
+                channel: channel)
+        } catch {
+            count(.failure(error), channel: channel)
+        }
+    }
+
     private func count(_ result: Result<TrackReceipt, BridgeRejection>, channel: Channel) {
         switch result {
         case .success(let receipt):
@@ -133,10 +153,7 @@ public final class HybridBridge: Sendable {
 
     /// Checks a message against every rule and maps it to a ``PageEvent``; throws the first broken rule.
     func verify(_ message: String, origin: String, channel: Channel) throws(BridgeRejection) -> VerifiedMessage {
-        guard configuration.allowedOrigins.contains(origin) else {
-            throw BridgeRejection(
-                .foreignOrigin, origin: origin, "The frame's origin is not on the bridge's whitelist.")
-        }
+        try checkOrigin(origin)
         let size = message.utf8.count
         guard size <= configuration.maxMessageBytes else {
             throw BridgeRejection(
@@ -163,6 +180,13 @@ public final class HybridBridge: Sendable {
         let page = try PageEventMapping.map(data, origin: origin)
         let signupID = try checkIdentity(data, type: page.type, origin: origin)
         return VerifiedMessage(page: page, signupLoginID: signupID)
+    }
+
+    private func checkOrigin(_ origin: String) throws(BridgeRejection) {
+        guard configuration.allowedOrigins.contains(origin) else {
+            throw BridgeRejection(
+                .foreignOrigin, origin: origin, "The frame's origin is not on the bridge's whitelist.")
+        }
     }
 
     private func checkServer(_ value: JSON?, origin: String) throws(BridgeRejection) {

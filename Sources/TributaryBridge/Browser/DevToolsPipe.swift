@@ -34,11 +34,15 @@ final class DevToolsPipe: Sendable {
     private let state = Mutex(State())
     private let writeLock = Mutex(())
 
-    init(browser: ChromiumProcess, onMessage: @escaping @Sendable (DevToolsMessage) -> Void) {
+    /// - Parameter maxFrameBytes: the largest frame read; a longer one is skipped up to its NUL and
+    ///   reported as a ``frameTooLargeEvent`` (see ``FrameSplitter``).
+    init(
+        browser: ChromiumProcess, maxFrameBytes: Int, onMessage: @escaping @Sendable (DevToolsMessage) -> Void
+    ) {
         self.browser = browser
         let fd = browser.replyFD
         let thread = Thread { [self] in
-            self.readLoop(fd: fd, onMessage: onMessage)
+            self.readLoop(fd: fd, maxFrameBytes: maxFrameBytes, onMessage: onMessage)
         }
         thread.name = "tributary.devtools"
         thread.start()
@@ -87,17 +91,22 @@ final class DevToolsPipe: Sendable {
         }
     }
 
-    private func readLoop(fd: Int32, onMessage: @Sendable (DevToolsMessage) -> Void) {
-        var pending: [UInt8] = []
+    private func readLoop(fd: Int32, maxFrameBytes: Int, onMessage: @Sendable (DevToolsMessage) -> Void) {
+        var frames = FrameSplitter(maxFrameBytes: maxFrameBytes)
         var chunk = [UInt8](repeating: 0, count: 64 << 10)
         while true {
             let n = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             if n <= 0 { break }
-            pending.append(contentsOf: chunk[0..<n])
-            while let end = pending.firstIndex(of: 0) {
-                if let json = JSON.parse(pending[..<end]) { dispatch(json, onMessage) }
-                pending.removeSubrange(...end)
+            chunk.withUnsafeBytes { bytes in
+                frames.consume(UnsafeRawBufferPointer(rebasing: bytes[0..<n])) { frame in
+                    switch frame {
+                    case .complete(let text):
+                        if let json = JSON.parse(text) { dispatch(json, onMessage) }
+                    case .tooLarge(let skipped):
+                        dispatchTooLarge(skipped, onMessage)
+                    }
+                }
             }
         }
         close(fd)
@@ -115,6 +124,31 @@ final class DevToolsPipe: Sendable {
     /// The pseudo-event delivered once when the pipe closes.
     static let closedEvent = "Tributary.pipeClosed"
 
+    /// The pseudo-event delivered for a frame over the bound, which was skipped unread. Its body has
+    /// `bytes` (the frame's length) and, as far as the frame's first and last bytes tell, the frame's
+    /// `method` and `executionContextId`; its session is the frame's `sessionId`.
+    static let frameTooLargeEvent = "Tributary.frameTooLarge"
+
+    private func dispatchTooLarge(_ skipped: FrameSplitter.SkippedFrame, _ onMessage: (DevToolsMessage) -> Void) {
+        var body: [String: JSON] = ["bytes": .number(Double(skipped.byteCount))]
+        if let method = skipped.string(after: #""method":""#) { body["method"] = .string(method) }
+        if let context = skipped.integer(after: #""executionContextId":"#) {
+            body["executionContextId"] = .number(Double(context))
+        }
+        // A reply starts with its id: its caller learns it was too large instead of waiting for ever.
+        if skipped.head.starts(with: Array(#"{"id":"#.utf8)), let id = skipped.integer(after: #"{"id":"#) {
+            let continuation = state.withLock { $0.waiting.removeValue(forKey: id) }
+            continuation?.resume(
+                throwing: BrowserError(
+                    .protocolError,
+                    "The reply to DevTools command \(id) has \(skipped.byteCount) bytes; it was not read."))
+        }
+        onMessage(
+            DevToolsMessage(
+                id: nil, method: Self.frameTooLargeEvent, sessionID: skipped.string(after: #""sessionId":""#),
+                body: .object(body), error: nil))
+    }
+
     private func dispatch(_ json: JSON, _ onMessage: (DevToolsMessage) -> Void) {
         let id = json["id"]?.number.map { Int($0) }
         let message = DevToolsMessage(
@@ -129,5 +163,115 @@ final class DevToolsPipe: Sendable {
             }
         }
         onMessage(message)
+    }
+}
+
+/// Splits the browser's byte stream into its NUL-terminated frames, holding at most `maxFrameBytes`
+/// of one.
+///
+/// A page decides how long some frames are: a `Runtime.bindingCalled` frame carries whatever string
+/// the page passed, from any frame, foreign iframes included. So the NUL search resumes where the
+/// last chunk's ended (every byte is looked at once, however the frame is cut into reads), and a frame
+/// that outgrows the bound is skipped up to its NUL, keeping only its first and last
+/// ``SkippedFrame/windowBytes`` bytes: enough for the keys the DevTools protocol writes before and
+/// after a page's string (`method`; `executionContextId`, `sessionId`). A 256 MB string then costs
+/// one pass over it, not a quadratic rescan, and never more than the bound in memory; the messages
+/// behind it wait only for that pass.
+struct FrameSplitter {
+    /// A frame that was skipped: its length and its first and last bytes.
+    struct SkippedFrame: Sendable {
+        /// How many bytes of the first and of the last are kept.
+        static let windowBytes = 512
+
+        /// The frame's length in bytes, its NUL not counted.
+        var byteCount: Int
+        /// Its first ``windowBytes`` bytes.
+        var head: [UInt8]
+        /// Its last ``windowBytes`` bytes.
+        var tail: [UInt8]
+
+        /// The text after `key` up to the next `"`, in the head or else the tail. A key written with
+        /// bare quotes (`"sessionId":"`) cannot occur inside a JSON string, where a quote is `\"`, so
+        /// what a page put into a string is never read as one of the protocol's keys.
+        func string(after key: String) -> String? {
+            value(after: key) { $0 != UInt8(ascii: "\"") }.map { String(decoding: $0, as: UTF8.self) }
+        }
+
+        /// The decimal digits after `key`, in the head or else the tail.
+        func integer(after key: String) -> Int? {
+            value(after: key) { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }
+                .flatMap { Int(String(decoding: $0, as: UTF8.self)) }
+        }
+
+        private func value(after key: String, while accept: (UInt8) -> Bool) -> ArraySlice<UInt8>? {
+            let pattern = Array(key.utf8)
+            for window in [head, tail] {
+                guard let start = window.firstRange(of: pattern)?.upperBound else { continue }
+                let end = window[start...].firstIndex { !accept($0) }
+                // A value running to the window's end may be cut short: not taken.
+                guard let end, end > start else { continue }
+                return window[start..<end]
+            }
+            return nil
+        }
+    }
+
+    /// What ``consume(_:_:)`` found.
+    enum Frame {
+        /// A whole frame, its NUL removed.
+        case complete(ArraySlice<UInt8>)
+        /// A frame over the bound, skipped.
+        case tooLarge(SkippedFrame)
+    }
+
+    /// The largest frame kept.
+    let maxFrameBytes: Int
+    private var frame: [UInt8] = []
+    private var skipped: SkippedFrame?
+    /// Bytes the NUL search has looked at: each byte read once (what the tests hold the splitter to).
+    private(set) var scannedBytes = 0
+
+    /// Bytes held of the frame being read: never more than ``maxFrameBytes``.
+    var bufferedBytes: Int { frame.count }
+
+    init(maxFrameBytes: Int) { self.maxFrameBytes = maxFrameBytes }
+
+    /// Takes the next bytes of the stream; calls `emit` for every frame they end, in order.
+    mutating func consume(_ bytes: UnsafeRawBufferPointer, _ emit: (Frame) -> Void) {
+        guard let base = bytes.baseAddress else { return }
+        var start = 0
+        while start < bytes.count {
+            let nul = memchr(base + start, 0, bytes.count - start).map { base.distance(to: UnsafeRawPointer($0)) }
+            let end = nul ?? bytes.count
+            scannedBytes += (nul.map { $0 + 1 } ?? end) - start
+            take(UnsafeRawBufferPointer(rebasing: bytes[start..<end]))
+            guard nul != nil else { return }
+            if let done = skipped {
+                emit(.tooLarge(done))
+                skipped = nil
+            } else {
+                emit(.complete(frame[...]))
+            }
+            frame.removeAll(keepingCapacity: frame.capacity <= 1 << 20)
+            start = end + 1
+        }
+    }
+
+    /// Appends a piece of the current frame, or, past the bound, only notes its length and last bytes.
+    private mutating func take(_ piece: UnsafeRawBufferPointer) {
+        let window = SkippedFrame.windowBytes
+        if var current = skipped {
+            current.byteCount += piece.count
+            current.tail = Array((current.tail + piece.suffix(window)).suffix(window))
+            skipped = current
+        } else if frame.count + piece.count <= maxFrameBytes {
+            frame.append(contentsOf: piece)
+        } else {
+            skipped = SkippedFrame(
+                byteCount: frame.count + piece.count,
+                head: Array((frame.prefix(window) + piece.prefix(window)).prefix(window)),
+                tail: Array((frame.suffix(window) + piece.suffix(window)).suffix(window)))
+            frame.removeAll()
+        }
     }
 }

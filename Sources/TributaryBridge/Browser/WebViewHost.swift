@@ -41,7 +41,7 @@ public final class WebViewHost: Sendable {
         browser = try ChromiumProcess(executable: executable)
         let (stream, continuation) = AsyncStream.makeStream(of: DevToolsMessage.self)
         inbox = stream
-        pipe = DevToolsPipe(browser: browser) { message in
+        pipe = DevToolsPipe(browser: browser, maxFrameBytes: Self.maxFrameBytes(for: configuration)) { message in
             continuation.yield(message)
             if message.method == DevToolsPipe.closedEvent { continuation.finish() }
         }
@@ -77,6 +77,17 @@ public final class WebViewHost: Sendable {
     }
 
     private let userAgentOverride = SendableBox<String>("")
+
+    /// The largest DevTools frame the host reads: `max(6 × maxMessageBytes, 2 MiB) + 64 KiB`.
+    ///
+    /// A message of `maxMessageBytes` fits even when every byte is escaped (`\u0001` is 6 bytes for
+    /// 1), and so does any URL Chromium handles (at most 2 MiB: a frame's `Target.attachedToTarget`
+    /// or a legacy navigation is never cut), with 64 KiB for the rest of the frame. A longer frame is
+    /// skipped unread; if it is a bridge message, it is refused as `message_too_large`.
+    static func maxFrameBytes(for configuration: BridgeConfiguration) -> Int {
+        let message = min(max(configuration.maxMessageBytes, 0), Int.max / 8)
+        return max(6 * message, 2 << 20) + (64 << 10)
+    }
 
     /// Stops the browser; ``run()`` returns soon after.
     public func close() { browser.terminate() }
@@ -114,6 +125,20 @@ public final class WebViewHost: Sendable {
                 }
                 let origin = contextOrigins["\(session)#\(Int(id))"] ?? "null"
                 await bridge.receive(body["payload"]?.string ?? "", origin: origin, channel: .messageHandler)
+            case DevToolsPipe.frameTooLargeEvent:
+                let bytes = Int(body["bytes"]?.number ?? 0)
+                guard body["method"]?.string == "Runtime.bindingCalled" else {
+                    logger.warning(
+                        "DevTools frame over the limit skipped unread",
+                        metadata: [
+                            "tributary.devtools.method": "\(body["method"]?.string ?? "?")",
+                            "tributary.devtools.bytes": "\(bytes)",
+                        ])
+                    continue
+                }
+                let id = body["executionContextId"]?.number.map { Int($0) }
+                let origin = id.flatMap { contextOrigins["\(session)#\($0)"] } ?? "null"
+                bridge.refuseUnread(byteCount: bytes, origin: origin, channel: .messageHandler)
             case "Page.frameRequestedNavigation":
                 guard let url = body["url"]?.string, url.hasPrefix("sensorsanalytics:"),
                     let frame = body["frameId"]?.string

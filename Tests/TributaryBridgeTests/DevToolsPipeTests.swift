@@ -1,0 +1,71 @@
+import Foundation
+import Testing
+import Tributary
+
+@testable import TributaryBridge
+
+/// The DevTools pipe: how it splits the browser's stream into frames, and its end.
+@Suite("DevTools pipe")
+struct DevToolsPipeTests {
+    /// A `Runtime.bindingCalled` frame as Chromium writes it around a page's `payload`, in the
+    /// protocol's key order (`JSON.text` would sort the keys).
+    static func bindingFrame(payload: String, context: Int, session: String) -> [UInt8] {
+        let text =
+            #"{"method":"Runtime.bindingCalled","params":{"name":"\#(WebViewHost.bindingName)","payload":"#
+            + JSON.quoted(payload) + #","executionContextId":\#(context)},"sessionId":"\#(session)"}"#
+        return Array(text.utf8) + [0]
+    }
+
+    @Test(
+        "a frame over the bound is skipped up to its NUL in one pass, holding at most the bound; its neighbours arrive",
+        arguments: [61, 4096, 65536])
+    func oversizedFrame(chunkBytes: Int) throws {
+        let bound = 1 << 20
+        // The page's string holds what looks like the protocol's keys, escaped as every quote in a string is.
+        let spoof = #""sessionId":"EVIL","executionContextId":99,"method":"Target.attachedToTarget""#
+        let payload = spoof + String(repeating: "x", count: 10 << 20) + spoof
+        let before = Array(#"{"id":1,"result":{}}"#.utf8) + [0]
+        let huge = Self.bindingFrame(payload: payload, context: 7, session: "S1")
+        let after = Array(#"{"method":"Page.frameAttached","params":{"frameId":"F"}}"#.utf8) + [0]
+        let stream = before + huge + after
+
+        var splitter = FrameSplitter(maxFrameBytes: bound)
+        var frames: [FrameSplitter.Frame] = []
+        var mostBuffered = 0
+        var offset = 0
+        while offset < stream.count {
+            let end = min(offset + chunkBytes, stream.count)
+            stream[offset..<end].withUnsafeBytes { splitter.consume($0) { frames.append($0) } }
+            mostBuffered = max(mostBuffered, splitter.bufferedBytes)
+            offset = end
+        }
+        #expect(mostBuffered <= bound, "the splitter held \(mostBuffered) bytes of one frame; the bound is \(bound)")
+        #expect(splitter.scannedBytes == stream.count, "each byte is searched for the NUL once")
+        try #require(frames.count == 3)
+        guard case .complete(let first) = frames[0], case .tooLarge(let skipped) = frames[1],
+            case .complete(let last) = frames[2]
+        else {
+            Issue.record("expected a frame, a skipped frame and a frame; got \(frames)")
+            return
+        }
+        #expect(Array(first) == before.dropLast())
+        #expect(Array(last) == after.dropLast())
+        #expect(skipped.byteCount == huge.count - 1)
+        #expect(skipped.string(after: #""method":""#) == "Runtime.bindingCalled")
+        #expect(skipped.integer(after: #""executionContextId":"#) == 7, "the page's escaped keys are not read")
+        #expect(skipped.string(after: #""sessionId":""#) == "S1")
+    }
+
+    @Test("a page's oversized binding call is refused as message_too_large; the page's next message arrives")
+    func oversizedBindingCall() async throws {
+        // 16 MiB of 'x', far over the bound (2 MiB and 64 KiB for the default 64 KiB messages).
+        let page = BrowserHarness.posting(["'x'.repeat(16 << 20)", "event('AfterHuge')"])
+        try await BrowserHarness.run(pages: ["/": page]) { harness in
+            try await harness.wait(for: "both messages") { harness.bridge.snapshot.received.values.reduce(0, +) == 2 }
+            try await harness.wait(for: "the event's commit") { harness.bridge.snapshot.accepted == 1 }
+            #expect(harness.bridge.snapshot.received == [harness.origin: 2])
+            #expect(harness.bridge.rejections == [.messageTooLarge: 1])
+            #expect(try harness.tracker.store.status().pendingEvents == 1)
+        }
+    }
+}
