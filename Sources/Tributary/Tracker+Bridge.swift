@@ -121,12 +121,22 @@ extension Tracker {
         tail.raw("}}")
 
         // The record header keeps the trigger time: the page's wall time, and the monotonic reading
-        // that corresponds to it (now, less the page event's age).
-        let ageNanos = UInt64(max(0, configuration.wallMillis() - page.timeMillis)) * 1_000_000
-        let now = configuration.monotonicNanos()
-        let prepared = PreparedEvent(
+        // that corresponds to it (now, less the page event's age). A page time before this boot
+        // (a backfilled `$time`) or after now has no such reading: it is recorded with the unknown
+        // boot id, which the agent never takes for this boot, so it sends the page's time as given
+        // instead of "correcting" it from a made-up reading.
+        var prepared = PreparedEvent(
             prefix: head.bytes, suffix: tail.bytes, eventID: eventID, trackID: trackID, wallTimeMillis: page.timeMillis,
-            bootTimeNanos: now > ageNanos ? now - ageNanos : 0)
+            bootTimeNanos: 0, bootID: .unknown)
+        let ageMillis = configuration.wallMillis() - page.timeMillis
+        let now = configuration.monotonicNanos()
+        if ageMillis >= 0 {
+            let (ageNanos, overflow) = UInt64(ageMillis).multipliedReportingOverflow(by: 1_000_000)
+            if !overflow, ageNanos <= now {
+                prepared.bootTimeNanos = now - ageNanos
+                prepared.bootID = .current
+            }
+        }
         let size = prepared.prefix.count + prepared.suffix.count + 3 * 300
         guard size <= configuration.maxEventBytes else {
             throw TrackingError(

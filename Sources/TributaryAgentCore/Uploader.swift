@@ -395,10 +395,15 @@ final class UploadSession: @unchecked Sendable {
     ///
     /// If the event was recorded in this boot and the wall-clock time since then disagrees with the
     /// `CLOCK_BOOTTIME` time since then by more than a second, the clock was changed in between: `time`
-    /// is recomputed from the monotonic reading and `$time_adjustment_ms` records the change.
+    /// is recomputed from the monotonic reading and `$time_adjustment_ms` records the change. The
+    /// unknown (all-zero) boot id is never taken for this boot: it marks a reading that cannot be
+    /// compared (no boot id from the kernel, or a hybrid page's time before this boot or after its
+    /// recording), so such an event is sent as recorded.
     static func append(_ event: Outbox.BatchEvent, at clock: WireClock, to body: inout BatchBodyBuilder) {
         clock.flushTimeMember.withUnsafeBytes { member in
-            if clock.bootNanos >= event.bootNanos, event.bootID.elementsEqual(BootID.current.bytes) {
+            if clock.bootNanos >= event.bootNanos, event.bootID.elementsEqual(BootID.current.bytes),
+                event.bootID.contains(where: { $0 != 0 })
+            {
                 let expected = clock.wallMillis - Int64((clock.bootNanos - event.bootNanos) / 1_000_000)
                 let adjustment = expected - event.wallMillis
                 if abs(adjustment) > 1000, let corrected = correctTime(Array(event.body), to: expected, adjustment: adjustment) {

@@ -520,6 +520,47 @@ struct UploadTests {
         }
     }
 
+    @Test("a hybrid page's time from before this boot or from the future arrives as given; a native event's is still corrected")
+    func pageTimeOffThisBoot() async throws {
+        try await withTemporaryGroup { group in
+            let now = BootClock.wallMillis()
+            let uptime = Int64(BootClock.nowNanos() / 1_000_000)
+            // A page's backfilled $time from an hour before this boot began, and one an hour ahead: no
+            // CLOCK_BOOTTIME reading of this boot matches either.
+            let times = ["Backfilled": now - uptime - 3_600_000, "Ahead": now + 3_600_000]
+            let page = try Tracker(configuration: .init(groupDirectory: group, producerKind: .hybrid))
+            for (name, time) in times {
+                try await page.trackFromPage(
+                    PageEvent(type: .track, event: name, timeMillis: time, lib: ["$lib": "js"], properties: [:]))
+            }
+            // A native event tracked while the wall clock was an hour behind: its time is corrected.
+            var behind = Tracker.Configuration(groupDirectory: group, producerKind: .app)
+            behind.wallMillis = { BootClock.wallMillis() - 3_600_000 }
+            try await Tracker(configuration: behind).track("Native")
+            let outbox = try Outbox(path: group + "-state/outbox.sqlite")
+            #expect(try Drainer(store: page.store, outbox: outbox, logger: Self.logger).drainAvailable() == 3)
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let step = try await withHTTPClient { client in
+                    try await UploadSession(
+                        outbox: outbox, client: client, configuration: UploadConfiguration(serverURL: collector.url + "/sa"),
+                        logger: Self.logger
+                    ).step()
+                }
+                #expect(step == .progressed(delivered: 3))
+                var arrived: [String: [String: Any]] = [:]
+                for event in try await collector.events() { arrived[event.event ?? "?"] = try event.jsonObject() }
+                for (name, time) in times {
+                    let event = try #require(arrived[name], "\(name) arrived")
+                    #expect(event["time"] as? Int64 == time, "\(name): the page's time as given")
+                    #expect((event["properties"] as? [String: Any])?["$time_adjustment_ms"] == nil, "\(name) not adjusted")
+                }
+                let native = try #require(arrived["Native"]?["properties"] as? [String: Any])
+                let adjustment = try #require(native["$time_adjustment_ms"] as? Int64, "the native event is corrected")
+                #expect(abs(adjustment - 3_600_000) < 1000)
+            }
+        }
+    }
+
     @Test("an event's time is corrected when the wall clock moved between trigger and upload")
     func timeCorrection() throws {
         let now = BootClock.wallMillis()
