@@ -394,4 +394,84 @@ struct WebViewHostTests {
             #expect(try tracker.store.status().pendingEvents == 0)
         }
     }
+
+    /// A frame tree and the origin a `sensorsanalytics://` navigation of one of its frames is credited with.
+    struct Navigation: Sendable, CustomStringConvertible {
+        var name: String
+        var frame: String
+        var origins: [String: String]
+        var parents: [String: String]
+        var credited: String
+        var description: String { name }
+    }
+
+    static let trusted = "http://127.0.0.1:8080"
+    static let foreign = "http://localhost:9090"
+    static let navigations: [Navigation] = [
+        Navigation(
+            name: "a trusted frame navigating itself", frame: "top", origins: ["top": trusted], parents: [:],
+            credited: trusted),
+        Navigation(
+            name: "a fresh iframe speaks for the trusted page that made it", frame: "fresh", origins: ["top": trusted],
+            parents: ["fresh": "top"], credited: trusted),
+        Navigation(
+            name: "an opaque (sandboxed, srcdoc) iframe navigating itself is credited with its own origin",
+            frame: "sandboxed", origins: ["top": trusted, "sandboxed": "null"], parents: ["sandboxed": "top"],
+            credited: "null"),
+        Navigation(
+            name: "a fresh iframe of an opaque frame", frame: "fresh",
+            origins: ["top": trusted, "sandboxed": "null"], parents: ["fresh": "sandboxed", "sandboxed": "top"],
+            credited: "null"),
+        Navigation(
+            name: "a foreign frame navigating its trusted child", frame: "child",
+            origins: ["top": foreign, "child": trusted], parents: ["child": "top"], credited: foreign),
+    ]
+
+    @Test("a legacy navigation is credited with the frame's own origin, opaque ones included", arguments: navigations)
+    func navigationOrigin(_ case_: Navigation) {
+        #expect(
+            WebViewHost.navigationOrigin(
+                frame: case_.frame, origins: case_.origins, parents: case_.parents, trusted: [Self.trusted])
+                == case_.credited)
+    }
+
+    @Test("in the browser, a sandboxed iframe's legacy navigation is refused; a same-origin srcdoc iframe's is not")
+    func sandboxedLegacyNavigation() async throws {
+        // The page makes two srcdoc iframes that load sensorsanalytics://trackEvent themselves: one
+        // sandboxed (an opaque origin), one not (its parent's origin). Each waits for the injected
+        // script first: Chromium puts a sandboxed iframe in a process of its own and does not always
+        // hold its first document until the host has set it up.
+        let page = """
+            <!doctype html><html><body><script>
+            (function start() {
+              var bridge = window.SensorsData_iOS_JS_Bridge;
+              if (!bridge) { setTimeout(start, 10); return; }
+              function frame(name, sandboxed) {
+                var event = JSON.stringify({ type: 'track', event: name, time: Date.now(), distinct_id: 'page-anon',
+                  anonymous_id: 'page-anon', lib: { $lib: 'js' }, properties: {}, server_url: bridge.sensorsdata_app_server_url });
+                var iframe = document.createElement('iframe');
+                if (sandboxed) { iframe.setAttribute('sandbox', 'allow-scripts'); }
+                var url = 'sensorsanalytics://trackEvent?event=' + encodeURIComponent(event);
+                iframe.srcdoc = '<script>(function go() { if (!window.SensorsData_iOS_JS_Bridge) { setTimeout(go, 10); return; }'
+                  + ' location.href = ' + JSON.stringify(url) + '; })();</' + 'script>';
+                document.body.appendChild(iframe);
+              }
+              frame('FromSameOrigin', false);
+              frame('FromSandboxed', true);
+            })();
+            </script></body></html>
+            """
+        try await BrowserHarness.run(pages: ["/": page]) { harness in
+            try await harness.wait(for: "both navigations") {
+                harness.bridge.snapshot.accepted + harness.bridge.rejections.values.reduce(0, +) == 2
+            }
+            #expect(harness.bridge.snapshot.accepted == 1)
+            #expect(harness.bridge.rejections == [.foreignOrigin: 1])
+            #expect(harness.bridge.snapshot.received == [harness.origin: 1, "null": 1])
+            let stored = try harness.tracker.store.events(limit: 10).map {
+                String(decoding: try $0.record.get().body, as: UTF8.self)
+            }
+            #expect(stored.count == 1 && stored.allSatisfy { $0.contains(#""event":"FromSameOrigin""#) })
+        }
+    }
 }

@@ -174,7 +174,10 @@ public final class WebViewHost: Sendable {
     /// The origin a `sensorsanalytics://` navigation of `frame` is credited with.
     ///
     /// A frame navigating itself has a document; a fresh iframe (the legacy SDK's way) has none yet,
-    /// and speaks for the document that created it. But a frame may also navigate its child frames,
+    /// and speaks for the document that created it. Only a frame with no origin recorded is taken for
+    /// a fresh one: a document with an opaque origin (`null`: a sandboxed or `srcdoc` iframe, a
+    /// `data:` document) speaks for itself, and is refused, as opaque origins always are; skipping it
+    /// would credit its navigation to its parent. But a frame may also navigate its child frames,
     /// and Chromium reports such a navigation with the child's frame id, not the initiator's: a foreign
     /// frame could embed a whitelisted page and navigate it to `sensorsanalytics://`. So every frame
     /// above must be whitelisted too: the navigation is credited with the first origin up the chain that
@@ -183,7 +186,7 @@ public final class WebViewHost: Sendable {
         frame: String, origins: [String: String], parents: [String: String], trusted: Set<String>
     ) -> String {
         var chain: [String] = []
-        if let own = origins[frame], own != "null" { chain.append(own) }
+        if let own = origins[frame] { chain.append(own) }
         var parent = parents[frame]
         while let id = parent, chain.count <= parents.count {
             chain.append(origins[id] ?? "null")
