@@ -2,10 +2,21 @@ import Foundation
 import TributaryJSON
 
 /// A JSON value, `Sendable`, for bridge messages and DevTools protocol traffic.
+///
+/// Numbers are read as the native `--properties` reads them (`PropertyValue.properties(fromJSON:)`):
+/// a whole number beyond ±2^53 within the 64-bit integers (`9007199254740993`) is an ``integer(_:)``,
+/// which a `Double` would round; a whole number beyond the 64-bit integers that is not the shortest
+/// decimal of its `Double` is an ``inexactInteger(_:)``, which the bridge refuses rather than store
+/// it with other digits; every other number is a ``number(_:)``.
 public enum JSON: Sendable, Equatable, Decodable {
     case null
     case bool(Bool)
     case number(Double)
+    /// A whole number beyond ±2^53 within the 64-bit integers: a `Double` would round it.
+    case integer(Int64)
+    /// A whole number beyond the 64-bit integers that a `Double` would store with other digits
+    /// (`18446744073709551617`), as `Decimal` reads it.
+    case inexactInteger(Decimal)
     case string(String)
     case array([JSON])
     case object([String: JSON])
@@ -72,10 +83,14 @@ public enum JSON: Sendable, Equatable, Decodable {
         return nil
     }
 
-    /// The number, if this is one.
+    /// The number, if this is one (an ``integer(_:)`` as the nearest `Double`; nil for an
+    /// ``inexactInteger(_:)``, which no `Double` holds).
     public var number: Double? {
-        if case .number(let n) = self { return n }
-        return nil
+        switch self {
+        case .number(let n): n
+        case .integer(let i): Double(i)
+        default: nil
+        }
     }
 
     /// The members, if this is an object.
@@ -91,8 +106,16 @@ public enum JSON: Sendable, Equatable, Decodable {
             self = .null
         } else if let b = try? c.decode(Bool.self) {
             self = .bool(b)
+        } else if let i = try? c.decode(Int64.self) {
+            self = i.magnitude > 1 << 53 ? .integer(i) : .number(Double(i))
         } else if let n = try? c.decode(Double.self) {
-            self = .number(n)
+            // Beyond Int64, a whole number is kept only if it is its double's shortest decimal
+            // (`Decimal(Double)` gives that), so that it is written back as it was given.
+            if let exact = try? c.decode(Decimal.self), Self.isWhole(exact), Decimal(n) != exact {
+                self = .inexactInteger(exact)
+            } else {
+                self = .number(n)
+            }
         } else if let s = try? c.decode(String.self) {
             self = .string(s)
         } else if let a = try? c.decode([JSON].self) {
@@ -102,12 +125,20 @@ public enum JSON: Sendable, Equatable, Decodable {
         }
     }
 
+    private static func isWhole(_ value: Decimal) -> Bool {
+        var rounded = Decimal()
+        var value = value
+        NSDecimalRound(&rounded, &value, 0, .plain)
+        return rounded == value
+    }
+
     /// A short name of the value's kind, for error messages (never the value itself).
     public var kindName: String {
         switch self {
         case .null: "null"
         case .bool: "a boolean"
-        case .number: "a number"
+        case .number, .integer: "a number"
+        case .inexactInteger: "a whole number beyond the 64-bit integers"
         case .string: "a string"
         case .array: "an array"
         case .object: "an object"
@@ -122,6 +153,8 @@ public enum JSON: Sendable, Equatable, Decodable {
         case .number(let n):
             if n == n.rounded(), abs(n) < 1e15 { return String(Int64(n)) }
             return n.isFinite ? n.description : "null"
+        case .integer(let i): return String(i)
+        case .inexactInteger(let d): return d.description
         case .string(let s): return Self.quoted(s)
         case .array(let items): return "[" + items.map(\.text).joined(separator: ",") + "]"
         case .object(let o):

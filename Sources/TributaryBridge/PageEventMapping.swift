@@ -77,8 +77,15 @@ public enum PageEventMapping {
         case .bool(let b): return .bool(b)
         case .string(let s): return .string(s)
         case .number(let n):
-            if n == n.rounded(), abs(n) < 9_007_199_254_740_992 { return .int(Int64(n)) }
+            if n == n.rounded(), abs(n) <= 9_007_199_254_740_992 { return .int(Int64(n)) }
             return .double(n)
+        case .integer(let i): return .int(i)
+        case .inexactInteger:
+            // As the native `--properties` refuses it (`TrackingError` `inexactNumber`).
+            throw BridgeRejection(
+                .invalidEvent, origin: origin,
+                "Property \(key) is a whole number beyond the 64-bit integers (±9223372036854775807) that a double "
+                    + "would store with other digits; send it as a string, or as a double's digits (1.8e19).")
         case .array(let items):
             var strings: [String] = []
             for item in items {

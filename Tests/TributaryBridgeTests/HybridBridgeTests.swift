@@ -198,6 +198,32 @@ struct HybridBridgeTests {
         }
     }
 
+    @Test("whole numbers keep their digits as --properties keeps them: exactly within Int64, beyond it a double's own")
+    func exactNumbers() async throws {
+        try await Self.withBridge { bridge, store in
+            let numbers = [
+                "above": "9007199254740993", "max": "9223372036854775807", "min": "-9223372036854775808",
+                "edge": "9007199254740992", "double": "100000000000000000000",
+            ]
+            var message = Self.message(Self.pageEvent(properties: numbers.mapValues { _ in .string("N") }))
+            for (key, digits) in numbers {
+                message = message.replacingOccurrences(of: #""\#(key)":"N""#, with: #""\#(key)":\#(digits)"#)
+            }
+            _ = try await bridge.receive(message, origin: Self.origin).get()
+            let body = String(decoding: try #require(try store.events(limit: 1).first).record.get().body, as: UTF8.self)
+            for key in ["above", "max", "min", "edge"] {
+                #expect(body.contains(#""\#(key)":\#(numbers[key]!)"#), "\(key) keeps its digits: \(body)")
+            }
+            let stored = try #require(try Self.storedBodies(store).first?.body["properties"] as? [String: Any])
+            #expect(stored["double"] as? Double == 1e20, "the shortest decimal of a double is that double")
+        }
+        #expect(JSON.parse(Array("9007199254740993".utf8)) == .integer(9_007_199_254_740_993))
+        #expect(JSON.parse(Array("9007199254740992".utf8)) == .number(9_007_199_254_740_992))
+        #expect(JSON.parse(Array("1e20".utf8)) == .number(1e20))
+        #expect(
+            JSON.parse(Array("18446744073709551617".utf8)) == .inexactInteger(Decimal(string: "18446744073709551617")!))
+    }
+
     @Test("a custom properties.$time is the event time; a too early one is ignored")
     func customTime() async throws {
         try await Self.withBridge { bridge, store in
@@ -273,6 +299,11 @@ struct HybridBridgeTests {
         Refused(name: "time 1e19", message: message(pageEvent(extra: ["time": .number(1e19)])), reason: .invalidEvent),
         Refused(name: "time -1e19", message: message(pageEvent(extra: ["time": .number(-1e19)])), reason: .invalidEvent),
         Refused(name: "time after 9999", message: message(pageEvent(extra: ["time": .number(1e17)])), reason: .invalidEvent),
+        // 2^64 + 1: a double would store 18446744073709551616, as `--properties` refuses it (inexactNumber).
+        Refused(
+            name: "whole number beyond Int64 a double changes",
+            message: message(pageEvent(properties: ["big": .inexactInteger(Decimal(string: "18446744073709551617")!)])),
+            reason: .invalidEvent),
         // Checked before the signup logs the group in: the login stays as it was.
         Refused(
             name: "signup with a bad lib key",
