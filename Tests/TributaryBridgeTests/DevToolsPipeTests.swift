@@ -2,6 +2,10 @@ import Foundation
 import Testing
 import Tributary
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 @testable import TributaryBridge
 
 /// The DevTools pipe: how it splits the browser's stream into frames, and its end.
@@ -67,5 +71,32 @@ struct DevToolsPipeTests {
             #expect(harness.bridge.rejections == [.messageTooLarge: 1])
             #expect(try harness.tracker.store.status().pendingEvents == 1)
         }
+    }
+
+    @Test("a killed browser: commands throw browserExited and this process lives on; after the stop none is written")
+    func killedBrowser() async throws {
+        let browser = try ChromiumProcess()
+        defer { browser.terminate() }
+        let (ends, end) = AsyncStream.makeStream(of: Void.self)
+        let pipe = DevToolsPipe(browser: browser, maxFrameBytes: 1 << 20) { message in
+            if message.method == DevToolsPipe.closedEvent { end.finish() }
+        }
+        _ = try await pipe.call("Browser.getVersion")
+        kill(browser.pid, SIGKILL)
+        for await _ in ends {}  // the reader saw the browser's end of the pipes close: it is gone
+
+        // Nobody reads the command pipe now: a write fails with EPIPE and raises SIGPIPE, whose
+        // default action would end this test process.
+        pipe.send("Browser.getVersion")
+        let written = #expect(throws: BrowserError.self) { try browser.commands.write(Array("{}".utf8) + [0]) }
+        #expect(written?.code == .browserExited)
+        let called = await #expect(throws: BrowserError.self) { try await pipe.call("Browser.getVersion") }
+        #expect(called?.code == .browserExited)
+
+        // Stopped: the fd is closed, and its number may be another file's by now; nothing is written to it.
+        browser.terminate()
+        let stopped = #expect(throws: BrowserError.self) { try browser.commands.write(Array("{}".utf8) + [0]) }
+        #expect(stopped?.code == .browserExited)
+        #expect(stopped?.message.contains("was stopped") == true, "\(String(describing: stopped))")
     }
 }

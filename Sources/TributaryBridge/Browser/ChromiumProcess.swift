@@ -47,7 +47,7 @@ public final class ChromiumProcess: Sendable {
     /// The child's process id.
     public let pid: pid_t
     /// The parent's end of the command pipe (Chromium's fd 3).
-    let commandFD: Int32
+    let commands: CommandPipe
     /// The parent's end of the reply pipe (Chromium's fd 4).
     let replyFD: Int32
     private let userDataDirectory: String
@@ -118,7 +118,7 @@ public final class ChromiumProcess: Sendable {
             throw BrowserError(.spawnFailed, "posix_spawn \(binary) failed: \(String(cString: strerror(rc))).")
         }
         pid = child
-        commandFD = commands[1]
+        self.commands = CommandPipe(fd: commands[1])
         replyFD = replies[0]
         userDataDirectory = profile
     }
@@ -130,7 +130,7 @@ public final class ChromiumProcess: Sendable {
             return !done
         }
         guard first else { return }
-        close(commandFD)
+        commands.close()
         kill(pid, SIGTERM)
         var status: Int32 = 0
         var waited = 0
@@ -143,4 +143,77 @@ public final class ChromiumProcess: Sendable {
     }
 
     deinit { terminate() }
+}
+
+/// The parent's end of the browser's command pipe.
+///
+/// Writes and the close take one lock, and a write after the close throws instead of reaching the
+/// fd number, which by then another file or socket of this process may have. A write to a browser
+/// that died fails with `EPIPE` and does not raise SIGPIPE (see ``writeAll(_:_:)``).
+final class CommandPipe: Sendable {
+    private let fd: Mutex<Int32?>
+
+    init(fd: Int32) { self.fd = Mutex(fd) }
+
+    /// Writes `bytes` whole; throws ``BrowserError/Code-swift.struct/browserExited`` when the pipe was
+    /// closed (``close()``, the browser stopped) or the browser is gone.
+    func write(_ bytes: [UInt8]) throws(BrowserError) {
+        try fd.withLock { fd throws(BrowserError) in
+            guard let open = fd else {
+                throw BrowserError(.browserExited, "The browser was stopped; its DevTools pipe is closed.")
+            }
+            let error = Self.writeAll(open, bytes)
+            guard error == 0 else {
+                throw BrowserError(
+                    .browserExited,
+                    "Writing to the browser's DevTools pipe failed (\(String(cString: strerror(error)))): "
+                        + "the browser exited.")
+            }
+        }
+    }
+
+    /// Closes the pipe (once); later writes throw.
+    func close() {
+        fd.withLock { fd in
+            if let open = fd { Glibc.close(open) }
+            fd = nil
+        }
+    }
+
+    /// Writes all of `bytes` to `fd`; returns 0, or the `errno` of the write that failed.
+    ///
+    /// A write to a pipe whose reader is gone (the browser died) fails with `EPIPE` and raises
+    /// SIGPIPE, whose default action ends the whole app. `MSG_NOSIGNAL` exists only for sockets, and
+    /// ignoring SIGPIPE (`SIG_IGN`) would change the process-wide disposition under an app that may
+    /// rely on its own; so SIGPIPE is blocked in this thread for the write only, and the one the
+    /// failed write raised is taken (`sigtimedwait`, without waiting) before the mask is restored,
+    /// unless one was pending already (that one is not ours to take).
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Int32 {
+        var pipeSignal = sigset_t()
+        sigemptyset(&pipeSignal)
+        sigaddset(&pipeSignal, SIGPIPE)
+        var previous = sigset_t()
+        pthread_sigmask(SIG_BLOCK, &pipeSignal, &previous)
+        defer { pthread_sigmask(SIG_SETMASK, &previous, nil) }
+        var pending = sigset_t()
+        sigpending(&pending)
+        let pendingBefore = sigismember(&pending, SIGPIPE) == 1
+
+        var failure: Int32 = 0
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 {
+                failure = n < 0 ? errno : EPIPE
+                break
+            }
+            offset += n
+        }
+        if failure == EPIPE && !pendingBefore {
+            var noWait = timespec(tv_sec: 0, tv_nsec: 0)
+            while sigtimedwait(&pipeSignal, nil, &noWait) < 0 && errno == EINTR {}
+        }
+        return failure
+    }
 }

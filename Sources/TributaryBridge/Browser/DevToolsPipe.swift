@@ -32,7 +32,6 @@ final class DevToolsPipe: Sendable {
 
     private let browser: ChromiumProcess
     private let state = Mutex(State())
-    private let writeLock = Mutex(())
 
     /// - Parameter maxFrameBytes: the largest frame read; a longer one is skipped up to its NUL and
     ///   reported as a ``frameTooLargeEvent`` (see ``FrameSplitter``).
@@ -48,14 +47,15 @@ final class DevToolsPipe: Sendable {
         thread.start()
     }
 
-    /// Sends a command without waiting for its reply.
+    /// Sends a command without waiting for its reply. A command to a browser that is gone is dropped:
+    /// the reader reports the end (``closedEvent``).
     @discardableResult
     func send(_ method: String, _ params: [String: JSON] = [:], session: String? = nil) -> Int {
         let id = state.withLock { state in
             defer { state.nextID += 1 }
             return state.nextID
         }
-        write(id: id, method: method, params: params, session: session)
+        try? write(id: id, method: method, params: params, session: session)
         return id
     }
 
@@ -72,23 +72,20 @@ final class DevToolsPipe: Sendable {
                 continuation.resume(throwing: BrowserError(.browserExited, "The browser closed its DevTools pipe."))
                 return
             }
-            write(id: id, method: method, params: params, session: session)
+            do {
+                try write(id: id, method: method, params: params, session: session)
+            } catch {
+                // Unless the reader, seeing the pipe close, has failed it already.
+                let waiting = state.withLock { $0.waiting.removeValue(forKey: id) }
+                waiting?.resume(throwing: error)
+            }
         }
     }
 
-    private func write(id: Int, method: String, params: [String: JSON], session: String?) {
+    private func write(id: Int, method: String, params: [String: JSON], session: String?) throws(BrowserError) {
         var message: [String: JSON] = ["id": .number(Double(id)), "method": .string(method), "params": .object(params)]
         if let session { message["sessionId"] = .string(session) }
-        let bytes = Array(JSON.object(message).text.utf8) + [0]
-        writeLock.withLock { _ in
-            var offset = 0
-            while offset < bytes.count {
-                let n = bytes[offset...].withUnsafeBytes { Glibc.write(browser.commandFD, $0.baseAddress, $0.count) }
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { return }  // the browser is gone; the reader reports it
-                offset += n
-            }
-        }
+        try browser.commands.write(Array(JSON.object(message).text.utf8) + [0])
     }
 
     private func readLoop(fd: Int32, maxFrameBytes: Int, onMessage: @Sendable (DevToolsMessage) -> Void) {
