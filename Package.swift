@@ -53,11 +53,13 @@ let package = Package(
         // Automatic tracking any UI toolkit can feed: lifecycle, sessions, page views, clicks, exposure,
         // timings, crashes.
         .target(name: "TributaryAutoTrack", dependencies: ["Tributary", "CTributaryCrash"], swiftSettings: strict),
+        // System calls the bridge's browser host needs that the Glibc module does not declare (pipe2).
+        .target(name: "CTributaryBridge"),
         // The hybrid (H5) bridge: message protocol, verification, enrichment, and a headless Chromium host.
         .target(
             name: "TributaryBridge",
             dependencies: [
-                "Tributary", "TributaryStore", "TributaryJSON",
+                "Tributary", "TributaryStore", "TributaryJSON", "CTributaryBridge",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],

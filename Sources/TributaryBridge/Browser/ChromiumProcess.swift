@@ -1,3 +1,4 @@
+import CTributaryBridge
 import Foundation
 import Synchronization
 
@@ -79,16 +80,16 @@ public final class ChromiumProcess: Sendable {
             .appendingPathComponent("tributary-chromium-\(UUID().uuidString.prefix(8))").path
         var commands: [Int32] = [-1, -1]
         var replies: [Int32] = [-1, -1]
-        guard pipe(&commands) == 0 else {
-            throw BrowserError(.spawnFailed, "pipe failed: \(String(cString: strerror(errno))).")
+        // Close-on-exec from their creation, so no other child this process spawns inherits the
+        // browser's pipes: set afterwards (fcntl), a spawn on another thread in between would.
+        guard tributary_pipe2(&commands, O_CLOEXEC) == 0 else {
+            throw BrowserError(.spawnFailed, "pipe2 failed: \(String(cString: strerror(errno))).")
         }
-        guard pipe(&replies) == 0 else {
+        guard tributary_pipe2(&replies, O_CLOEXEC) == 0 else {
             close(commands[0])
             close(commands[1])
-            throw BrowserError(.spawnFailed, "pipe failed: \(String(cString: strerror(errno))).")
+            throw BrowserError(.spawnFailed, "pipe2 failed: \(String(cString: strerror(errno))).")
         }
-        // Close-on-exec, so no other child this process spawns inherits the browser's pipes.
-        for fd in commands + replies { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         // In a container there is no user namespace for Chromium's sandbox and no GPU.
         let arguments =
             [
