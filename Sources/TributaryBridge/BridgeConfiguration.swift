@@ -7,7 +7,15 @@ public struct BridgeConfiguration: Sendable {
     public var serverURL: String
     /// Origins (`scheme://host[:port]`) whose frames may send events. A frame of any other origin,
     /// main frame or iframe, is rejected with ``BridgeRejection/Reason/foreignOrigin``.
-    public var allowedOrigins: Set<String>
+    ///
+    /// Normalised whenever set (lower case, no trailing slash, no default port). An opaque origin
+    /// (`null`) is never trusted and is left out: it is what every sandboxed, `srcdoc` or `data:`
+    /// document has, whatever page embeds it, and what the host calls a context it does not know.
+    public var allowedOrigins: Set<String> {
+        get { trustedOrigins }
+        set { trustedOrigins = Self.trusted(newValue) }
+    }
+    private var trustedOrigins: Set<String>
     /// Further server URLs whose host and `project` are accepted too (the JS SDK's
     /// `app_js_bridge.white_list`). Default none.
     public var allowedServerURLs: [String] = []
@@ -17,7 +25,20 @@ public struct BridgeConfiguration: Sendable {
     /// A configuration for an app whose server is `serverURL`, trusting frames of `allowedOrigins`.
     public init(serverURL: String, allowedOrigins: Set<String>) {
         self.serverURL = serverURL
-        self.allowedOrigins = Set(allowedOrigins.map(Self.normalizedOrigin))
+        trustedOrigins = Self.trusted(allowedOrigins)
+    }
+
+    /// `origins` normalised, without opaque ones.
+    private static func trusted(_ origins: Set<String>) -> Set<String> {
+        Set(origins.filter { !isOpaque($0) }.map(normalizedOrigin))
+    }
+
+    /// Whether `origin` is opaque, or names no host: `null` as the web writes it, `://` as Chromium
+    /// reports it, empty, or anything else without a scheme and a host around `://`.
+    static func isOpaque(_ origin: String) -> Bool {
+        guard let separator = origin.range(of: "://") else { return true }
+        return separator.lowerBound == origin.startIndex
+            || origin[separator.upperBound...].allSatisfy { $0 == "/" }
     }
 
     /// The user-agent marker of the legacy channel: ` /sa-sdk-ios/sensors-verify/<host>?<project>`.

@@ -183,6 +183,12 @@ public final class HybridBridge: Sendable {
     }
 
     private func checkOrigin(_ origin: String) throws(BridgeRejection) {
+        guard !BridgeConfiguration.isOpaque(origin) else {
+            throw BridgeRejection(
+                .foreignOrigin, origin: origin,
+                "The frame's origin is opaque (a sandboxed, srcdoc or data: document, or an unknown context); "
+                    + "opaque origins are never trusted.")
+        }
         guard configuration.allowedOrigins.contains(origin) else {
             throw BridgeRejection(
                 .foreignOrigin, origin: origin, "The frame's origin is not on the bridge's whitelist.")

@@ -370,6 +370,30 @@ struct HybridBridgeTests {
         #expect(configuration.allowedOrigins == ["http://example.com"])
     }
 
+    @Test("opaque origins are never trusted, even when listed; origins are normalised when assigned too")
+    func opaqueOriginsNeverTrusted() async throws {
+        var configuration = BridgeConfiguration(serverURL: Self.server, allowedOrigins: ["null", "://", Self.origin])
+        #expect(configuration.allowedOrigins == [Self.origin])
+        configuration.allowedOrigins = ["HTTP://Example.com:80/", "NULL", ""]
+        #expect(configuration.allowedOrigins == ["http://example.com"])
+        configuration.allowedOrigins.insert("HTTPS://Example.com:443")
+        #expect(configuration.allowedOrigins == ["http://example.com", "https://example.com"])
+
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .hybrid))
+            var listed = BridgeConfiguration(serverURL: Self.server, allowedOrigins: [Self.origin])
+            listed.allowedOrigins.insert("null")
+            var logger = Logger(label: "tributary.bridge")
+            logger.logLevel = .critical
+            let bridge = HybridBridge(tracker: tracker, configuration: listed, logger: logger)
+            for origin in ["null", "://", ""] {
+                let result = await bridge.receive(Self.message(Self.pageEvent()), origin: origin)
+                #expect(Self.reason(result) == .foreignOrigin, "origin '\(origin)': \(result)")
+            }
+            #expect(try tracker.store.status().pendingEvents == 0)
+        }
+    }
+
     @Test("JSON keeps booleans and numbers apart")
     func jsonKinds() {
         #expect(

@@ -110,7 +110,8 @@ public final class WebViewHost: Sendable {
             case "Runtime.executionContextCreated":
                 guard let context = body["context"], let id = context["id"]?.number else { continue }
                 // Chromium reports an opaque origin (data:, sandboxed frames) as "://"; the web calls it "null".
-                let origin = context["origin"]?.string.flatMap { Self.isOpaque($0) ? nil : $0 } ?? "null"
+                let origin =
+                    context["origin"]?.string.flatMap { BridgeConfiguration.isOpaque($0) ? nil : $0 } ?? "null"
                 contextOrigins["\(session)#\(Int(id))"] = origin
                 if context["auxData"]?["isDefault"] == .bool(true), let frame = context["auxData"]?["frameId"]?.string {
                     frameOrigins[frame] = origin
@@ -168,8 +169,6 @@ public final class WebViewHost: Sendable {
             ["autoAttach": .bool(true), "waitForDebuggerOnStart": .bool(true), "flatten": .bool(true)], session: session
         )
     }
-
-    private static func isOpaque(_ origin: String) -> Bool { origin == "null" || origin == "://" || origin.isEmpty }
 
     /// The origin a `sensorsanalytics://` navigation of `frame` is credited with.
     ///
