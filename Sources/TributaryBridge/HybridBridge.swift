@@ -25,12 +25,17 @@ public final class HybridBridge: Sendable {
 
     /// What the bridge has seen so far.
     public struct Counts: Sendable, Equatable {
-        /// Messages received, by origin (accepted and rejected).
+        /// Messages received, by origin (accepted and rejected), counted when their handling starts:
+        /// a message still being verified or committed is here, not yet in ``accepted`` or ``rejected``.
         public var received: [String: Int] = [:]
         /// Events accepted and durably recorded.
         public var accepted = 0
         /// Rejections by reason.
         public var rejected: [BridgeRejection.Reason: Int] = [:]
+
+        /// Messages whose handling has finished: accepted (durably recorded) or rejected. Wait for this
+        /// to reach the number of messages sent, not ``received``, before reading ``accepted``.
+        public var handled: Int { accepted + rejected.values.reduce(0, +) }
     }
 
     /// The call type of an event message.

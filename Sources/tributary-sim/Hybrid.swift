@@ -108,7 +108,8 @@ struct Hybrid: AsyncParsableCommand {
             extra: "&frames=\(Self.encoded(frames.joined(separator: " ")))")
     }
 
-    /// Waits until every frame reported and the bridge has handled as many messages as they posted.
+    /// Waits until every frame reported and the bridge has handled as many messages as they posted:
+    /// finished handling them (`handled`), the last accepted one committed, not merely received.
     private func waitForPages(roles: [String], servers: [PageServer], bridge: HybridBridge) async throws
         -> HybridBridge.Counts
     {
@@ -117,7 +118,7 @@ struct Hybrid: AsyncParsableCommand {
             let reported = servers.reduce(into: [String: Int]()) { $0.merge($1.reported) { a, _ in a } }
             let counts = bridge.snapshot
             if roles.allSatisfy({ reported[$0] != nil }),
-                counts.received.values.reduce(0, +) >= reported.values.reduce(0, +)
+                counts.handled >= reported.values.reduce(0, +)
             {
                 return counts
             }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import Testing
 import Tributary
 import TributaryStore
@@ -113,6 +114,28 @@ struct HybridBridgeTests {
             #expect(properties["price"] as? Double == 9.5)
             #expect(properties["$screen_width"] as? Int == 390)
             #expect(bridge.snapshot.accepted == 1)
+        }
+    }
+
+    @Test("a message counts as handled once its event is committed, not when it is received")
+    func handledAfterCommit() async throws {
+        try await Self.withBridge { bridge, store in
+            // The dynamic super properties are computed while the event is prepared: hold it there.
+            let gate = Mutex((entered: false, released: false))
+            bridge.tracker.registerDynamicSuperProperties {
+                gate.withLock { $0.entered = true }
+                while !gate.withLock({ $0.released }) { usleep(1000) }
+                return [:]
+            }
+            let handling = Task { await bridge.receive(Self.message(Self.pageEvent()), origin: Self.origin) }
+            while !gate.withLock({ $0.entered }) { try await Task.sleep(for: .milliseconds(5)) }
+            let during = bridge.snapshot
+            #expect(during.received == [Self.origin: 1])
+            #expect(during.handled == 0, "received, but not yet committed")
+            gate.withLock { $0.released = true }
+            _ = try await handling.value.get()
+            #expect(bridge.snapshot.handled == 1 && bridge.snapshot.accepted == 1)
+            #expect(try store.status().pendingEvents == 1)
         }
     }
 
