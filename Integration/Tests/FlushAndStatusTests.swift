@@ -85,14 +85,14 @@ struct FlushAndStatusTests {
                 // 60 times shorter than the interval: a flush that waited for it would take 600 s.
                 #expect(Date().timeIntervalSince(flushedAt) < 10, "a flush must not wait for the 600 s interval")
 
-                // The status file is written once a second: read it until it shows the deliveries.
+                // The status file is written once a second: read it until it shows the deliveries, idle.
                 var agentStatus: [String: Any] = [:]
                 let readFrom = Date()
                 repeat {
                     let status = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
                     let json = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
                     agentStatus = json?["agent"] as? [String: Any] ?? [:]
-                    if agentStatus["delivered"] as? Int == 25 { break }
+                    if agentStatus["delivered"] as? Int == 25, agentStatus["state"] as? String == "idle" { break }
                     try await Task.sleep(for: .milliseconds(200))
                 } while Date().timeIntervalSince(readFrom) < 30
                 #expect(agentStatus["delivered"] as? Int == 25)
