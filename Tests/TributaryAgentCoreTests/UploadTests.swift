@@ -308,7 +308,7 @@ struct UploadTests {
     }
 
     // docs/wire-formats.md: on 401 everything is kept, uploads halt, and the agent retries at the backoff
-    // cap, re-reading --auth-token-file, so a token fixed on disk takes effect without a restart.
+    // cap, reading --auth-token-file before each retry, so a token fixed on disk takes effect without a restart.
     @Test("a wrong token halts uploads on 401, keeping every event; the corrected file is read again and all arrive in order, once")
     func bearerTokenCorrected() async throws {
         try await withTemporaryGroup { group in
