@@ -65,9 +65,13 @@ extension Tracker {
         let launch = try DeepLink.launch(for: url)
         let newChannel = !launch.latestProperties.isEmpty
         // A link with its own channel: its launch event carries that channel's `$utm_*` only, not the
-        // previous link's `$latest_utm_*` beside them; the new set applies from the next event on.
-        if newChannel { replaceLaunchProperties(prefix: "$latest_utm_", with: [:]) }
-        defer { if newChannel { replaceLaunchProperties(prefix: "$latest_utm_", with: launch.latestProperties) } }
-        return try await track(DeepLink.launchEvent, properties: properties.merging(launch.eventProperties) { $1 })
+        // previous link's `$latest_utm_*` beside them; the new set applies from the next event on. Other
+        // events meanwhile keep the previous set.
+        let prepared = try prepare(
+            DeepLink.launchEvent, properties: properties.merging(launch.eventProperties) { $1 },
+            withoutLaunchPrefix: newChannel ? "$latest_utm_" : nil)
+        let receipt = try await committer.commit(prepared)
+        if newChannel { replaceLaunchProperties(prefix: "$latest_utm_", with: launch.latestProperties) }
+        return receipt
     }
 }

@@ -177,14 +177,22 @@ public final class Tracker: Sendable {
         return await committer.enqueue(prepared)
     }
 
+    /// `withoutLaunchPrefix`: this launch's properties with that prefix are left out of this event.
     func prepare(
         _ event: String, properties: [String: PropertyValue], libMethod: StaticString = "code",
-        moment: EventMoment? = nil
+        moment: EventMoment? = nil, withoutLaunchPrefix: String? = nil
     ) throws -> PreparedEvent {
         try EventRules.validateEventName(event)
         let sorted = JSONWriter.sortedMembers(hooks.withDynamicProperties(properties))
         for (key, value) in sorted { try EventRules.validateProperty(key, value) }
-        let base = state.withLock { $0.base }
+        let base = state.withLock { state in
+            guard let prefix = withoutLaunchPrefix, state.launchProperties.keys.contains(where: { $0.hasPrefix(prefix) })
+            else { return state.base }
+            var without = state
+            without.launchProperties = state.launchProperties.filter { !$0.key.hasPrefix(prefix) }
+            without.rebase(presets: presets)
+            return without.base
+        }
         var prepared = EventEncoder.prepare(
             event: event, properties: sorted, base: base, libMethod: libMethod,
             wallTimeMillis: moment?.wallTimeMillis ?? configuration.wallMillis(),

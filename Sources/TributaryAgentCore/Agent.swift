@@ -349,6 +349,8 @@ public final class Agent: Service, Sendable {
                         session.updateToken(token)
                     }
                     heartbeat.requestStarted(timeout: timeout)
+                    // Read before the upload task starts: it counts its requests as it sends them.
+                    let requestsBefore = session.requestsSent
                     let uploaded = DoneFlag()
                     let drainOver = DoneFlag()
                     async let upload = uploadSteps(
@@ -356,7 +358,6 @@ public final class Agent: Service, Sendable {
                         done: uploaded)
                     // While the collector works on the batch, keep draining, chunk by chunk, until it answers
                     // (and the next batches, if they follow at once, are answered too).
-                    let requestsBefore = session.requestsSent
                     let drainedDuring = isStopping ? 0 : try drainWhile({ !uploaded.isSet }, &loop)
                     drainOver.set()
                     loop.report.drained += drainedDuring

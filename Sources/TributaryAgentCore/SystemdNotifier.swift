@@ -25,48 +25,32 @@ public struct SystemdNotifier: Sendable {
     /// `WATCHDOG=1`.
     public func watchdog() { send("WATCHDOG=1") }
     /// Runs `work` (a long start-up step: an outbox migration) while keeping systemd's start timeout
-    /// from expiring: `EXTEND_TIMEOUT_USEC=` for 60 s now and every 20 s until `work` returns. A step
-    /// that hangs is not kept alive by a timer alone forever: SQLite's waits are bounded.
+    /// from expiring: `EXTEND_TIMEOUT_USEC=` for 60 s now and every 20 s (on the monotonic clock)
+    /// until `work` returns, for at most 30 minutes: a step stuck that long (in I/O) is left to the
+    /// start timeout.
     public func extendingStart<T>(status: String, _ work: () throws -> T) rethrows -> T {
         let extension_ = "EXTEND_TIMEOUT_USEC=\(Self.startExtension.components.seconds * 1_000_000)"
         guard send("STATUS=\(status)\n" + extension_) else { return try work() }
-        let done = DoneSignal()
+        let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread { [self] in
-            while !done.wait(seconds: 20) { send(extension_) }
+            for _ in 0..<Self.maxStartExtensions {
+                guard done.wait(timeout: .now() + 20) == .timedOut else { return }
+                send(extension_)
+            }
         }
-        defer { done.set() }
+        defer { done.signal() }
         return try work()
     }
 
     /// How far each extension of the start timeout reaches.
     static let startExtension: Duration = .seconds(60)
+    /// Extensions after the first, 20 s apart: 30 minutes in all.
+    static let maxStartExtensions = 90
 
     /// `STOPPING=1`, and `EXTEND_TIMEOUT_USEC=` so systemd waits for the stop budget.
     public func stopping(extendBy: Duration?) {
         var message = "STOPPING=1\nSTATUS=stopping"
         if let extendBy { message += "\nEXTEND_TIMEOUT_USEC=\(Int64(extendBy.seconds * 1_000_000))" }
         send(message)
-    }
-}
-
-/// A one-time signal a thread can wait on with a timeout.
-private final class DoneSignal: Sendable {
-    private let condition = NSCondition()
-    private nonisolated(unsafe) var isSet = false  // guarded by `condition`
-
-    func set() {
-        condition.lock()
-        isSet = true
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    /// Waits until set or `seconds` pass; returns whether it was set.
-    func wait(seconds: Double) -> Bool {
-        condition.lock()
-        defer { condition.unlock() }
-        let deadline = Date().addingTimeInterval(seconds)
-        while !isSet, condition.wait(until: deadline) {}
-        return isSet
     }
 }

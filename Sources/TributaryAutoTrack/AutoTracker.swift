@@ -132,11 +132,14 @@ public final class AutoTracker: Sendable {
     /// on: the error is thrown after the handlers are in place, and the records wait for the next start.
     @discardableResult
     public func start() throws -> [TrackReceipt] {
-        try crashLog.setAside()
+        // Capture goes on even when the records cannot be set aside: a record then left in the file is
+        // tracked at a later start, under the same event ids.
+        let setAside = Result { try crashLog.setAside() }
         if configuration.captureCrashes {
             try crashLog.install(bootID: .current)
             publishCrashContext()
         }
+        try setAside.get()
         var receipts: [TrackReceipt] = []
         for record in try crashLog.readSetAside() {
             let effects = LifecycleMachine.crashEffects(
@@ -243,17 +246,22 @@ public final class AutoTracker: Sendable {
         publishCrashContext()
         var receipts: [TrackReceipt] = []
         var firstError: (any Error)?
+        var lastTrackFailed = false
         for action in actions {
             do {
                 switch action {
                 case .track(let event, let properties, let undo):
                     do {
                         receipts.append(try tracker.trackAutomatic(event, properties: properties))
+                        lastTrackFailed = false
                     } catch {
+                        lastTrackFailed = true
                         if let undo { self.undo(undo) }
                         throw error
                     }
                 case .markLaunched:
+                    // It follows the first `$AppStart`: refused, that start is owed to the next launch.
+                    guard !lastTrackFailed else { continue }
                     try tracker.store.setConfiguration(Self.launchedKey, json: "true")
                 case .pauseTimers:
                     tracker.enterBackground()

@@ -9,7 +9,7 @@ public struct BridgeConfiguration: Sendable {
     /// main frame or iframe, is rejected with ``BridgeRejection/Reason/foreignOrigin``.
     ///
     /// Normalised whenever set (lower case, no trailing slash, no default port). An opaque origin
-    /// (`null`) is never trusted and is left out: it is what every sandboxed, `srcdoc` or `data:`
+    /// (`null`) is never trusted and is left out: it is what every sandboxed (`srcdoc` or not) or `data:`
     /// document has, whatever page embeds it, and what the host calls a context it does not know.
     public var allowedOrigins: Set<String> {
         get { trustedOrigins }

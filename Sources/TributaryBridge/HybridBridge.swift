@@ -191,7 +191,7 @@ public final class HybridBridge: Sendable {
         guard !BridgeConfiguration.isOpaque(origin) else {
             throw BridgeRejection(
                 .foreignOrigin, origin: origin,
-                "The frame's origin is opaque (a sandboxed, srcdoc or data: document, or an unknown context); "
+                "The frame's origin is opaque (a sandboxed or data: document, or an unknown context); "
                     + "opaque origins are never trusted.")
         }
         guard configuration.allowedOrigins.contains(origin) else {

@@ -22,7 +22,7 @@ public enum AgentChannel {
         send("flush", to: groupDirectory + "/" + socketFile)
     }
 
-    static func send(_ message: String, to path: String) -> Bool {
+    package static func send(_ message: String, to path: String) -> Bool {
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { close(fd) }

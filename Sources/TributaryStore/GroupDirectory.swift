@@ -26,6 +26,11 @@ enum GroupDirectory {
         guard st.st_mode & S_IFMT == S_IFDIR else {
             throw StoreError(.insecureDirectory, "The group path \(path) exists but is not a directory.")
         }
+        // A directory of an earlier release (mode 0770) gets the set-group-ID bit from its owner, as a new
+        // one has it (see makeDirectories).
+        if st.st_mode & S_ISGID == 0, st.st_uid == geteuid() {
+            chmod(path, mode_t(st.st_mode & 0o7777) | S_ISGID)
+        }
         if st.st_mode & S_IWOTH != 0 {
             let mode = String(st.st_mode & 0o7777, radix: 8)
             throw StoreError(

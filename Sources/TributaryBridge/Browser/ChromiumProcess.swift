@@ -131,7 +131,9 @@ public final class ChromiumProcess: Sendable {
             return !done
         }
         guard first else { return }
-        commands.close()
+        // The browser first: a write blocked on a browser that stopped reading holds the command pipe's
+        // lock, and is released only when the browser's end closes (EPIPE). Closing first would wait on
+        // that lock for ever, and the browser would never be signalled.
         kill(pid, SIGTERM)
         var status: Int32 = 0
         var waited = 0
@@ -140,6 +142,7 @@ public final class ChromiumProcess: Sendable {
             usleep(10_000)
             waited += 1
         }
+        commands.close()
         try? FileManager.default.removeItem(atPath: userDataDirectory)
     }
 

@@ -174,7 +174,7 @@ public final class WebViewHost: Sendable {
     ///
     /// A frame navigating itself has a document; a fresh iframe (the legacy SDK's way) has none yet,
     /// and speaks for the document that created it. Only a frame with no origin recorded is taken for
-    /// a fresh one: a document with an opaque origin (`null`: a sandboxed or `srcdoc` iframe, a
+    /// a fresh one: a document with an opaque origin (`null`: a sandboxed iframe, `srcdoc` or not, a
     /// `data:` document) speaks for itself, and is refused, as opaque origins always are; skipping it
     /// would credit its navigation to its parent. But a frame may also navigate its child frames,
     /// and Chromium reports such a navigation with the child's frame id, not the initiator's: a foreign
