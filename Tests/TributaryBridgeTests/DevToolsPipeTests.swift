@@ -99,4 +99,38 @@ struct DevToolsPipeTests {
         #expect(stopped?.code == .browserExited)
         #expect(stopped?.message.contains("was stopped") == true, "\(String(describing: stopped))")
     }
+
+    // A browser that hangs (stuck at start, or an executable that is no Chromium) held open() for ever;
+    // and stopping it closed the command pipe first, whose lock a write blocked on the full pipe held.
+    @Test("a browser that never answers: a call times out, and the stop ends it while a write to it is blocked",
+          .timeLimit(.minutes(1)))
+    func hungBrowser() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tributary-hung-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let fake = directory + "/chromium"
+        try "#!/bin/sh\nexec sleep 600\n".write(toFile: fake, atomically: true, encoding: .utf8)
+        chmod(fake, 0o755)
+        let browser = try ChromiumProcess(executable: fake)
+        defer { browser.terminate() }
+        let pipe = DevToolsPipe(browser: browser, maxFrameBytes: 1 << 20) { _ in }
+        let error = await #expect(throws: BrowserError.self) {
+            try await pipe.call("Browser.getVersion", timeout: .milliseconds(300))
+        }
+        #expect(error?.code == .timedOut)
+
+        // 1 MiB nobody reads: the write fills the pipe and blocks, holding the pipe's lock.
+        let writeEnded = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            try? browser.commands.write([UInt8](repeating: 0x20, count: 1 << 20))
+            writeEnded.signal()
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        let clock = ContinuousClock()
+        let began = clock.now
+        browser.terminate()
+        #expect(clock.now - began < .seconds(10), "the stop waited on the blocked write")
+        #expect(writeEnded.wait(timeout: .now() + 10) == .success, "the blocked write never ended")
+        #expect(kill(browser.pid, 0) != 0, "the browser still runs")
+    }
 }

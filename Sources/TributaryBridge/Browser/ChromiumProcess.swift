@@ -22,6 +22,8 @@ public struct BrowserError: Error, CustomStringConvertible, Sendable {
         public static let browserExited = Code(rawValue: "browserExited")
         /// The browser answered a DevTools command with an error.
         public static let protocolError = Code(rawValue: "protocolError")
+        /// The browser did not answer a DevTools command in time (it hangs, or is not a Chromium).
+        public static let timedOut = Code(rawValue: "timedOut")
     }
 
     /// What went wrong.

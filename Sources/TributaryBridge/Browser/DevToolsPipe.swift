@@ -59,8 +59,11 @@ final class DevToolsPipe: Sendable {
         return id
     }
 
-    /// Sends a command and returns its result.
-    func call(_ method: String, _ params: [String: JSON] = [:], session: String? = nil) async throws -> JSON {
+    /// Sends a command and returns its result; throws ``BrowserError/Code-swift.struct/timedOut`` when
+    /// no answer comes within `timeout`.
+    func call(
+        _ method: String, _ params: [String: JSON] = [:], session: String? = nil, timeout: Duration = .seconds(30)
+    ) async throws -> JSON {
         try await withCheckedThrowingContinuation { continuation in
             let id: Int? = state.withLock { state in
                 guard !state.closed else { return nil }
@@ -71,6 +74,14 @@ final class DevToolsPipe: Sendable {
             guard let id else {
                 continuation.resume(throwing: BrowserError(.browserExited, "The browser closed its DevTools pipe."))
                 return
+            }
+            // A browser that hangs (or an executable that is no Chromium) must not hold the caller for ever.
+            Task { [weak self] in
+                try? await Task.sleep(for: timeout)
+                guard let waiting = self?.state.withLock({ $0.waiting.removeValue(forKey: id) }) else { return }
+                waiting.resume(
+                    throwing: BrowserError(
+                        .timedOut, "The browser did not answer DevTools command \(method) within \(timeout)."))
             }
             do {
                 try write(id: id, method: method, params: params, session: session)

@@ -66,14 +66,17 @@ public final class WebViewHost: Sendable {
     }
 
     /// Opens a page (a new tab) at `url`. Call ``run()`` concurrently; it handles what the page sends.
-    public func open(_ url: String) async throws {
-        let version = try await pipe.call("Browser.getVersion")
+    /// - Throws: ``BrowserError`` `timedOut` when the browser does not answer one of the three DevTools
+    ///   commands this takes within `timeout` each (default 30 s), `browserExited` when it is gone.
+    public func open(_ url: String, timeout: Duration = .seconds(30)) async throws {
+        let version = try await pipe.call("Browser.getVersion", timeout: timeout)
         let userAgent = (version["userAgent"]?.string ?? "Mozilla/5.0") + configuration.userAgentMarker
         userAgentOverride.set(userAgent)
         _ = try await pipe.call(
             "Target.setAutoAttach",
-            ["autoAttach": .bool(true), "waitForDebuggerOnStart": .bool(true), "flatten": .bool(true)])
-        _ = try await pipe.call("Target.createTarget", ["url": .string(url)])
+            ["autoAttach": .bool(true), "waitForDebuggerOnStart": .bool(true), "flatten": .bool(true)],
+            timeout: timeout)
+        _ = try await pipe.call("Target.createTarget", ["url": .string(url)], timeout: timeout)
     }
 
     private let userAgentOverride = SendableBox<String>("")
