@@ -73,6 +73,33 @@ struct DevToolsPipeTests {
         }
     }
 
+    /// `/proc/PID/stat`: the state letter and the parent's pid.
+    static func stat(_ pid: pid_t) -> (state: Character, parent: pid_t)? {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = text.lastIndex(of: ")")
+        else { return nil }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 1, let state = fields[0].first, let parent = pid_t(fields[1]) else { return nil }
+        return (state, parent)
+    }
+
+    /// Every process below `root`, from /proc.
+    static func descendants(of root: pid_t) -> [pid_t] {
+        let all = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { pid_t($0) }
+        let parents = Dictionary(uniqueKeysWithValues: all.compactMap { pid in stat(pid).map { (pid, $0.parent) } })
+        return all.filter { pid in
+            var current = pid
+            while let parent = parents[current], parent > 1 {
+                if parent == root { return true }
+                current = parent
+            }
+            return false
+        }
+    }
+
+    /// Those of `pids` that still run (a zombie does not).
+    static func running(_ pids: [pid_t]) -> [pid_t] { pids.filter { stat($0).map { $0.state != "Z" } ?? false } }
+
     @Test("a killed browser: commands throw browserExited and this process lives on; after the stop none is written")
     func killedBrowser() async throws {
         let browser = try ChromiumProcess()
@@ -82,6 +109,7 @@ struct DevToolsPipeTests {
             if message.method == DevToolsPipe.closedEvent { end.finish() }
         }
         _ = try await pipe.call("Browser.getVersion")
+        let helpers = Self.descendants(of: browser.pid)
         kill(browser.pid, SIGKILL)
         for await _ in ends {}  // the reader saw the browser's end of the pipes close: it is gone
 
@@ -98,6 +126,12 @@ struct DevToolsPipeTests {
         let stopped = #expect(throws: BrowserError.self) { try browser.commands.write(Array("{}".utf8) + [0]) }
         #expect(stopped?.code == .browserExited)
         #expect(stopped?.message.contains("was stopped") == true, "\(String(describing: stopped))")
+        // Its helpers (renderers, the zygote) went with it: none still runs (a zombie waits for init only).
+        let clock = ContinuousClock()
+        let began = clock.now
+        while !Self.running(helpers).isEmpty, clock.now - began < .seconds(10) { try await Task.sleep(for: .milliseconds(50)) }
+        #expect(!helpers.isEmpty, "the browser had helper processes to leave behind")
+        #expect(Self.running(helpers).isEmpty, "helpers of the browser outlived it: \(Self.running(helpers))")
     }
 
     // A browser that hangs (stuck at start, or an executable that is no Chromium) held open() for ever;
