@@ -21,6 +21,12 @@ public struct BridgeConfiguration: Sendable {
     public var allowedServerURLs: [String] = []
     /// Largest message, in UTF-8 bytes. Default 64 KiB (a page event is a few KiB at most).
     public var maxMessageBytes: Int = 64 << 10
+    /// Most bytes of page messages waiting to be handled (each is verified, then committed durably, one
+    /// at a time). A message that would go beyond it is dropped unread and counted as `overloaded`:
+    /// a page posting in a loop faster than the store commits would otherwise grow the queue without
+    /// bound. Default 16 MiB (thousands of ordinary events; at least one message of the largest size
+    /// always fits).
+    public var maxQueuedBytes: Int = 16 << 20
 
     /// A configuration for an app whose server is `serverURL`, trusting frames of `allowedOrigins`.
     public init(serverURL: String, allowedOrigins: Set<String>) {

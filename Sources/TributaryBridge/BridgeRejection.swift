@@ -27,6 +27,9 @@ public struct BridgeRejection: Error, CustomStringConvertible, Sendable {
         public static let invalidEvent = Reason(rawValue: "invalid_event")
         /// The shared store refused the event (full, unreadable).
         public static let storeFailed = Reason(rawValue: "store_failed")
+        /// More page messages were waiting than ``BridgeConfiguration/maxQueuedBytes`` allows: the
+        /// message was dropped unread (its origin is not known either).
+        public static let overloaded = Reason(rawValue: "overloaded")
     }
 
     /// The counted reason.

@@ -130,6 +130,19 @@ public final class HybridBridge: Sendable {
         }
     }
 
+    /// Counts `dropped` messages the host dropped unread because too many were waiting
+    /// (``BridgeConfiguration/maxQueuedBytes``). They are rejections, not in ``Counts/received``: their
+    /// origin was not read.
+    func refuseOverloaded(_ dropped: Int) {
+        guard dropped > 0 else { return }
+        counts.withLock { $0.rejected[.overloaded, default: 0] += dropped }
+        Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", BridgeRejection.Reason.overloaded.rawValue)])
+            .increment(by: dropped)
+        logger.warning(
+            "bridge messages dropped unread: more than \(configuration.maxQueuedBytes) bytes of page messages were waiting",
+            metadata: ["tributary.bridge.reason": "\(BridgeRejection.Reason.overloaded)", "tributary.bridge.dropped": "\(dropped)"])
+    }
+
     private func count(_ result: Result<TrackReceipt, BridgeRejection>, channel: Channel) {
         switch result {
         case .success(let receipt):

@@ -26,7 +26,8 @@ struct BrowserHarness: Sendable {
     /// Serves `pages` (path → HTML), opens `path` in a new tab and runs `body` while the host handles
     /// what the page sends; then stops the browser and the server, even when `body` throws.
     static func run(
-        pages: [String: String], open path: String = "/", _ body: @Sendable (BrowserHarness) async throws -> Void
+        pages: [String: String], open path: String = "/", configure: (inout BridgeConfiguration) -> Void = { _ in },
+        _ body: @Sendable (BrowserHarness) async throws -> Void
     ) async throws {
         try await withTemporaryGroup { group in
             let router = Router()
@@ -52,7 +53,8 @@ struct BrowserHarness: Sendable {
                 let port = try #require(await iterator.next())
                 let origin = "http://127.0.0.1:\(port)"
                 // The browser is spawned before the store is opened: no child inherits an open LMDB environment.
-                let configuration = BridgeConfiguration(serverURL: server, allowedOrigins: [origin])
+                var configuration = BridgeConfiguration(serverURL: server, allowedOrigins: [origin])
+                configure(&configuration)
                 let host = try WebViewHost(configuration: configuration)
                 defer { host.close() }
                 var logger = Logger(label: "tributary.bridge")

@@ -73,6 +73,24 @@ struct DevToolsPipeTests {
         }
     }
 
+    // A page posting in a loop outruns the commits (one durable transaction per message): the queue
+    // between the DevTools reader and the bridge grew without bound.
+    @Test("a page flooding the bridge: what exceeds the queue bound is dropped unread and counted as overloaded")
+    func floodingPage() async throws {
+        let flood = "(function () { for (var i = 0; i < 3000; i++) h.sensorsdataNativeTracker.postMessage(event('Flood')); "
+            + "return event('Last'); })()"
+        try await BrowserHarness.run(pages: ["/": BrowserHarness.posting([flood])], configure: { $0.maxQueuedBytes = 64 << 10 }) {
+            harness in
+            // Every message is accounted for: committed, or refused (most of the flood, as overloaded).
+            try await harness.wait(for: "all 3,001 messages handled") { harness.bridge.snapshot.handled == 3001 }
+            let accepted = harness.bridge.snapshot.accepted
+            let overloaded = harness.bridge.rejections[.overloaded] ?? 0
+            #expect(overloaded > 0, "3,001 messages of about 300 bytes never exceeded 64 KiB waiting")
+            #expect(accepted + overloaded == 3001 && accepted >= 100, "\(harness.bridge.snapshot)")
+            #expect(try harness.tracker.store.status().pendingEvents == UInt64(accepted))
+        }
+    }
+
     /// `/proc/PID/stat`: the state letter and the parent's pid.
     static func stat(_ pid: pid_t) -> (state: Character, parent: pid_t)? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),

@@ -26,6 +26,7 @@ public final class WebViewHost: Sendable {
     private let browser: ChromiumProcess
     private let pipe: DevToolsPipe
     private let inbox: AsyncStream<DevToolsMessage>
+    private let queue: MessageQueueGauge
     private let logger: Logger
 
     /// Starts a headless browser for an app with `configuration`.
@@ -41,7 +42,11 @@ public final class WebViewHost: Sendable {
         browser = try ChromiumProcess(executable: executable)
         let (stream, continuation) = AsyncStream.makeStream(of: DevToolsMessage.self)
         inbox = stream
+        let queue = MessageQueueGauge(limit: max(configuration.maxQueuedBytes, configuration.maxMessageBytes))
+        self.queue = queue
         pipe = DevToolsPipe(browser: browser, maxFrameBytes: Self.maxFrameBytes(for: configuration)) { message in
+            // The browser's own events always go through; a page's messages only while the queue has room.
+            if message.method == "Runtime.bindingCalled", !queue.admit(Self.queuedBytes(message)) { return }
             continuation.yield(message)
             if message.method == DevToolsPipe.closedEvent { continuation.finish() }
         }
@@ -78,6 +83,9 @@ public final class WebViewHost: Sendable {
             timeout: timeout)
         _ = try await pipe.call("Target.createTarget", ["url": .string(url)], timeout: timeout)
     }
+
+    /// What a page message counts against ``BridgeConfiguration/maxQueuedBytes``: its payload.
+    static func queuedBytes(_ message: DevToolsMessage) -> Int { max(message.body["payload"]?.string?.utf8.count ?? 0, 1) }
 
     private let userAgentOverride = SendableBox<String>("")
 
@@ -124,11 +132,12 @@ public final class WebViewHost: Sendable {
                     frameParents[frame] = parent
                 }
             case "Runtime.bindingCalled":
-                guard body["name"]?.string == Self.bindingName, let id = body["executionContextId"]?.number else {
-                    continue
+                if body["name"]?.string == Self.bindingName, let id = body["executionContextId"]?.number {
+                    let origin = contextOrigins["\(session)#\(Int(id))"] ?? "null"
+                    await bridge.receive(body["payload"]?.string ?? "", origin: origin, channel: .messageHandler)
                 }
-                let origin = contextOrigins["\(session)#\(Int(id))"] ?? "null"
-                await bridge.receive(body["payload"]?.string ?? "", origin: origin, channel: .messageHandler)
+                queue.release(Self.queuedBytes(message))
+                bridge.refuseOverloaded(queue.takeDropped())
             case DevToolsPipe.frameTooLargeEvent:
                 let bytes = Int(body["bytes"]?.number ?? 0)
                 guard body["method"]?.string == "Runtime.bindingCalled" else {
@@ -156,6 +165,7 @@ public final class WebViewHost: Sendable {
                 continue
             }
         }
+        bridge.refuseOverloaded(queue.takeDropped())  // dropped after the last message handled
     }
 
     private func setUp(session: String) {
@@ -205,4 +215,36 @@ final class SendableBox<Value: Sendable>: Sendable {
     init(_ value: Value) { self.value = Mutex(value) }
     func get() -> Value { value.withLock { $0 } }
     func set(_ new: Value) { value.withLock { $0 = new } }
+}
+
+/// The page messages waiting between the DevTools reader and ``WebViewHost/run(bridge:)``: their bytes,
+/// bounded, and how many were dropped for want of room since the host last counted them.
+final class MessageQueueGauge: Sendable {
+    private let limit: Int
+    private let state = Mutex((bytes: 0, dropped: 0))
+
+    init(limit: Int) { self.limit = limit }
+
+    /// Takes `bytes` into the queue if they fit; otherwise counts the message dropped.
+    func admit(_ bytes: Int) -> Bool {
+        state.withLock { state in
+            guard state.bytes + bytes <= limit else {
+                state.dropped += 1
+                return false
+            }
+            state.bytes += bytes
+            return true
+        }
+    }
+
+    /// A message of `bytes` was handled.
+    func release(_ bytes: Int) { state.withLock { $0.bytes -= bytes } }
+
+    /// The messages dropped since the last call.
+    func takeDropped() -> Int {
+        state.withLock { state in
+            defer { state.dropped = 0 }
+            return state.dropped
+        }
+    }
 }
