@@ -467,6 +467,9 @@ struct WebViewHostTests {
                 host.close()
                 try await tasks.waitForAll()
             }
+            // Its helpers may still write there as the browser ends: a removal that met their files left
+            // whole profiles in the temporary directory.
+            #expect(!FileManager.default.fileExists(atPath: host.profileDirectory), "the browser's profile was left behind")
             #expect(bridge.snapshot.received == ["null": 1], "data: documents have an opaque origin")
             #expect(bridge.rejections == [.foreignOrigin: 1])
             #expect(try tracker.store.status().pendingEvents == 0)

@@ -53,7 +53,8 @@ public final class ChromiumProcess: Sendable {
     let commands: CommandPipe
     /// The parent's end of the reply pipe (Chromium's fd 4).
     let replyFD: Int32
-    private let userDataDirectory: String
+    /// The browser's profile, a fresh directory under the temporary directory, removed by ``terminate()``.
+    let userDataDirectory: String
     private let reaped = Mutex(false)
 
     /// The Chromium executable: `$TRIBUTARY_CHROMIUM`, else the first of `chromium`, `chromium-browser`,
@@ -145,10 +146,21 @@ public final class ChromiumProcess: Sendable {
             waited += 1
         }
         commands.close()
-        try? FileManager.default.removeItem(atPath: userDataDirectory)
+        Self.removeProfile(userDataDirectory)
     }
 
     deinit { terminate() }
+
+    /// Removes a profile directory. The browser's helper processes (the network service, the GPU process)
+    /// end a moment after the browser and may still write there: a removal that meets their files fails
+    /// part way ("directory not empty") and left whole profiles behind. So it is tried again, for up to 2 s.
+    static func removeProfile(_ path: String) {
+        for _ in 0..<40 {
+            guard FileManager.default.fileExists(atPath: path) else { return }
+            if (try? FileManager.default.removeItem(atPath: path)) != nil { return }
+            usleep(50_000)
+        }
+    }
 }
 
 /// The parent's end of the browser's command pipe.

@@ -103,6 +103,9 @@ public final class WebViewHost: Sendable {
     /// Stops the browser; ``run()`` returns soon after.
     public func close() { browser.terminate() }
 
+    /// The browser's profile directory (removed by ``close()``).
+    var profileDirectory: String { browser.userDataDirectory }
+
     /// Handles the browser's events in order until the browser goes away: sets up every new target and
     /// hands each bridge message, with the origin of the frame that sent it, to `bridge`.
     public func run(bridge: HybridBridge) async {
