@@ -74,6 +74,37 @@ extension PropertyValue {
     }
 }
 
+/// A JSON number as the event rules read it, wherever JSON comes in (`--properties`, a hybrid page's
+/// message): a whole number within the 64-bit integers exactly, any other number as a double, except
+/// a whole number beyond Int64 that is not the shortest decimal of its double, which, stored as that
+/// double, would be written back with other digits.
+package enum JSONNumber {
+    case int(Int64), double(Double), inexactInteger(Decimal)
+
+    /// The number in `container`, or nil when it holds no number (or one no `Double` holds, 1e400).
+    package init?(_ container: any SingleValueDecodingContainer) {
+        if let i = try? container.decode(Int64.self) {
+            self = .int(i)
+        } else if let d = try? container.decode(Double.self) {
+            // `Decimal(Double)` gives the double's shortest decimal.
+            if let exact = try? container.decode(Decimal.self), Self.isWhole(exact), Decimal(d) != exact {
+                self = .inexactInteger(exact)
+            } else {
+                self = .double(d)
+            }
+        } else {
+            return nil
+        }
+    }
+
+    private static func isWhole(_ value: Decimal) -> Bool {
+        var rounded = Decimal()
+        var value = value
+        NSDecimalRound(&rounded, &value, 0, .plain)
+        return rounded == value
+    }
+}
+
 /// Any JSON value, decoded strictly (a number is never taken for a boolean).
 enum JSONValue: Decodable {
     case null, bool(Bool), int(Int64), double(Double), string(String), array([JSONValue]), object([String: JSONValue])
@@ -85,14 +116,11 @@ enum JSONValue: Decodable {
         let c = try decoder.singleValueContainer()
         if c.decodeNil() { self = .null }
         else if let b = try? c.decode(Bool.self) { self = .bool(b) }
-        else if let i = try? c.decode(Int64.self) { self = .int(i) }
-        else if let d = try? c.decode(Double.self) {
-            // Beyond Int64, a whole number is kept only if it is its double's shortest decimal
-            // (`Decimal(Double)` gives that), so that it is written back as it was given.
-            if let exact = try? c.decode(Decimal.self), Self.isWhole(exact), Decimal(d) != exact {
-                self = .inexactInteger
-            } else {
-                self = .double(d)
+        else if let number = JSONNumber(c) {
+            switch number {
+            case .int(let i): self = .int(i)
+            case .double(let d): self = .double(d)
+            case .inexactInteger: self = .inexactInteger
             }
         }
         else if let s = try? c.decode(String.self) { self = .string(s) }
@@ -103,13 +131,6 @@ enum JSONValue: Decodable {
             throw DecodingError.dataCorruptedError(
                 in: c, debugDescription: "a number beyond what a Double holds (about ±1.8e308)")
         }
-    }
-
-    private static func isWhole(_ value: Decimal) -> Bool {
-        var rounded = Decimal()
-        var value = value
-        NSDecimalRound(&rounded, &value, 0, .plain)
-        return rounded == value
     }
 
     var kindName: String {

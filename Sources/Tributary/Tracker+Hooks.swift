@@ -25,19 +25,20 @@ package struct EventMoment: Sendable {
 /// The per-event hooks of a tracker.
 final class TrackerHooks: Sendable {
     typealias Provider = @Sendable () -> [String: PropertyValue]
-    private let dynamic = Mutex<Provider?>(nil)
-    private let automatic = Mutex<Provider?>(nil)
+    /// The app's provider and automatic tracking's, read together under one lock for every event.
+    private let providers = Mutex<(app: Provider?, automatic: Provider?)>((nil, nil))
 
-    func setDynamic(_ provider: Provider?) { dynamic.withLock { $0 = provider } }
-    func setAutomatic(_ provider: Provider?) { automatic.withLock { $0 = provider } }
+    func setDynamic(_ provider: Provider?) { providers.withLock { $0.app = provider } }
+    func setAutomatic(_ provider: Provider?) { providers.withLock { $0.automatic = provider } }
 
     /// The dynamic super properties, computed now: automatic tracking's, under the app's (none without
     /// a provider).
     func dynamicProperties() -> [String: PropertyValue] {
-        let own = automatic.withLock({ $0 })?() ?? [:]
-        let app = dynamic.withLock({ $0 })?() ?? [:]
-        if own.isEmpty { return app }
-        return own.merging(app) { _, app in app }
+        let (app, automatic) = providers.withLock { $0 }
+        let own = automatic?() ?? [:]
+        let appOwn = app?() ?? [:]
+        if own.isEmpty { return appOwn }
+        return own.merging(appOwn) { _, app in app }
     }
 
     /// `properties` on top of the dynamic super properties (an event's own properties win).

@@ -391,6 +391,10 @@ final class UploadSession: @unchecked Sendable {
         }
     }
 
+    /// Whether the kernel gave this boot an id: with the unknown (all-zero) one, which also marks a
+    /// reading that cannot be compared, no event is taken for this boot's (decided once, not per event).
+    static let bootKnown = BootID.current != .unknown
+
     /// Appends an event as sent: `_flush_time` added, and `time` corrected if the wall clock moved.
     ///
     /// If the event was recorded in this boot and the wall-clock time since then disagrees with the
@@ -401,9 +405,7 @@ final class UploadSession: @unchecked Sendable {
     /// recording), so such an event is sent as recorded.
     static func append(_ event: Outbox.BatchEvent, at clock: WireClock, to body: inout BatchBodyBuilder) {
         clock.flushTimeMember.withUnsafeBytes { member in
-            if clock.bootNanos >= event.bootNanos, event.bootID.elementsEqual(BootID.current.bytes),
-                event.bootID.contains(where: { $0 != 0 })
-            {
+            if Self.bootKnown, clock.bootNanos >= event.bootNanos, event.bootID.elementsEqual(BootID.current.bytes) {
                 let expected = clock.wallMillis - Int64((clock.bootNanos - event.bootNanos) / 1_000_000)
                 let adjustment = expected - event.wallMillis
                 if abs(adjustment) > 1000, let corrected = correctTime(Array(event.body), to: expected, adjustment: adjustment) {

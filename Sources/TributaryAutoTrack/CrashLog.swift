@@ -159,8 +159,9 @@ public struct CrashLog: Sendable {
                 guard kept.utf8.count + character.utf8.count <= 160 else { break }
                 kept.append(character)
             }
-            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-            for byte in producerID.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+            let hash = Array(producerID.utf8).withUnsafeBytes {
+                tributary_crash_checksum($0.baseAddress, UInt64($0.count))  // FNV-1a 64, as the records' checksum
+            }
             let digits = String(hash, radix: 16)
             safe = kept + "-" + String(repeating: "0", count: 16 - digits.count) + digits
         }
@@ -263,27 +264,19 @@ public struct CrashLog: Sendable {
                     errno: Glibc.errno)
             }
         } else {
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw CrashLogError(path: path, message: "cannot be read.", errno: Glibc.errno)
-            }
-            let fd = open(pendingPath, O_WRONLY | O_APPEND | O_CLOEXEC)
-            guard fd >= 0 else {
-                throw CrashLogError(path: pendingPath, message: "cannot be opened to add records.", errno: Glibc.errno)
-            }
-            defer { close(fd) }
-            let written = data.withUnsafeBytes { raw -> Bool in
-                var done = 0
-                while done < raw.count {
-                    let n = write(fd, raw.baseAddress! + done, raw.count - done)
-                    if n < 0, Glibc.errno == EINTR { continue }
-                    guard n > 0 else { return false }
-                    done += n
-                }
-                return true
-            }
             // Appended twice if a kill comes before the unlink: the same records, the same event ids (dedup).
-            guard written, fsync(fd) == 0, unlink(path) == 0 else {
-                throw CrashLogError(path: pendingPath, message: "cannot take the records of \(path).", errno: Glibc.errno)
+            do {
+                let records = try Data(contentsOf: URL(fileURLWithPath: path))
+                let pending = try FileHandle(forWritingTo: URL(fileURLWithPath: pendingPath))
+                defer { try? pending.close() }
+                try pending.seekToEnd()
+                try pending.write(contentsOf: records)
+                try pending.synchronize()
+            } catch {
+                throw CrashLogError(path: pendingPath, message: "cannot take the records of \(path): \(error).", errno: nil)
+            }
+            guard unlink(path) == 0 else {
+                throw CrashLogError(path: path, message: "cannot be removed once set aside.", errno: Glibc.errno)
             }
         }
         syncDirectory()

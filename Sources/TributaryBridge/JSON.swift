@@ -1,9 +1,10 @@
 import Foundation
+import Tributary
 import TributaryJSON
 
 /// A JSON value, `Sendable`, for bridge messages and DevTools protocol traffic.
 ///
-/// Numbers are read as the native `--properties` reads them (`PropertyValue.properties(fromJSON:)`):
+/// Numbers are read as the native `--properties` reads them (``JSONNumber``, shared with it):
 /// a whole number beyond ±2^53 within the 64-bit integers (`9007199254740993`) is an ``integer(_:)``,
 /// which a `Double` would round; a whole number beyond the 64-bit integers that is not the shortest
 /// decimal of its `Double` is an ``inexactInteger(_:)``, which the bridge refuses rather than store
@@ -106,15 +107,11 @@ public enum JSON: Sendable, Equatable, Decodable {
             self = .null
         } else if let b = try? c.decode(Bool.self) {
             self = .bool(b)
-        } else if let i = try? c.decode(Int64.self) {
-            self = i.magnitude > 1 << 53 ? .integer(i) : .number(Double(i))
-        } else if let n = try? c.decode(Double.self) {
-            // Beyond Int64, a whole number is kept only if it is its double's shortest decimal
-            // (`Decimal(Double)` gives that), so that it is written back as it was given.
-            if let exact = try? c.decode(Decimal.self), Self.isWhole(exact), Decimal(n) != exact {
-                self = .inexactInteger(exact)
-            } else {
-                self = .number(n)
+        } else if let number = JSONNumber(c) {
+            switch number {
+            case .int(let i): self = i.magnitude > 1 << 53 ? .integer(i) : .number(Double(i))
+            case .double(let d): self = .number(d)
+            case .inexactInteger(let exact): self = .inexactInteger(exact)
             }
         } else if let s = try? c.decode(String.self) {
             self = .string(s)
@@ -123,13 +120,6 @@ public enum JSON: Sendable, Equatable, Decodable {
         } else {
             self = .object(try c.decode([String: JSON].self))
         }
-    }
-
-    private static func isWhole(_ value: Decimal) -> Bool {
-        var rounded = Decimal()
-        var value = value
-        NSDecimalRound(&rounded, &value, 0, .plain)
-        return rounded == value
     }
 
     /// A short name of the value's kind, for error messages (never the value itself).
