@@ -451,6 +451,7 @@ struct WebViewHostTests {
             logger.logLevel = .critical
             let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .hybrid))
             let bridge = HybridBridge(tracker: tracker, configuration: configuration, logger: logger)
+            var singleton: String?
             // Posts the server URL the injected script announces, once the bridge is there.
             let script =
                 "(function post() { var h = window.webkit && window.webkit.messageHandlers;"
@@ -464,12 +465,16 @@ struct WebViewHostTests {
                 while bridge.snapshot.received.isEmpty && ContinuousClock.now - start < .seconds(60) {
                     try await Task.sleep(for: .milliseconds(20))
                 }
+                singleton = host.singletonDirectory
                 host.close()
                 try await tasks.waitForAll()
             }
             // Its helpers may still write there as the browser ends: a removal that met their files left
             // whole profiles in the temporary directory.
             #expect(!FileManager.default.fileExists(atPath: host.profileDirectory), "the browser's profile was left behind")
+            // Chromium's singleton directory is outside the profile and outlives a SIGTERMed browser.
+            let left = try #require(singleton, "the browser made no singleton socket")
+            #expect(!FileManager.default.fileExists(atPath: left), "the browser's singleton directory was left behind")
             #expect(bridge.snapshot.received == ["null": 1], "data: documents have an opaque origin")
             #expect(bridge.rejections == [.foreignOrigin: 1])
             #expect(try tracker.store.status().pendingEvents == 0)

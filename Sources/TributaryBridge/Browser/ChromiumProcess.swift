@@ -146,12 +146,30 @@ public final class ChromiumProcess: Sendable {
             waited += 1
         }
         commands.close()
+        let singleton = singletonDirectory
         Self.removeProfile(userDataDirectory)
+        if let singleton { Self.removeProfile(singleton) }
+    }
+
+    /// The directory of the browser's process-singleton socket, or nil before the browser made it.
+    ///
+    /// Chromium makes it outside the profile, as `org.chromium.Chromium.XXXXXX` in the temporary
+    /// directory, points the profile's `SingletonSocket` link at the socket inside it, and removes it only
+    /// on a shutdown of its own: after a SIGTERM it stays, one directory per browser run. Only a
+    /// directory of that name is reported, so a link that points elsewhere is never followed.
+    var singletonDirectory: String? {
+        let link = (userDataDirectory as NSString).appendingPathComponent("SingletonSocket")
+        guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: link) else { return nil }
+        let directory = (target as NSString).deletingLastPathComponent
+        guard (target as NSString).lastPathComponent == "SingletonSocket",
+            (directory as NSString).lastPathComponent.hasPrefix("org.chromium.Chromium.")
+        else { return nil }
+        return directory
     }
 
     deinit { terminate() }
 
-    /// Removes a profile directory. The browser's helper processes (the network service, the GPU process)
+    /// Removes a profile (or singleton) directory. The browser's helper processes (the network service, the GPU process)
     /// end a moment after the browser and may still write there: a removal that meets their files fails
     /// part way ("directory not empty") and left whole profiles behind. So it is tried again, for up to 2 s.
     static func removeProfile(_ path: String) {

@@ -106,6 +106,9 @@ public final class WebViewHost: Sendable {
     /// The browser's profile directory (removed by ``close()``).
     var profileDirectory: String { browser.userDataDirectory }
 
+    /// The browser's process-singleton directory outside the profile (also removed by ``close()``).
+    var singletonDirectory: String? { browser.singletonDirectory }
+
     /// Handles the browser's events in order until the browser goes away: sets up every new target and
     /// hands each bridge message, with the origin of the frame that sent it, to `bridge`.
     public func run(bridge: HybridBridge) async {
