@@ -18,24 +18,34 @@ struct DecodedBody: Sendable {
 enum BodyDecoder {
     /// Decodes `body` in `format`; its `contentEncoding` is undone first.
     ///
+    /// Each event's scan is checked as soon as it is made (an object; at most `maxEvents` of them), so
+    /// the memory a body costs stays a small multiple of `limit` whatever it holds.
+    ///
     /// - Throws: `WireError` (`malformedBody`, `crcMismatch`, `tooLarge` when a decompressed size is
-    ///   over `limit`, `unsupportedMediaType` for a content coding other than gzip).
+    ///   over `limit` or there are more than `maxEvents` events, `unsupportedMediaType` for a content
+    ///   coding other than gzip).
     static func decode(
         _ body: [UInt8],
         format: WireFormat,
         contentEncoding: String?,
-        limit: Int
+        limit: Int,
+        maxEvents: Int
     ) throws(WireError) -> DecodedBody {
         let body = try Gzip.undoContentEncoding(contentEncoding, of: body, limit: limit)
         switch format {
-        case .sensors: return try sensors(body, limit: limit)
-        case .ndjson: return try ndjson(body)
+        case .sensors: return try sensors(body, limit: limit, maxEvents: maxEvents)
+        case .ndjson: return try ndjson(body, maxEvents: maxEvents)
         }
+    }
+
+    /// The refusal of a body with more than `limit` events (413: the agent splits such a batch).
+    static func tooManyEvents(_ limit: Int) -> WireError {
+        WireError(.tooLarge, "The batch has more than \(limit) events; this collector accepts at most \(limit) per request.")
     }
 
     // MARK: Sensors form
 
-    private static func sensors(_ body: [UInt8], limit: Int) throws(WireError) -> DecodedBody {
+    private static func sensors(_ body: [UInt8], limit: Int, maxEvents: Int) throws(WireError) -> DecodedBody {
         let form = SensorsForm(body)
         guard let dataList = form.dataList else {
             throw WireError(.malformedBody, "The form has no data_list field.")
@@ -61,17 +71,18 @@ enum BodyDecoder {
         var json = [UInt8](decoded)
         if form.gzip == [UInt8(ascii: "1")] { json = try Gzip.decompress(json, limit: limit) }
         let scanned = json.withUnsafeBufferPointer { bytes in
-            Result { () throws(JSONSyntaxError) in try JSONScanner.scanArray(bytes) }
+            Result { () throws(JSONScanner.ArrayRefusal) in try JSONScanner.scanObjects(bytes, maxElements: maxEvents) }
         }
         let events: [ScannedEvent]
         switch scanned {
         case .success(let elements): events = elements
-        case .failure(let syntax):
+        case .failure(.syntax(let syntax)):
             let hint = json.starts(with: Self.gzipMagic) ? " (it is gzip data: send gzip=1)" : ""
             throw WireError(.malformedBody, "data_list does not hold a JSON array: \(syntax)\(hint).")
-        }
-        if let index = events.firstIndex(where: { !$0.isObject }) {
+        case .failure(.notAnObject(let index)):
             throw WireError(.malformedBody, "Element \(index) of data_list is not a JSON object.")
+        case .failure(.tooManyElements(let limit)):
+            throw Self.tooManyEvents(limit)
         }
         return DecodedBody(json: json, events: events)
     }
@@ -149,7 +160,7 @@ enum BodyDecoder {
     /// data that was not declared so.
     static let gzipMagic: [UInt8] = [0x1F, 0x8B]
 
-    private static func ndjson(_ body: [UInt8]) throws(WireError) -> DecodedBody {
+    private static func ndjson(_ body: [UInt8], maxEvents: Int) throws(WireError) -> DecodedBody {
         let scanned = body.withUnsafeBufferPointer { bytes in
             Result { () throws(WireError) in
                 var events: [ScannedEvent] = []
@@ -162,6 +173,7 @@ enum BodyDecoder {
                         .map { start + rest.distance(to: UnsafeRawPointer($0)) } ?? bytes.count
                     defer { start = newline + 1 }
                     guard newline > start else { continue }
+                    guard events.count < maxEvents else { throw Self.tooManyEvents(maxEvents) }
                     line += 1
                     let event: ScannedEvent
                     do throws(JSONSyntaxError) {

@@ -120,6 +120,7 @@ public final class Collector: Service, Sendable {
         let ingest = IngestEndpoint(
             token: configuration.token,
             maxBodyBytes: configuration.maxBodyBytes,
+            maxEventsPerRequest: configuration.maxEventsPerRequest,
             store: store,
             injector: injector,
             hangs: hangs

@@ -16,12 +16,18 @@ public struct CollectorConfiguration: Sendable {
     /// The largest ingest body accepted, both as sent and after decompression; larger bodies get 413.
     /// Default 16 MiB.
     public var maxBodyBytes: Int
+    /// The most events one ingest request may carry; a request with more gets 413 (`too_large`), which
+    /// the agent answers by splitting the batch. Default 100,000. Each event's scan holds a few hundred
+    /// bytes until the request is answered, so this bounds what a request of many tiny elements costs.
+    public var maxEventsPerRequest: Int
     /// Faults to inject into ingest requests. Default: none. Replaceable at run time with
     /// ``Collector/setFaults(_:)`` or `POST /control/faults`.
     public var faults: FaultConfiguration
 
     /// The default ``maxBodyBytes``: 16 MiB.
     public static let defaultMaxBodyBytes = 16 << 20
+    /// The default ``maxEventsPerRequest``: 100,000.
+    public static let defaultMaxEventsPerRequest = 100_000
 
     /// Creates a configuration; every argument has the default documented on its property.
     public init(
@@ -30,6 +36,7 @@ public struct CollectorConfiguration: Sendable {
         token: String? = nil,
         databasePath: String? = nil,
         maxBodyBytes: Int = CollectorConfiguration.defaultMaxBodyBytes,
+        maxEventsPerRequest: Int = CollectorConfiguration.defaultMaxEventsPerRequest,
         faults: FaultConfiguration = FaultConfiguration()
     ) {
         self.host = host
@@ -37,6 +44,7 @@ public struct CollectorConfiguration: Sendable {
         self.token = token
         self.databasePath = databasePath
         self.maxBodyBytes = maxBodyBytes
+        self.maxEventsPerRequest = maxEventsPerRequest
         self.faults = faults
     }
 
@@ -54,7 +62,13 @@ public struct CollectorConfiguration: Sendable {
                 "The token (--token, or TRIBUTARY_COLLECTOR_TOKEN) is empty; omit it, or unset the variable, to disable authentication.")
         }
         guard maxBodyBytes > 0 else {
-            throw CollectorError(.invalidConfiguration, "maxBodyBytes must be positive, got \(maxBodyBytes).")
+            throw CollectorError(
+                .invalidConfiguration, "--max-body-bytes (maxBodyBytes) must be positive, got \(maxBodyBytes).")
+        }
+        guard maxEventsPerRequest > 0 else {
+            throw CollectorError(
+                .invalidConfiguration,
+                "--max-request-events (maxEventsPerRequest) must be positive, got \(maxEventsPerRequest).")
         }
         try faults.validate()
     }

@@ -12,13 +12,15 @@ import TributaryWire
 /// 2. recognise the wire format from `Content-Type` → 415
 /// 3. check `Authorization: Bearer <token>` when a token is configured → 401
 /// 4. faults: draw the random decisions; `forcedStatus`, then hang, reset, injected failure
-/// 5. decode (`WireError` → 400, or 413 when the decompressed body is over `maxBodyBytes`)
+/// 5. decode (`WireError` → 400; 413 when the decompressed body is over `maxBodyBytes` or holds more
+///    than `maxEventsPerRequest` events; 415 for a `Content-Encoding` other than gzip or identity)
 /// 6. `maxEventsPerBatch` → 413; event shape → 400; poison pattern → `poisonStatus`
 /// 7. one SQLite transaction: dedup, order checks, batch record, counters
 /// 8. lost acknowledgement (reset after commit), or `latencyMillis` then 200
 struct IngestEndpoint: Sendable {
     let token: String?
     let maxBodyBytes: Int
+    let maxEventsPerRequest: Int
     let store: EventStore
     let injector: FaultInjector
     let hangs: HangingRequests
@@ -184,7 +186,9 @@ struct IngestEndpoint: Sendable {
         contentEncoding: String?
     ) throws(IngestRejection) -> DecodedBody {
         do throws(WireError) {
-            return try BodyDecoder.decode(body, format: format, contentEncoding: contentEncoding, limit: maxBodyBytes)
+            return try BodyDecoder.decode(
+                body, format: format, contentEncoding: contentEncoding, limit: maxBodyBytes,
+                maxEvents: maxEventsPerRequest)
         } catch {
             switch error.code {
             case .tooLarge:

@@ -88,28 +88,63 @@ package struct JSONScanner {
 
     // MARK: Documents
 
-    /// Scans `bytes`, which must be one JSON array (a Sensors `data_list`), and returns its elements.
+    /// Why ``scanObjects(_:maxElements:)`` refused an array.
+    package enum ArrayRefusal: Error, Equatable {
+        /// The text is not valid JSON, or not an array.
+        case syntax(JSONSyntaxError)
+        /// Element `element` (from 0) is valid JSON but not an object.
+        case notAnObject(element: Int)
+        /// The array has more than `limit` elements.
+        case tooManyElements(limit: Int)
+    }
+
+    /// Scans `bytes`, which must be one JSON array of objects (a Sensors `data_list`), and returns its
+    /// elements.
     ///
-    /// - Throws: ``JSONSyntaxError`` when the text is not valid JSON or not an array.
-    package static func scanArray(_ bytes: UnsafeBufferPointer<UInt8>) throws(JSONSyntaxError) -> [ScannedEvent] {
+    /// A non-object element and the element after the first `maxElements` are refused as soon as they
+    /// are met: each element's scan takes a few hundred bytes, so a small request whose `data_list`
+    /// inflates to millions of `0,` would otherwise cost gigabytes before anything was checked.
+    ///
+    /// - Throws: ``ArrayRefusal``.
+    package static func scanObjects(
+        _ bytes: UnsafeBufferPointer<UInt8>,
+        maxElements: Int
+    ) throws(ArrayRefusal) -> [ScannedEvent] {
         var scanner = JSONScanner(bytes, range: 0..<bytes.count)
         scanner.skipByteOrderMark()
         scanner.skipWhitespace()
-        guard scanner.peek() == UInt8(ascii: "[") else { throw scanner.error("the text is not an array") }
+        guard scanner.peek() == UInt8(ascii: "[") else { throw .syntax(scanner.error("the text is not an array")) }
         var elements: [ScannedEvent] = []
-        try scanner.enterContainer()
-        scanner.index += 1
-        scanner.skipWhitespace()
-        if scanner.peek() == UInt8(ascii: "]") {
+        var refusal: ArrayRefusal?
+        do throws(JSONSyntaxError) {
+            try scanner.enterContainer()
             scanner.index += 1
-        } else {
-            while true {
-                elements.append(try scanner.element())
-                if try scanner.separator(closing: UInt8(ascii: "]")) { break }
+            scanner.skipWhitespace()
+            if scanner.peek() == UInt8(ascii: "]") {
+                scanner.index += 1
+            } else {
+                while refusal == nil {
+                    guard elements.count < maxElements else {
+                        refusal = .tooManyElements(limit: maxElements)
+                        break
+                    }
+                    let element = try scanner.element()
+                    guard element.isObject else {
+                        refusal = .notAnObject(element: elements.count)
+                        break
+                    }
+                    elements.append(element)
+                    if try scanner.separator(closing: UInt8(ascii: "]")) { break }
+                }
             }
+            if refusal == nil {
+                scanner.depth -= 1
+                try scanner.expectEnd()
+            }
+        } catch {
+            throw .syntax(error)
         }
-        scanner.depth -= 1
-        try scanner.expectEnd()
+        if let refusal { throw refusal }
         return elements
     }
 

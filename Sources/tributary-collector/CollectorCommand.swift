@@ -45,6 +45,9 @@ struct CollectorCommand: AsyncParsableCommand {
     @Option(help: "Largest ingest body accepted, as sent and after decompression (else 413).")
     var maxBodyBytes = CollectorConfiguration.defaultMaxBodyBytes
 
+    @Option(help: "Most events one ingest request may carry (else 413, which the agent answers by splitting).")
+    var maxRequestEvents = CollectorConfiguration.defaultMaxEventsPerRequest
+
     @Option(help: "Seed of the fault generator: the same seed gives the same fault decisions.")
     var seed: UInt64 = 0
 
@@ -133,6 +136,7 @@ struct CollectorCommand: AsyncParsableCommand {
             token: token ?? ProcessInfo.processInfo.environment["TRIBUTARY_COLLECTOR_TOKEN"],
             databasePath: databasePath,
             maxBodyBytes: maxBodyBytes,
+            maxEventsPerRequest: maxRequestEvents,
             faults: FaultConfiguration(
                 seed: seed,
                 failureRate: failRate,

@@ -174,6 +174,8 @@ struct IngestTests {
         ("GZIP", "ndjson", "Line 1", "send Content-Encoding: gzip"),
         ("{\"not\":\"an array\"}", "sensors", "data_list", "the text is not an array at byte 0"),
         ("GZIP", "sensors", "data_list", "send gzip=1"),
+        // A non-object is refused where it stands, before the rest (here not even JSON) is scanned.
+        ("[{\"event_id\":\"a\",\"type\":\"track\"},0,{", "sensors", "Element 1 of data_list", "not a JSON object"),
     ])
     func malformedBodyDetail(text: String, format: String, subject: String, detail: String) async throws {
         try await Collector.withRunning(CollectorConfiguration()) { collector in
@@ -193,6 +195,27 @@ struct IngestTests {
             #expect(message.contains(subject) && message.contains(detail), "\(message)")
             #expect(try await collector.stats().unique == 0)
         }
+    }
+
+    @Test("A request with more events than maxEventsPerRequest is 413, in either format", arguments: WireFormat.allCases)
+    func limitsEventsPerRequest(format: WireFormat) async throws {
+        try await Collector.withRunning(CollectorConfiguration(maxEventsPerRequest: 3)) { collector in
+            let client = Client(collector)
+            let over = try await client.post(Events.run(4), format: format)
+            #expect(over.status == 413 && over.object["code"] as? String == "too_large", "\(over.body)")
+            #expect((over.object["error"] as? String)?.contains("at most 3 per request") == true, "\(over.body)")
+            #expect(try await collector.stats().unique == 0)
+            #expect(try await client.post(Events.run(3), format: format).status == 200)
+        }
+        // The default: 100,001 tiny elements are refused for their number before any is validated (each
+        // element's scan holds a few hundred bytes, so millions of them cost gigabytes).
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let tiny = [[UInt8]](repeating: Array("{}".utf8), count: CollectorConfiguration.defaultMaxEventsPerRequest + 1)
+            let reply = try await Client(collector).post(tiny, format: format)
+            #expect(reply.status == 413, "\(reply.body)")
+            #expect((reply.object["error"] as? String)?.contains("more than 100000 events") == true, "\(reply.body)")
+        }
+        #expect(throws: CollectorError.self) { try CollectorConfiguration(maxEventsPerRequest: 0).validate() }
     }
 
     @Test("An unknown content type is 415")
