@@ -342,10 +342,20 @@ final class UploadSession: @unchecked Sendable {
         do {
             let response = try await answer
             CrashPoint.hit("upload.after-send")
-            let reason = try await Self.reason(of: response.body)
+            let status = Int(response.status.code)
+            let reason: String
+            do {
+                reason = try await Self.reason(of: response.body)
+            } catch {
+                // Cancelled (deadline, or the answer not read a second after its timeout) while reading
+                // the body. The status line decides: a 2xx is the collector's acknowledgement, however
+                // slowly the rest comes; taken as a retry, a collector that always dribbles its body
+                // would get the same batch for ever and the outbox would never drain.
+                guard (200..<300).contains(status) else { return .retry(reason: "cancelled", retryAfter: nil) }
+                reason = ""
+            }
             return UploadOutcome.classify(
-                status: Int(response.status.code), retryAfter: response.headers.first(name: "Retry-After"),
-                body: reason)
+                status: status, retryAfter: response.headers.first(name: "Retry-After"), body: reason)
         } catch is CancellationError {
             return .retry(reason: "cancelled", retryAfter: nil)
         } catch {

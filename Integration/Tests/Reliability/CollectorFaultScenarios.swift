@@ -129,11 +129,18 @@ extension ReliabilityScenarios {
                         if stats.repeatedBatches != 0 {
                             problems.append("\(stats.repeatedBatches) batches repeated: a truncated request was committed")
                         }
-                    case .slowBody?, .slowBodyAfterHead?:
+                    case .slowBody?:
                         // Each slowed answer came after the commit: its batch comes back once, deduplicated.
                         if proxied.faulted == 0 { problems.append("the proxy slowed no response (\(proxied.exchanges) exchanges)") }
                         if stats.repeatedBatches < proxied.faulted {
                             problems.append("\(proxied.faulted) answers slowed but only \(stats.repeatedBatches) batches repeated")
+                        }
+                    case .slowBodyAfterHead?:
+                        // Each slowed answer's head said 200 at once: that acknowledges the batch, however long
+                        // its body takes, so no batch is sent again.
+                        if proxied.faulted == 0 { problems.append("the proxy slowed no response (\(proxied.exchanges) exchanges)") }
+                        if stats.repeatedBatches != 0 {
+                            problems.append("\(stats.repeatedBatches) batches sent again after a 200 whose body was slow")
                         }
                     }
                     if fault.proxy != nil {
