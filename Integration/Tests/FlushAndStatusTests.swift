@@ -118,6 +118,34 @@ struct FlushAndStatusTests {
         }
     }
 
+    @Test("a flush request does not cut short a wait the collector asked for with Retry-After")
+    func flushHonoursRetryAfter() async throws {
+        try await withTemporaryGroup { group in
+            let faults = FaultConfiguration(retryAfter: "30", forcedStatus: 429)
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                let agent = try ChildProcess("tributary-agent", [
+                    "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
+                    "--bulk-size", "1", "--flush-interval", "600", "--stop-timeout", "2", "--log-level", "warning",
+                ])
+                #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
+                let start = Date()
+                while try await collector.stats().requests == 0 && Date().timeIntervalSince(start) < 30 {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                #expect(try await collector.stats().requests == 1, "the first upload never came")
+                // Every producer entering the background sends one: each was answered with a request at
+                // once, whatever the 429 said.
+                for _ in 0..<3 {
+                    #expect(try await ChildProcess.run("tributary", ["flush", "--group", group]).status == 0)
+                }
+                try await Task.sleep(for: .seconds(2))
+                #expect(try await collector.stats().requests == 1, "a flush request retried before Retry-After: 30")
+                agent.send(SIGTERM)
+                #expect(await agent.finish().status == 0)
+            }
+        }
+    }
+
     /// One sample's value in Prometheus' text format (`name value`), or nil.
     static func sample(_ metrics: String, _ name: String) -> Double? {
         metrics.split(separator: "\n").lazy.compactMap { line -> Double? in

@@ -246,6 +246,9 @@ public final class Agent: Service, Sendable {
         var flushing = false
         var flushUntil: ContinuousClock.Instant?
         var notBefore: ContinuousClock.Instant?
+        /// Whether `notBefore` is a wait the collector asked for (`Retry-After`, or a refusal that halts
+        /// uploads), which a flush request does not cut short.
+        var collectorsWait = false
         var nextIntervalFlush: ContinuousClock.Instant
         var lastStatusWrite: ContinuousClock.Instant
         var lastUploadMillis: Int64?
@@ -316,7 +319,10 @@ public final class Agent: Service, Sendable {
             if flushRequested.exchange(false, ordering: .acquiringAndReleasing) {
                 loop.flushing = true
                 loop.flushUntil = now.advanced(by: configuration.backgroundBudget)
-                loop.notBefore = nil  // a flush request retries at once, as the iOS SDK does
+                // A flush request retries at once, as the iOS SDK does, unless the collector asked for the
+                // wait: every producer entering the background sends one, and a 429's Retry-After or a
+                // 401 would otherwise be answered with a request per producer.
+                if !loop.collectorsWait { loop.notBefore = nil }
             }
             if pending >= configuration.bulkSize || (pending > 0 && now >= loop.nextIntervalFlush) || isStopping {
                 loop.flushing = true
@@ -513,6 +519,7 @@ public final class Agent: Service, Sendable {
             loop.uploadsAnswered = false
             metrics.retries.increment()
             loop.notBefore = loop.clock.now.advanced(by: delay)
+            loop.collectorsWait = session.haltReason != nil || session.waitAskedByCollector
             if let reason = session.haltReason {
                 loop.state = "halted"
                 if once {

@@ -104,6 +104,8 @@ final class UploadSession: @unchecked Sendable {
     private(set) var lastError: String?
     /// Set while the collector refuses us (401/403/404…).
     private(set) var haltReason: String?
+    /// Whether the last retry's wait includes a `Retry-After` the collector sent.
+    private(set) var waitAskedByCollector = false
     /// The batch after the one in flight, read and encoded while that one was out (see ``readAhead``).
     private var readAheadBatch: ReadAhead?
     /// A read-ahead batch that became the batch in flight when its predecessor was acknowledged: the
@@ -272,6 +274,7 @@ final class UploadSession: @unchecked Sendable {
         case .retry(let reason, let retryAfter):
             var rng = SystemRandomNumberGenerator()
             let delay = configuration.backoff.delay(attempt: attempt, retryAfter: retryAfter, using: &rng)
+            waitAskedByCollector = retryAfter != nil
             attempt += 1
             lastError = reason
             try outbox.countRetry()
