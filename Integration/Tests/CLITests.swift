@@ -153,8 +153,15 @@ struct CLITests {
                 #expect(try await collector.stats().unique == 0)
                 #expect(try Outbox(path: group + "-state/outbox.sqlite").pending().count == 20, "the refused run must keep every event")
 
+                // The HTTP client refuses such a header on every request: a transport error retried for ever.
+                try "s3c\u{1B}ret\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
+                let control = try await Self.runAgent(arguments + ["--deadline", "5"])
+                #expect(control.status == 78, "a control character: stderr: \(control.stderr)")
+                #expect(control.stderr.contains("control character"), "\(control.stderr)")
+
                 try "s3cret\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
-                let accepted = try await Self.runAgent(arguments)
+                // The largest batch size there is: its doubling when a batch is delivered trapped.
+                let accepted = try await Self.runAgent(arguments + ["--batch-size", "\(Int.max)"])
                 #expect(accepted.status == 0, "right token: stderr: \(accepted.stderr)")
                 let stats = try await collector.stats()
                 #expect(stats.unique == 20 && stats.duplicates == 0, "\(stats.unique) delivered, \(stats.duplicates) duplicates")

@@ -283,6 +283,29 @@ struct DeadlineTests {
         }
     }
 
+    @Test("the agent unit does not restart on an exit code the operations guide says a restart cannot help")
+    func unitRestartPrevention() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        let unit = try String(
+            contentsOf: root.appendingPathComponent("systemd/tributary-agent@.service.in"), encoding: .utf8)
+        let guide = try String(
+            contentsOf: root.deletingLastPathComponent().appendingPathComponent("docs/operations.md"), encoding: .utf8)
+        let prevented = Set(
+            unit.split(separator: "\n").first { $0.hasPrefix("RestartPreventExitStatus=") }?
+                .dropFirst("RestartPreventExitStatus=".count).split(separator: " ").compactMap { Int($0) } ?? [])
+        // The rows of the exit-code table: | code | meaning | restart helps? |
+        let table = guide.components(separatedBy: "## Exit codes of `tributary-agent`").last ?? ""
+        let hopeless = Set(
+            table.split(separator: "\n").prefix { !$0.hasPrefix("## ") }.compactMap { line -> Int? in
+                let cells = line.split(separator: "|").map { $0.trimmingCharacters(in: .whitespaces) }
+                guard cells.count == 3, let code = Int(cells[0]), cells[2] == "no" else { return nil }
+                return code
+            })
+        #expect(hopeless.count >= 4, "the guide's table was not found: \(hopeless)")
+        // A restart of these only reaches the start limit ("start-limit-hit"), which hides the cause.
+        #expect(prevented == hopeless, "RestartPreventExitStatus=\(prevented.sorted()) but the guide says no restart helps \(hopeless.sorted())")
+    }
+
     @Test("systemd-analyze verify accepts the units")
     func unitsVerify() throws {
         try withTemporaryGroup { dir in

@@ -86,6 +86,14 @@ public final class Agent: Service, Sendable {
         guard !token.isEmpty, !token.contains(where: \.isNewline) else {
             throw AgentError(.configuration, "The auth token file \(path) must hold one non-empty line.")
         }
+        // The HTTP client refuses a header value with a control character or a non-ASCII byte on every
+        // request, which looked like a transport error to retry for ever.
+        guard token.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) else {
+            throw AgentError(
+                .configuration,
+                "The token in \(path) holds a control character or a non-ASCII byte, which an HTTP header cannot "
+                    + "carry; a bearer token is printable ASCII.")
+        }
         return token
     }
 

@@ -29,7 +29,10 @@ public struct AgentConfiguration: Sendable {
     /// far ahead as the quota allows.
     public var drainAhead = 20_000
     /// The drain-ahead bound in force: ``drainAhead``, raised to two batches and the bulk size.
-    var effectiveDrainAhead: Int { max(drainAhead, 2 * upload.batchSize, bulkSize) }
+    var effectiveDrainAhead: Int {
+        let twoBatches = upload.batchSize.multipliedReportingOverflow(by: 2)
+        return max(drainAhead, twoBatches.overflow ? .max : twoBatches.partialValue, bulkSize)
+    }
     /// Drain and upload everything stored at the start, then return. Default false (run until stopped).
     public var once = false
     /// With `once`: the whole run's budget (`--deadline`). Nil = no limit.

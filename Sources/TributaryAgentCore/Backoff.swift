@@ -46,6 +46,9 @@ public struct Backoff: Sendable, Hashable {
     ) -> Duration? {
         guard let text = value?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
         if let seconds = Int64(text) { return seconds >= 0 ? .seconds(seconds) : nil }
+        // delta-seconds has no upper bound (RFC 9110 §10.2.3): more digits than an Int64 holds is a long
+        // wait, clamped by `maxRetryAfter` like any other, not garbage to retry after at once.
+        if text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) { return .seconds(Int64.max) }
         for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
             let formatter = DateFormatter()
             formatter.locale = Locale(identifier: "en_US_POSIX")

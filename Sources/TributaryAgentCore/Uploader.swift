@@ -267,7 +267,8 @@ final class UploadSession: @unchecked Sendable {
                 deliveriesUnderCeiling += 1
                 if deliveriesUnderCeiling >= Self.ceilingDeliveries { sizeCeiling = nil }
             }
-            batchLimit = min(configuration.batchSize, batchLimit * 2, sizeCeiling ?? .max)
+            let doubled = batchLimit.multipliedReportingOverflow(by: 2)
+            batchLimit = min(configuration.batchSize, doubled.overflow ? .max : doubled.partialValue, sizeCeiling ?? .max)
             logger.debug("batch delivered", metadata: ["tributary.batch.id": "\(batchID)", "tributary.batch.events": "\(count)"])
             return .progressed(delivered: count)
 

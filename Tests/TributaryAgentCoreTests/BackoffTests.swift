@@ -46,6 +46,7 @@ struct BackoffTests {
     @Test("Retry-After parsing", arguments: [
         ("120", 120.0 as Double?), ("0", 0), ("  7 ", 7), ("-5", nil), ("soon", nil), ("", nil),
         ("Wed, 21 Oct 2015 07:28:00 GMT", 0),  // in the past
+        ("99999999999999999999", Double(Int64.max)),  // beyond Int64: a long wait, which the policy clamps
     ])
     func parse(header: String, seconds: Double?) {
         #expect(Backoff.parseRetryAfter(header).map(\.seconds) == seconds)
