@@ -146,6 +146,57 @@ struct FlushAndStatusTests {
         }
     }
 
+    @Test("a metrics scraper that stops reading does not hold the agent past its stop timeout")
+    func stuckScraperDoesNotHoldStop() async throws {
+        try await withTemporaryGroup { group in
+            let port = Self.freePort()
+            let notify = try NotifySocket(path: group + "-notify")
+            let agent = try ChildProcess(
+                "tributary-agent",
+                [
+                    "--group", group, "--server", "http://127.0.0.1:9/sa", "--outbox", group + "-state/outbox.sqlite",
+                    "--metrics-address", "127.0.0.1:\(port)", "--stop-timeout", "3", "--log-level", "warning",
+                ], environment: ["NOTIFY_SOCKET": notify.path])
+            #expect(await notify.wait(for: "READY=1", timeout: 30) != nil, "the agent never sent READY=1")
+            // Pipelined requests whose answers are never read: the server's writes back up, and its
+            // graceful shutdown waits for them.
+            let scraper = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(scraper) }
+            var small: Int32 = 4096
+            setsockopt(scraper, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            let connected = withUnsafePointer(to: &address) { p in
+                p.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(scraper, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            #expect(connected == 0, "cannot connect to the metrics endpoint")
+            _ = fcntl(scraper, F_SETFL, fcntl(scraper, F_GETFL) | O_NONBLOCK)
+            let request = Array("GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n".utf8)
+            var sent = 0
+            for _ in 0..<20_000 {
+                guard send(scraper, request, request.count, Int32(MSG_NOSIGNAL)) == request.count else { break }
+                sent += 1
+            }
+            try await Task.sleep(for: .seconds(1))  // the server answers until its writes back up
+            let stopped = ContinuousClock.now
+            agent.send(SIGTERM)
+            // The scraper is closed only after the agent's exit: an agent it holds would wait for ever.
+            let limiter = Task {
+                try await Task.sleep(for: .seconds(20))
+                agent.send(SIGKILL)
+            }
+            defer { limiter.cancel() }
+            let exit = await agent.finish()
+            let took = ContinuousClock.now - stopped
+            #expect(exit.status == 0, "\(exit.stderr)")
+            // The stop timeout (3 s) and the exit slack of the deadline tests; before, the agent's stop
+            // began only once the metrics server had shut down: when the scraper went away.
+            #expect(took < .seconds(3 + DeadlineTests.exitSlack), "SIGTERM to exit took \(took) (\(sent) requests pipelined)")
+        }
+    }
+
     /// One sample's value in Prometheus' text format (`name value`), or nil.
     static func sample(_ metrics: String, _ name: String) -> Double? {
         metrics.split(separator: "\n").lazy.compactMap { line -> Double? in

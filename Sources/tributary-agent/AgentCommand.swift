@@ -172,12 +172,15 @@ struct AgentCommand: AsyncParsableCommand {
 
         do {
             let agent = try Agent(configuration: config, logger: logger)
-            // The agent's own run ends the group; the metrics endpoint stops with it.
-            var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
-                .init(service: agent, successTerminationBehavior: .gracefullyShutdownGroup,
-                      failureTerminationBehavior: .gracefullyShutdownGroup)
-            ]
+            // The agent's own run ends the group; the metrics endpoint stops with it. A group shuts its
+            // services down last first, one after the other: the agent is last, so a SIGTERM reaches it at
+            // once. First, the agent's stop budget waited for the metrics server, whose shutdown waits for
+            // every response it is writing: a scraper that stopped reading held the agent past it.
+            var services: [ServiceGroupConfiguration.ServiceConfiguration] = []
             if let metrics { services.append(.init(service: metrics.service)) }
+            services.append(
+                .init(service: agent, successTerminationBehavior: .gracefullyShutdownGroup,
+                      failureTerminationBehavior: .gracefullyShutdownGroup))
             let group = ServiceGroup(configuration: .init(
                 services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
             try await group.run()

@@ -37,17 +37,34 @@ struct MetricsEndpoint {
             address: "\(host):\(port)")
     }
 
+    /// How long the server's graceful shutdown may wait for the responses it is writing before it is
+    /// cancelled: a scraper that stopped reading would otherwise hold the process for as long as it likes.
+    static let shutdownAllowance = Duration.seconds(1)
+
     /// The HTTP server, whose failure to serve (the port taken, an address not of this host) is a
-    /// configuration error of `--metrics-address`: exit 78, which systemd does not restart.
+    /// configuration error of `--metrics-address`: exit 78, which systemd does not restart. Its graceful
+    /// shutdown lasts at most ``MetricsEndpoint/shutdownAllowance``.
     private struct Served<Inner: Service>: Service {
         let application: Inner
         let address: String
 
         func run() async throws {
-            do {
-                try await application.run()
-            } catch {
-                throw AgentError(.configuration, "Cannot serve metrics at \(address) (--metrics-address): \(error).")
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    do {
+                        try await application.run()
+                    } catch {
+                        throw AgentError(.configuration, "Cannot serve metrics at \(address) (--metrics-address): \(error).")
+                    }
+                }
+                group.addTask {
+                    try await gracefulShutdown()
+                    try await Task.sleep(for: MetricsEndpoint.shutdownAllowance)
+                }
+                // Whichever ends first: the server (shut down, or failed), or the allowance after a
+                // shutdown began, which then cancels the server.
+                try await group.next()
+                group.cancelAll()
             }
         }
     }
