@@ -99,6 +99,37 @@ struct DeadlineTests {
         }
     }
 
+    @Test("--once --deadline counts from the agent's start: time spent opening the store is part of it")
+    func deadlineCountsStartup() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, 200)
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(hangRate: 1))) { collector in
+                let began = ContinuousClock.now
+                // The agent freezes (SIGSTOP) as it opens the store, as a slow open or a long outbox migration
+                // would hold it; every request then hangs, so the run lasts as long as its deadline lets it.
+                let agent = try ChildProcess(
+                    "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "4", "--request-timeout", "30"]),
+                    environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.open"])
+                let limit = Task {
+                    try await Task.sleep(for: .seconds(60))
+                    agent.send(SIGKILL)
+                }
+                defer { limit.cancel() }
+                #expect(await agent.waitForLine(startingWith: "PAUSED") == "PAUSED store.open")
+                try #require(await MultiProcessTests.waitUntilStopped(agent.pid), "the agent never stopped")
+                // Past the 3 s the run plans (its deadline less the 1 s grace): the run after it stops at once.
+                try await Task.sleep(for: .seconds(3.5))
+                agent.send(SIGCONT)
+                let run = await agent.finish()
+                let took = ContinuousClock.now - began
+                #expect(run.status == 0, "\(run.stderr)")
+                // A deadline counted from the main loop ended about 3.5 + 3 s after the start.
+                #expect(took < .seconds(4 + Self.exitSlack), "start to exit took \(took) with --deadline 4")
+                #expect(try await collector.stats().unique == 0)
+            }
+        }
+    }
+
     @Test("a producer appending every millisecond holds up neither a --once run, with or without a deadline, nor a SIGTERM stop")
     func steadyProducer() async throws {
         try await withTemporaryGroup { group in

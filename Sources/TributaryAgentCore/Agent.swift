@@ -36,6 +36,10 @@ public final class Agent: Service, Sendable {
     private let notifier = SystemdNotifier()
     private let metrics = AgentMetrics()
 
+    /// When this agent was created: ``AgentConfiguration/deadline`` counts from here, so the time its
+    /// creation took (opening the store, migrating the outbox) is part of the run's budget.
+    private let createdAt = ContinuousClock.now
+
     /// Validates the configuration, opens (recovering) the store and the outbox, and claims the group.
     public init(configuration: AgentConfiguration, logger: Logger) throws {
         try configuration.validate()
@@ -147,7 +151,7 @@ public final class Agent: Service, Sendable {
         if once, let deadline = configuration.deadline {
             // A stop requested before the loop started (SIGTERM at once) keeps its budget if it ends sooner.
             budget.update { current in
-                let run = BackgroundTask(budget: deadline, grace: configuration.grace, reason: .once)
+                let run = BackgroundTask(budget: deadline, grace: configuration.grace, reason: .once, start: createdAt)
                 if current == nil || run.expiresAt < current!.expiresAt { current = run }
             }
         }

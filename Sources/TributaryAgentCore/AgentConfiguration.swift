@@ -35,7 +35,9 @@ public struct AgentConfiguration: Sendable {
     }
     /// Drain and upload everything stored at the start, then return. Default false (run until stopped).
     public var once = false
-    /// With `once`: the whole run's budget (`--deadline`). Nil = no limit.
+    /// With `once`: the whole run's budget (`--deadline`), counted from the ``Agent``'s creation, which
+    /// opens the store and migrates the outbox (work that cannot be stopped part way: a creation that
+    /// outlasts the budget is followed by a run that stops at once). Nil = no limit.
     public var deadline: Duration?
     /// After SIGTERM: how long the agent may keep uploading before it stops (`--stop-timeout`).
     /// Default 80 s, a little under systemd's default `TimeoutStopSec` of 90 s.
