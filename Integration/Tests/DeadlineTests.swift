@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TributaryAgentCore
 import TributaryCollector
 import TributaryStore
 import TributaryTestSupport
@@ -126,6 +127,38 @@ struct DeadlineTests {
                 // A deadline counted from the main loop ended about 3.5 + 3 s after the start.
                 #expect(took < .seconds(4 + Self.exitSlack), "start to exit took \(took) with --deadline 4")
                 #expect(try await collector.stats().unique == 0)
+            }
+        }
+    }
+
+    @Test("a SIGTERM stop tries the collector once: a failed upload ends it at once, every event kept")
+    func stopDoesNotRetry() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, 20)
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(forcedStatus: 503))) { collector in
+                let notify = try NotifySocket(path: group + "-notify")
+                // Below the bulk size, long before the interval: nothing is sent before the SIGTERM's flush.
+                let agent = try ChildProcess(
+                    "tributary-agent",
+                    Self.args(group, collector.url, ["--stop-timeout", "20", "--bulk-size", "1000", "--flush-interval", "600"]),
+                    environment: ["NOTIFY_SOCKET": notify.path])
+                let limit = Task {
+                    try await Task.sleep(for: .seconds(60))
+                    agent.send(SIGKILL)
+                }
+                defer { limit.cancel() }
+                #expect(await notify.wait(for: "READY=1", timeout: 30) != nil, "the agent never sent READY=1")
+                let stopped = ContinuousClock.now
+                agent.send(SIGTERM)
+                let run = await agent.finish()
+                let took = ContinuousClock.now - stopped
+                #expect(run.status == 0, "\(run.stderr)")
+                // It retried the 503 (backoff 0.05–0.2 s) until its 20 s stop budget ran out: with the
+                // default 80 s, every shutdown of a machine whose collector is down waited that long.
+                #expect(took < .seconds(1 + Self.exitSlack), "SIGTERM to exit took \(took)")
+                #expect(try await collector.stats().requests == 1)
+                #expect(try Outbox(path: group + "-state/outbox.sqlite").pending().count == 20)
+                #expect(Self.groupLockIsFree(group))
             }
         }
     }

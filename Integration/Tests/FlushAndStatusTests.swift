@@ -254,6 +254,20 @@ struct FlushAndStatusTests {
                 #expect(
                     notify.received.contains { $0.text.contains("STATUS=idle: 0 events queued, 40 delivered, 1 dead letters") },
                     "\(notify.received.map(\.text).suffix(3))")
+
+                // Refused (401): the agent halts and asks again at the backoff cap. As in `tributary status`,
+                // those waits are no retries: the metric counted one per halted request.
+                let retried = Self.sample(metrics, "tributary_upload_retries_total")
+                try await collector.setFaults(FaultConfiguration(forcedStatus: 401))
+                #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "AfterHalt"]).status == 0)
+                let requestsBefore = try await collector.stats().requests
+                let haltBegan = Date()
+                while try await collector.stats().requests < requestsBefore + 3, Date().timeIntervalSince(haltBegan) < 30 {
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+                #expect(try await collector.stats().requests >= requestsBefore + 3, "the halted agent did not ask again")
+                let (halted, _) = try await URLSession.shared.data(from: url)
+                #expect(Self.sample(String(decoding: halted, as: UTF8.self), "tributary_upload_retries_total") == retried)
                 agent.send(SIGTERM)
                 #expect(await agent.finish().status == 0)
             }

@@ -418,6 +418,16 @@ public final class Agent: Service, Sendable {
                 loop.lastStatusWrite = loop.clock.now
             }
             if isStopping && pending == 0 { break }
+            if isStopping, let notBefore = loop.notBefore, notBefore > loop.clock.now {
+                // An upload failed (or the collector refuses us): a stop does not wait to try again. With
+                // the collector down, the retries filled the whole stop timeout (80 s by default), holding
+                // every shutdown of the machine that long, and failed all the same. The events are as safe
+                // in the outbox, and the next start sends them first.
+                logger.notice("stopping without another attempt after a failed upload; every unsent event stays queued", metadata: [
+                    "tributary.outbox.pending": "\((try? outbox.pending().count) ?? -1)",
+                ])
+                break
+            }
             if once, try sent(through: onceThrough, &loop) { break }
             if progressed { continue }
             var timeout = configuration.pollInterval
@@ -529,7 +539,8 @@ public final class Agent: Service, Sendable {
             return true
         case .wait(let delay):
             loop.uploadsAnswered = false
-            metrics.retries.increment()
+            // As the outbox's count, which `tributary status` shows: a halt's wait is no retry of its own.
+            if session.haltReason == nil { metrics.retries.increment() }
             loop.notBefore = loop.clock.now.advanced(by: delay)
             loop.collectorsWait = session.haltReason != nil || session.waitAskedByCollector
             if let reason = session.haltReason {

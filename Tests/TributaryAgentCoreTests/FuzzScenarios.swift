@@ -140,10 +140,14 @@ struct FuzzScenarios {
                     }
                 }
                 let token = dir + "/token-\(i % 10)"
-                let text = Self.noise(&rng, maxLength: 30)
+                // Every other one printable ASCII (and a newline or tab now and then), so that both sides of
+                // the rules are reached often.
+                let noise = Self.noise(&rng, maxLength: 30)
+                let text = i % 2 == 0 ? noise : String(noise.unicodeScalars.filter { $0.isASCII && $0 != "\u{7F}" && ($0.value >= 0x20 || $0 == "\n" || $0 == "\t") })
                 try text.write(toFile: token, atomically: true, encoding: .utf8)
                 let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
-                let valid = !trimmed.isEmpty && !trimmed.contains(where: \.isNewline)
+                // One line of printable ASCII: what an HTTP header carries.
+                let valid = !trimmed.isEmpty && trimmed.utf8.allSatisfy { (0x20...0x7E).contains($0) }
                 do {
                     let read = try Agent.readToken(token)
                     tokensAccepted += 1
