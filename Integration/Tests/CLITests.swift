@@ -122,10 +122,7 @@ struct CLITests {
         async throws -> (status: Int32, stdout: String, stderr: String)
     {
         let agent = try ChildProcess("tributary-agent", arguments)
-        let limiter = Task {
-            try await Task.sleep(for: limit)
-            agent.send(SIGKILL)
-        }
+        let limiter = agent.killAfter(limit)
         defer { limiter.cancel() }
         return await agent.finish()
     }

@@ -43,10 +43,7 @@ struct DeadlineTests {
         let agent = try ChildProcess(
             "tributary-agent", arguments, environment: environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 })
         // An agent that never ends is killed, and its status tells.
-        let limit = Task {
-            try await Task.sleep(for: .seconds(60))
-            agent.send(SIGKILL)
-        }
+        let limit = agent.killAfter(.seconds(60))
         defer { limit.cancel() }
         if await notify.wait(for: "READY=1", timeout: 30) != nil { try whenReady() }
         let run = await agent.finish()
@@ -111,10 +108,7 @@ struct DeadlineTests {
                 let agent = try ChildProcess(
                     "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "4", "--request-timeout", "30"]),
                     environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.open"])
-                let limit = Task {
-                    try await Task.sleep(for: .seconds(60))
-                    agent.send(SIGKILL)
-                }
+                let limit = agent.killAfter(.seconds(60))
                 defer { limit.cancel() }
                 #expect(await agent.waitForLine(startingWith: "PAUSED") == "PAUSED store.open")
                 try #require(await MultiProcessTests.waitUntilStopped(agent.pid), "the agent never stopped")
@@ -142,10 +136,7 @@ struct DeadlineTests {
                     "tributary-agent",
                     Self.args(group, collector.url, ["--stop-timeout", "20", "--bulk-size", "1000", "--flush-interval", "600"]),
                     environment: ["NOTIFY_SOCKET": notify.path])
-                let limit = Task {
-                    try await Task.sleep(for: .seconds(60))
-                    agent.send(SIGKILL)
-                }
+                let limit = agent.killAfter(.seconds(60))
                 defer { limit.cancel() }
                 #expect(await notify.wait(for: "READY=1", timeout: 30) != nil, "the agent never sent READY=1")
                 let stopped = ContinuousClock.now

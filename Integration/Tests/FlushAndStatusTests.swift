@@ -159,19 +159,30 @@ struct FlushAndStatusTests {
                 ], environment: ["NOTIFY_SOCKET": notify.path])
             #expect(await notify.wait(for: "READY=1", timeout: 30) != nil, "the agent never sent READY=1")
             // Pipelined requests whose answers are never read: the server's writes back up, and its
-            // graceful shutdown waits for them.
-            let scraper = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            defer { close(scraper) }
-            var small: Int32 = 4096
-            setsockopt(scraper, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = in_port_t(UInt16(port).bigEndian)
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let connected = withUnsafePointer(to: &address) { p in
-                p.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(scraper, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            // graceful shutdown waits for them. The server starts beside the agent's loop, so it may be
+            // listening a moment after READY=1.
+            var scraper: Int32 = -1
+            let connecting = ContinuousClock.now
+            while scraper < 0 && ContinuousClock.now - connecting < .seconds(30) {
+                let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+                var small: Int32 = 4096
+                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+                var address = sockaddr_in()
+                address.sin_family = sa_family_t(AF_INET)
+                address.sin_port = in_port_t(UInt16(port).bigEndian)
+                address.sin_addr.s_addr = inet_addr("127.0.0.1")
+                let connected = withUnsafePointer(to: &address) { p in
+                    p.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+                }
+                if connected == 0 {
+                    scraper = fd
+                } else {
+                    close(fd)
+                    try await Task.sleep(for: .milliseconds(20))
+                }
             }
-            #expect(connected == 0, "cannot connect to the metrics endpoint")
+            defer { if scraper >= 0 { close(scraper) } }
+            try #require(scraper >= 0, "cannot connect to the metrics endpoint")
             _ = fcntl(scraper, F_SETFL, fcntl(scraper, F_GETFL) | O_NONBLOCK)
             let request = Array("GET /metrics HTTP/1.1\r\nHost: agent\r\n\r\n".utf8)
             var sent = 0
@@ -183,10 +194,7 @@ struct FlushAndStatusTests {
             let stopped = ContinuousClock.now
             agent.send(SIGTERM)
             // The scraper is closed only after the agent's exit: an agent it holds would wait for ever.
-            let limiter = Task {
-                try await Task.sleep(for: .seconds(20))
-                agent.send(SIGKILL)
-            }
+            let limiter = agent.killAfter(.seconds(20))
             defer { limiter.cancel() }
             let exit = await agent.finish()
             let took = ContinuousClock.now - stopped

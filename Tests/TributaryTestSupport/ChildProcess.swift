@@ -82,6 +82,16 @@ public final class ChildProcess: @unchecked Sendable {
     /// Sends `signal` to the process.
     public func send(_ signal: Int32) { kill(process.processIdentifier, signal) }
 
+    /// SIGKILLs the process after `limit` unless the returned task is cancelled first: a process that
+    /// should have ended and did not is then ended, and its status (9) tells, instead of the test
+    /// waiting for ever. Cancel it when done (`defer { limit.cancel() }`).
+    public func killAfter(_ limit: Duration) -> Task<Void, any Error> {
+        Task {
+            try await Task.sleep(for: limit)
+            self.send(SIGKILL)
+        }
+    }
+
     /// Waits for exit and returns (status, stdout, stderr).
     ///
     /// The waiting happens on a dedicated thread: blocking a Swift concurrency thread here could starve
