@@ -44,7 +44,7 @@ install_missing = missing=""; for p in $(1); do \
 
 deps:
 	@$(call install_missing,$(DEB_PACKAGES))
-	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "make: '$(SWIFT)' not found: install a Swift 6 toolchain (swift.org/install) or set SWIFT=/path/to/swift" >&2; exit 1; }
+	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "make: '$(SWIFT)' not found: install a Swift 6.2 or later toolchain (swift.org/install) or set SWIFT=/path/to/swift" >&2; exit 1; }
 
 # Tools only the benchmarks need, never `make test`: python3-venv for the Python SDKs of the loss
 # comparison; linux-perf and valgrind to profile (docs/performance.md, "Profiling").

@@ -54,6 +54,15 @@ struct CLITests {
         }
     }
 
+    @Test("tributary-sim demo (make run) reports a failure at run time with exit 1, not as a usage error")
+    func demoRunFailure() async throws {
+        // No group directory can be made under /proc: every producer fails.
+        let result = try await ChildProcess.run("tributary-sim", ["demo", "--group", "/proc/tributary-none/group"])
+        #expect(result.status == 1, "stderr: \(result.stderr)")
+        #expect(result.stderr.contains("A producer failed"), "\(result.stderr)")
+        #expect(!result.stderr.contains("USAGE") && !result.stderr.contains("Usage"), "a run-time failure printed the usage: \(result.stderr)")
+    }
+
     @Test("dead-letters --replay --id refuses an id that names no dead letter, and replays nothing")
     func replayUnknownID() async throws {
         try await withTemporaryGroup { group in

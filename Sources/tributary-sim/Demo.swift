@@ -46,7 +46,7 @@ struct Demo: AsyncParsableCommand {
         let (collector, collectorOut) = try launch(bin, "tributary-collector", ["--port", "0"], capture: true)
         started.append(collector)
         guard let line = readLine(collectorOut, prefix: "LISTENING "), let url = line.split(separator: " ").last else {
-            throw ValidationError("tributary-collector did not report its address.")
+            throw runFailure("tributary-collector did not report its address.")
         }
         say("   \(url)")
 
@@ -73,7 +73,7 @@ struct Demo: AsyncParsableCommand {
 
         for producer in producers {
             producer.waitUntilExit()
-            guard producer.terminationStatus == 0 else { throw ValidationError("A producer failed (exit \(producer.terminationStatus)).") }
+            guard producer.terminationStatus == 0 else { throw runFailure("A producer failed (exit \(producer.terminationStatus)).") }
         }
         let producedAt = Date()
         say("   \(produced) events durable in the store after \(String(format: "%.2f", producedAt.timeIntervalSince(begin))) s")
@@ -83,6 +83,9 @@ struct Demo: AsyncParsableCommand {
         while Date().timeIntervalSince(begin) < timeout {
             stats = try await fetchStats(String(url))
             if (stats["unique"] as? Int ?? 0) >= produced { break }
+            guard agent.isRunning else {
+                throw runFailure("tributary-agent exited (status \(agent.terminationStatus)) before delivering everything; its log is above.")
+            }
             try await Task.sleep(for: .milliseconds(50))
         }
         let elapsed = Date().timeIntervalSince(begin)

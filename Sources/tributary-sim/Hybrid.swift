@@ -56,7 +56,7 @@ struct Hybrid: AsyncParsableCommand {
             tasks.addTask { try await foreignPages.run { portsContinuation.yield($0) } }
             var iterator = ports.makeAsyncIterator()
             guard let trusted = await iterator.next(), let foreign = await iterator.next() else {
-                throw ValidationError("The page servers did not start.")
+                throw runFailure("The page servers did not start.")
             }
             // The browser is spawned before the store is opened: no child inherits an open LMDB environment.
             let configuration = BridgeConfiguration(

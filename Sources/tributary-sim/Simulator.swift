@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 
 @main
 struct Simulator: AsyncParsableCommand {
@@ -12,4 +13,11 @@ struct Simulator: AsyncParsableCommand {
             """,
         subcommands: [App.self, Extension.self, Hybrid.self, Load.self, Demo.self]
     )
+}
+
+/// A failure at run time (not a bad option): `message` goes to stderr, and the exit code is 1, so that
+/// ArgumentParser does not print the usage text and exit 64 as it does for a `ValidationError`.
+func runFailure(_ message: String) -> ExitCode {
+    FileHandle.standardError.write(Data("tributary-sim: \(message)\n".utf8))
+    return ExitCode(1)
 }
