@@ -60,7 +60,7 @@ public enum AgentChannel {
 public struct AgentStatus: Codable, Sendable, Equatable {
     /// The agent's pid.
     public var pid: Int32
-    /// `starting`, `idle`, `uploading`, `backoff`, `halted`, `stopping` or `stopped`.
+    /// `idle`, `uploading`, `backoff`, `halted`, `stopping` or `stopped`.
     public var state: String
     /// Why uploads are halted (401/403/404…), when they are.
     public var haltReason: String?

@@ -14,7 +14,8 @@ struct CollectorCommand: AsyncParsableCommand {
         abstract: "Reference collector for Tributary batches, with dedup, order checks and fault injection.",
         discussion: """
             Accepts batches on POST /sa (Sensors form) and POST /ingest (gzip NDJSON), stores unique events \
-            in SQLite, and serves GET /stats, GET /events and GET|POST /control/faults. Once listening it \
+            in SQLite, and serves GET /stats, GET /events and GET|POST /control/faults; POST /count/<name>/… \
+            counts another SDK's batches by name without storing them (GET /count). Once listening it \
             prints exactly one line to stdout: "LISTENING http://HOST:PORT". SIGTERM or SIGINT shut it down \
             gracefully (exit 0). Logs go to stderr. Exit codes: 0 after a graceful shutdown, 64 for bad \
             options, 1 when the database cannot be opened or the address cannot be bound. \
