@@ -8,7 +8,8 @@ import TributaryStore
 /// (so the blocking fsync never occupies a Swift concurrency thread) takes everything queued, appends
 /// it in one transaction, and only after that transaction has committed completes each pending event
 /// with its own receipt. No pending event is ever completed before the transaction holding it is
-/// durable.
+/// durable. A batch the store has no room for as a whole is split, so that only the events that do not
+/// fit get `storeFull` (``commit(_:)``).
 ///
 /// The queue is bounded (`maxQueued` events): ``enqueue(_:)`` suspends while it is full, so callers
 /// that queue faster than the disk commits are slowed to the disk's pace rather than growing memory.
@@ -131,17 +132,33 @@ final class GroupCommitter: Sendable {
             for waiter in room { waiter.resume() }
             if batch.isEmpty { return }
             let started = DispatchTime.now().uptimeNanoseconds
-            do {
-                let appended = try store.append(producer: producer, count: batch.count) { index, identity in
-                    batch[index].event.draft(with: identity)
-                }
-                for (pending, where_) in zip(batch, appended) {
-                    pending.complete(.success(TrackReceipt(event: pending.event, appended: where_)))
-                }
-            } catch {
-                for pending in batch { pending.complete(.failure(error)) }
-            }
+            commit(batch[...])
             previous = (batch.count, DispatchTime.now().uptimeNanoseconds - started)
+        }
+    }
+
+    /// Appends `batch` in one transaction and, once it has committed, completes each of its events.
+    ///
+    /// A batch the store has no room for as a whole (`storeFull`) is split in two halves, committed (or
+    /// split again) one after the other: an event is refused `storeFull` only when it does not fit
+    /// after every event queued before it was stored or refused, as when each is tracked on its own (a
+    /// refused `track` stores nothing, and the next one is stored if it fits). The events that fit
+    /// still commit in queue order, each half's after the one before it. Any other failure fails the
+    /// whole batch.
+    private func commit(_ batch: ArraySlice<PendingTrack>) {
+        do {
+            let appended = try store.append(producer: producer, count: batch.count) { index, identity in
+                batch[batch.startIndex + index].event.draft(with: identity)
+            }
+            for (pending, where_) in zip(batch, appended) {
+                pending.complete(.success(TrackReceipt(event: pending.event, appended: where_)))
+            }
+        } catch let error as StoreError where error.code == .storeFull && batch.count > 1 {
+            let middle = batch.startIndex + batch.count / 2
+            commit(batch[..<middle])
+            commit(batch[middle...])
+        } catch {
+            for pending in batch { pending.complete(.failure(error)) }
         }
     }
 

@@ -296,8 +296,30 @@ struct TrackerTests {
         }
     }
 
+    /// Starts an append on a thread of its own and returns once it holds the store's writer lock (the
+    /// lock of every process and thread of the group); it gives the lock up when `release` is
+    /// signalled, writing nothing. The task ends then.
+    static func holdWriterLock(_ store: SharedStore, until release: DispatchSemaphore) -> Task<Void, Never> {
+        let holding = DispatchSemaphore(value: 0)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            _ = try? store.append(producer: .init(kind: .app, id: "lock-holder"), count: 1) { _, _ in
+                holding.signal()
+                release.wait()
+                throw CancellationError()
+            }
+            done.signal()
+        }
+        holding.wait()
+        return Task.detached { done.wait() }
+    }
+
     /// The synchronous `track`, from code that is not async.
-    static func trackNow(_ tracker: Tracker, _ event: String) throws -> TrackReceipt { try tracker.track(event) }
+    static func trackNow(
+        _ tracker: Tracker, _ event: String, properties: [String: PropertyValue] = [:]
+    ) throws -> TrackReceipt {
+        try tracker.track(event, properties: properties)
+    }
 
     @Test("a synchronous track after enqueue is stored after every event queued before it", arguments: 1...5)
     func synchronousAfterQueued(round: Int) async throws {
@@ -314,7 +336,7 @@ struct TrackerTests {
         }
     }
 
-    @Test("a group commit that fails fails every pending event in it, and only those")
+    @Test("a group commit that fails fails only pending events in it, and stores exactly the acknowledged ones")
     func enqueueStoreFull() async throws {
         try await withTemporaryGroup { group in
             var config = Tracker.Configuration(groupDirectory: group)
@@ -344,6 +366,61 @@ struct TrackerTests {
             #expect(stored > 0)
             // Exactly the acknowledged events are in the store.
             #expect(try tracker.store.status().pendingEvents == stored)
+        }
+    }
+
+    @Test("a group commit too large for the room left stores the events that fit, as one track at a time would")
+    func enqueueStoreFullStoresWhatFits() async throws {
+        // Events of about 12 KiB (two 6,000-byte strings), 50 of them: about 600 KiB, more than a 512 KiB
+        // quota holds. Queued before any receipt is awaited, they go in as few transactions as the
+        // default maxGroupCommit allows.
+        let filler = String(repeating: "x", count: 6000)
+        func properties(_ i: Int) -> [String: PropertyValue] {
+            ["i": .int(Int64(i)), "a": .string(filler), "b": .string(filler)]
+        }
+        func configuration(_ group: String) -> Tracker.Configuration {
+            var config = Tracker.Configuration(groupDirectory: group)
+            config.store.quota = 512 << 10
+            return config
+        }
+        // What fits: the same events tracked one at a time, each in a transaction of its own.
+        let alone = try withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: configuration(group))
+            var stored = 0
+            for i in 0..<50 {
+                do {
+                    _ = try Self.trackNow(tracker, "Fill", properties: properties(i))
+                    stored += 1
+                } catch let error as StoreError where error.code == .storeFull {}
+            }
+            return stored
+        }
+        try #require(alone > 10 && alone < 50, "the quota should hold some of the events, not all: \(alone)")
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: configuration(group))
+            // Every event queued while another append holds the writer lock: the first goes in a
+            // transaction of its own, the other 49 in one.
+            let release = DispatchSemaphore(value: 0)
+            let released = Self.holdWriterLock(tracker.store, until: release)
+            var pending: [PendingTrack] = []
+            for i in 0..<50 { pending.append(try await tracker.enqueue("Fill", properties: properties(i))) }
+            release.signal()
+            await released.value
+            var stored: [(index: Int, seq: UInt64)] = []
+            for (index, item) in pending.enumerated() {
+                do {
+                    stored.append((index, try await item.receipt().seq))
+                } catch let error as StoreError {
+                    #expect(error.code == .storeFull)
+                }
+            }
+            // One transaction of all 50 holds less than a transaction per event (LMDB's own pages per
+            // commit), never fewer events.
+            #expect(stored.count >= alone, "stored \(stored.count) of 50 events; one at a time, \(alone) fit")
+            #expect(try tracker.store.status().pendingEvents == stored.count)
+            // Stored in queue order, with no gap in the sequence.
+            #expect(stored.map(\.seq) == Array(1...UInt64(stored.count)))
+            #expect(stored.map(\.index) == stored.map(\.index).sorted())
         }
     }
 
