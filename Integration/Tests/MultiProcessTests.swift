@@ -1,5 +1,7 @@
 import Foundation
+import Synchronization
 import Testing
+import Tributary
 import TributaryStore
 import TributaryTestSupport
 
@@ -146,12 +148,8 @@ struct MultiProcessTests {
             #expect(fresh.status == 0, "\(fresh.stderr)")
 
             // Its next commit must fail: it writes 2,000 events a second, so a few seconds is plenty.
-            for _ in 0..<1000 where victim.process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
-            if victim.process.isRunning {
-                Issue.record("the producer still runs 10 s after its store was replaced: it writes into the old file")
-                victim.send(SIGKILL)
-            }
-            let result = await victim.finish()
+            let result = try await Self.finish(
+                victim, orRecord: "the producer still runs 10 s after its store was replaced: it writes into the old file")
             #expect(result.status == 75, "the producer must stop with 75, not write on unread: \(result.stderr)")
             #expect(result.stderr.contains("storeReplaced"))
 
@@ -191,13 +189,60 @@ struct MultiProcessTests {
                 }
             }
             #expect(try store.status().mapSize > 32 << 20)
-            // ...so its first write transaction gets MDB_MAP_RESIZED: it must adopt the size and go on.
+            // ...so its first transaction gets MDB_MAP_RESIZED: it must adopt the size and go on.
             opener.send(SIGCONT)
             let result = await opener.finish()
             #expect(result.status == 0, "\(result.stderr)")
             let pending = ["\"pending_events\":10000", "\"pending_events\" : 10000"]
             #expect(pending.contains { result.stdout.contains($0) }, "\(result.stdout)")
         }
+    }
+
+    @Test("opening an existing store never waits for a writer stopped inside its transaction")
+    func openWhileWriterStopped() async throws {
+        try await withTemporaryGroup { group in
+            var config = Tracker.Configuration(groupDirectory: group)
+            config.appVersion = "1.0.0"
+            _ = try Tracker(configuration: config)  // the store, its identity and the app's presets exist
+            // A producer takes the writer lock (records put, not committed), then is stopped there.
+            let writer = try ChildProcess(
+                "tributary", ["track", "--group", group, "Held"], environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.append"])
+            defer { writer.send(SIGKILL) }
+            #expect(await writer.waitForLine(startingWith: "PAUSED") == "PAUSED store.append")
+            writer.send(SIGSTOP)
+            try #require(await Self.waitUntilStopped(writer.pid), "the writer never stopped")
+
+            // `tributary status` opens the store and reads it: no write lock needed.
+            let status = try ChildProcess("tributary", ["status", "--group", group, "--json"])
+            let result = try await Self.finish(
+                status, orRecord: "tributary status still runs 10 s after it started: it waits for the stopped writer")
+            #expect(result.status == 0, "\(result.stderr)")
+            let pending = ["\"pending_events\":0", "\"pending_events\" : 0"]
+            #expect(pending.contains { result.stdout.contains($0) }, "\(result.stdout)")
+
+            // Nor does a new Tracker in this process (its presets are already published: nothing to write).
+            let opened = Mutex<Result<Int, any Error>?>(nil)
+            Thread.detachNewThread { [config] in
+                let outcome = Result { try Tracker(configuration: config).store.status().pendingEvents }
+                opened.withLock { $0 = outcome }
+            }
+            for _ in 0..<1000 where opened.withLock({ $0 == nil }) { try await Task.sleep(for: .milliseconds(10)) }
+            let outcome = opened.withLock { $0 }
+            #expect(outcome != nil, "a Tracker still opens the store 10 s after it started: it waits for the stopped writer")
+            if let outcome { #expect(try outcome.get() == 0) }
+        }
+    }
+
+    /// Waits up to 10 s for `child` to exit; one still running then is an issue (`problem`), and is killed.
+    static func finish(
+        _ child: ChildProcess, orRecord problem: Comment
+    ) async throws -> (status: Int32, stdout: String, stderr: String) {
+        for _ in 0..<1000 where child.process.isRunning { try await Task.sleep(for: .milliseconds(10)) }
+        if child.process.isRunning {
+            Issue.record(problem)
+            child.send(SIGKILL)
+        }
+        return await child.finish()
     }
 
     /// Waits up to 10 s for `pid` to be in the stopped state (`T` in /proc/PID/stat).

@@ -195,15 +195,33 @@ final class Environment: @unchecked Sendable {
         return (UInt64(info.st_dev), UInt64(info.st_ino))
     }
 
+    /// Opens the store's tables: in a read-only transaction when they all exist, so that opening a store
+    /// (every `Tracker`, `tributary status`, the agent) never waits for the writer lock, which another
+    /// process may hold for as long as it likes (stopped with SIGSTOP in a transaction, or in a debugger).
+    /// Only a store that lacks a table (a new one) is opened in a write transaction, which creates it.
     private static func openTables(_ env: OpaquePointer, path: String) throws(StoreError) -> Tables {
+        if let tables = try openTables(env, path: path, creating: false) { return tables }
+        return try openTables(env, path: path, creating: true)!
+    }
+
+    /// The tables, opened in a write transaction that creates the missing ones when `creating`, else in
+    /// a read-only one; nil when not `creating` and a table is missing.
+    ///
+    /// lmdb.h, `mdb_dbi_open`: "The database handle will be private to the current transaction until
+    /// the transaction is successfully committed. If the transaction is aborted the handle will be
+    /// closed automatically. After a successful commit the handle will reside in the shared environment,
+    /// and may be used by other transactions." That holds for a read-only transaction too (its commit
+    /// keeps the handles it opened), so the read-only one is committed, not aborted.
+    private static func openTables(_ env: OpaquePointer, path: String, creating: Bool) throws(StoreError) -> Tables? {
+        let flags = creating ? 0 : UInt32(MDB_RDONLY)
         var txn: OpaquePointer?
-        var rc = mdb_txn_begin(env, nil, 0, &txn)
+        var rc = mdb_txn_begin(env, nil, flags, &txn)
         // Another process may have grown the map and written past this one's since mdb_env_open sized
         // it: adopt the new size (lmdb.h, MDB_MAP_RESIZED) and begin again. Each round needs another
         // growth, which the quota bounds.
         while rc == MDB_MAP_RESIZED {
             try mapError(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize", path: path)
-            rc = mdb_txn_begin(env, nil, 0, &txn)
+            rc = mdb_txn_begin(env, nil, flags, &txn)
         }
         try mapError(rc, "mdb_txn_begin", path: path)
         // A store of a newer schema is refused before anything is created in it (a newer Tributary may
@@ -228,7 +246,11 @@ final class Environment: @unchecked Sendable {
         ]
         for (name, keyPath) in names {
             var dbi: MDB_dbi = 0
-            let rc = mdb_dbi_open(txn, name, UInt32(MDB_CREATE), &dbi)
+            let rc = mdb_dbi_open(txn, name, creating ? UInt32(MDB_CREATE) : 0, &dbi)
+            if rc == MDB_NOTFOUND && !creating {
+                mdb_txn_abort(txn)
+                return nil
+            }
             if rc != MDB_SUCCESS {
                 mdb_txn_abort(txn)
                 try mapError(rc, "mdb_dbi_open(\(name))", path: path)
