@@ -23,12 +23,18 @@ public struct PageEvent: Sendable, Equatable {
     public var type: EventType
     /// The event name (`$pageview`, `$WebClick`, or a custom name).
     public var event: String
-    /// When the page triggered the event, in ms since the Unix epoch (the page's `time`).
+    /// When the page triggered the event, in ms since the Unix epoch (the page's `time`); within
+    /// ``PageEvent/timeRange``.
     public var timeMillis: Int64
     /// The page SDK's `lib` object (`$lib`, `$lib_method`, `$lib_version`, …).
     public var lib: [String: PropertyValue]
     /// The page's properties, page-only keys already removed.
     public var properties: [String: PropertyValue]
+
+    /// The times a page event may have, in ms since the Unix epoch: from 1 through 9999-12-30 UTC (the
+    /// last day date properties may have, ``EventRules/dateRange``). The hybrid bridge refuses a page's
+    /// `time` outside it, and ``Tracker/trackFromPage(_:)`` a ``PageEvent`` whose ``timeMillis`` is.
+    public static let timeRange: ClosedRange<Int64> = 1...Int64(EventRules.dateRange.upperBound * 1000)
 
     /// Creates a page event.
     public init(
@@ -53,8 +59,9 @@ extension Tracker {
     /// gets a new `event_id` and `_track_id`. The page's `time`, `type`, name and `lib` are kept.
     /// A `track_signup` does not log in by itself: ``signUpFromPage(_:loginID:)`` does both.
     ///
-    /// - Throws: ``TrackingError`` when the name or a property breaks the rules or the event is too
-    ///   large; `StoreError` when the store cannot take it. Nothing is written then.
+    /// - Throws: ``TrackingError`` when the name or a property breaks the rules, the time is outside
+    ///   ``PageEvent/timeRange`` or the event is too large; `StoreError` when the store cannot take it.
+    ///   Nothing is written then.
     @discardableResult
     public func trackFromPage(_ page: PageEvent) async throws -> TrackReceipt {
         try await committer.commit(try preparePage(page))
@@ -79,6 +86,12 @@ extension Tracker {
 
     func preparePage(_ page: PageEvent) throws -> PreparedEvent {
         try EventRules.validateEventName(page.event)
+        guard PageEvent.timeRange.contains(page.timeMillis) else {
+            throw TrackingError(
+                .timeOutOfRange, field: "time",
+                "Page event \(page.event) has time \(page.timeMillis) ms since the epoch; a page event's time must be "
+                    + "from \(PageEvent.timeRange.lowerBound) through \(PageEvent.timeRange.upperBound) (9999-12-30 UTC).")
+        }
         try EventRules.validateProperties(page.properties)
         try EventRules.validateProperties(page.lib)
         // The page keeps its own $lib and $lib_version (as in the iOS SDK); every other preset is the app's.
@@ -128,9 +141,9 @@ extension Tracker {
         var prepared = PreparedEvent(
             prefix: head.bytes, suffix: tail.bytes, eventID: eventID, trackID: trackID, wallTimeMillis: page.timeMillis,
             bootTimeNanos: 0, bootID: .unknown)
-        let ageMillis = configuration.wallMillis() - page.timeMillis
+        let (ageMillis, ageOverflow) = configuration.wallMillis().subtractingReportingOverflow(page.timeMillis)
         let now = configuration.monotonicNanos()
-        if ageMillis >= 0 {
+        if !ageOverflow, ageMillis >= 0 {
             let (ageNanos, overflow) = UInt64(ageMillis).multipliedReportingOverflow(by: 1_000_000)
             if !overflow, ageNanos <= now {
                 prepared.bootTimeNanos = now - ageNanos

@@ -26,6 +26,8 @@ public struct TrackingError: Error, CustomStringConvertible, Sendable {
         /// A date is NaN or outside 0001-01-02 … 9999-12-30 UTC (what `yyyy-MM-dd HH:mm:ss.SSS` can
         /// write in local time, in every zone).
         public static let dateOutOfRange = Code(rawValue: "dateOutOfRange")
+        /// A page event's time is outside ``PageEvent/timeRange`` (1 ms through 9999-12-30 UTC).
+        public static let timeOutOfRange = Code(rawValue: "timeOutOfRange")
         /// The encoded event is larger than the configured limit.
         public static let eventTooLarge = Code(rawValue: "eventTooLarge")
         /// The `--properties` text is not a JSON object.

@@ -12,8 +12,8 @@ public enum PageEventMapping {
     /// The earliest `properties.$time` taken as the event time (2015-05-15, the iOS SDK's bound).
     public static let earliestCustomTime: Int64 = 1_431_656_640_000
     /// The latest event time a page may give: 9999-12-30 UTC, as for date properties
-    /// (``EventRules/dateRange``).
-    public static let latestTime = Int64(EventRules.dateRange.upperBound * 1000)
+    /// (``EventRules/dateRange``; ``PageEvent/timeRange``).
+    public static let latestTime = PageEvent.timeRange.upperBound
 
     /// Maps `data`; throws ``BridgeRejection`` (`invalidEvent` or `unsupportedType`) naming the field.
     public static func map(_ data: [String: JSON], origin: String) throws(BridgeRejection) -> PageEvent {

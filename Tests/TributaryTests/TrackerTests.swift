@@ -424,6 +424,33 @@ struct TrackerTests {
         }
     }
 
+    @Test("a page event's time outside 1 ms … 9999-12-30 is a typed error, not a trap; nothing is written",
+          arguments: [Int64.min, Int64.min + 1, -1, 0, PageEvent.timeRange.upperBound + 1, Int64.max])
+    func pageTimeOutOfRange(time: Int64) async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Self.tracker(group)
+            let before = tracker.store.lastTransactionID
+            let page = PageEvent(type: .track, event: "$pageview", timeMillis: time, lib: ["$lib": "js"], properties: [:])
+            let error = await #expect(throws: TrackingError.self) { try await tracker.trackFromPage(page) }
+            #expect(error?.code == .timeOutOfRange && error?.field == "time")
+            #expect(error?.message.contains("\(PageEvent.timeRange.upperBound)") == true)
+            #expect(throws: TrackingError.self) { try tracker.signUpFromPage(page, loginID: "user-1") }
+            #expect(tracker.store.lastTransactionID == before)
+            #expect(try tracker.identity().loginID == nil)
+        }
+    }
+
+    @Test("a page event's time at either end of the range is stored as given",
+          arguments: [PageEvent.timeRange.lowerBound, PageEvent.timeRange.upperBound])
+    func pageTimeAtBounds(time: Int64) async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Self.tracker(group)
+            let page = PageEvent(type: .track, event: "$pageview", timeMillis: time, lib: ["$lib": "js"], properties: [:])
+            let receipt = try await tracker.trackFromPage(page)
+            #expect((try Self.body(tracker.store, seq: receipt.seq)["time"] as? NSNumber)?.int64Value == time)
+        }
+    }
+
     @Test("timers use the monotonic clock and stop counting in background")
     func timers() async throws {
         try await withTemporaryGroup { group in
