@@ -43,6 +43,10 @@ struct CLITests {
         (["dead-letters", "--outbox", "{g}-junk"], 74, "cannot be read"),
         (["dead-letters", "--outbox", "{g}-empty"], 66, "no outbox"),
         (["flush", "--group", "{g}/missing"], 66, "cannot be used"),
+        (["status", "--group", "{g}-junk"], 64, "is not a directory"),
+        (["track", "--group", "{g}-junk", "X"], 64, "is not a directory"),
+        (["flush", "--group", "{g}-junk"], 64, "is not a directory"),
+        (["status", "--group", "{g}-junk/group"], 64, "is not a directory"),
     ])
     func exitCodes(arguments: [String], code: Int32, message: String) async throws {
         try await withTemporaryGroup { group in
@@ -368,6 +372,47 @@ struct CLITests {
             ])
             #expect(result.status == 78, "stderr: \(result.stderr)")
             #expect(result.stderr.contains("--metrics-address"))
+        }
+    }
+
+    /// Runs `tributary` as a user that is neither the owner of `group` nor in its group. As root (mode
+    /// bits do not bind root) that is `nobody`, through setpriv; otherwise this user, with the directory's
+    /// mode 0 for the time of the call.
+    static func runLockedOut(_ arguments: [String], group: String) async throws -> (status: Int32, stdout: String, stderr: String) {
+        guard getuid() == 0 else {
+            chmod(group, 0)
+            defer { chmod(group, 0o2770) }
+            return try await ChildProcess.run("tributary", arguments)
+        }
+        let tributary = productsDirectory.appendingPathComponent("tributary").path
+        return try await ChildProcess(
+            path: "/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", tributary] + arguments
+        ).finish()
+    }
+
+    @Test("a user who may not use the group directory is told so (exit 77), not that there is no store",
+          .enabled(if: getuid() != 0 || FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
+                   "as root only another user meets EACCES, and setpriv (util-linux) is not installed"),
+          arguments: [
+            ["status", "--group", "{g}"],
+            ["track", "--group", "{g}", "X"],
+            ["login", "--group", "{g}", "user-1"],
+            ["flush", "--group", "{g}"],
+            ["status", "--group", "{g}/nested"],
+            ["dead-letters", "--outbox", "{g}/outbox.sqlite"],
+          ])
+    func permissionDenied(arguments: [String]) async throws {
+        try await withTemporaryGroup { group in
+            _ = try SharedStore(groupDirectory: group)  // mode 2770, this user's
+            _ = FileManager.default.createFile(atPath: group + "/outbox.sqlite", contents: Data("an outbox".utf8))
+            try FileManager.default.createDirectory(atPath: group + "/nested", withIntermediateDirectories: false)
+            let before = try SharedStore(groupDirectory: group).lastTransactionID
+            let result = try await Self.runLockedOut(
+                arguments.map { $0.replacingOccurrences(of: "{g}", with: group) }, group: group)
+            #expect(result.status == 77, "stderr: \(result.stderr)")
+            #expect(result.stderr.contains("permission denied"), "\(result.stderr)")
+            #expect(result.stderr.contains("Join the group that owns it, or run as its owner"), "\(result.stderr)")
+            #expect(try SharedStore(groupDirectory: group).lastTransactionID == before)
         }
     }
 

@@ -132,7 +132,7 @@ final class Environment: @unchecked Sendable {
         guard rc == MDB_SUCCESS, let handle else {
             throw StoreError(.lmdb, "Could not create an LMDB environment handle.", lmdbCode: rc)
         }
-        do {
+        do throws(StoreError) {
             try Environment.mapError(mdb_env_set_maxdbs(handle, 8), "mdb_env_set_maxdbs", path: path)
             try Environment.mapError(
                 mdb_env_set_mapsize(handle, min(options.initialMapSize, options.quota)), "mdb_env_set_mapsize",
@@ -142,6 +142,10 @@ final class Environment: @unchecked Sendable {
             var flags = MDB_NOSUBDIR | MDB_NOTLS
             if !options.durable { flags |= MDB_NOSYNC }
             rc = mdb_env_open(handle, path, UInt32(flags), 0o660)
+            if rc == EACCES {
+                let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+                throw StoreError.permissionDenied("the store \(path)", directory: directory)
+            }
             try Environment.mapError(rc, "mdb_env_open", path: path)
             // LMDB creates its files through the umask; every process of the group must be able to write.
             chmod(path, 0o660)

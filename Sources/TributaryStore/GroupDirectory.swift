@@ -11,20 +11,14 @@ enum GroupDirectory {
     /// plant a lock file that blocks every producer.
     static func prepare(_ path: String, create: Bool) throws(StoreError) {
         var st = stat()
-        if stat(path, &st) != 0 {
-            let err = errno
-            guard err == ENOENT, create else {
-                throw StoreError(
-                    .directoryUnavailable,
-                    "The group directory \(path) cannot be used: \(String(cString: strerror(err))).", lmdbCode: err)
-            }
+        if let found = try examine(path) {
+            st = found
+        } else {
+            guard create else { throw unavailable(path, ENOENT) }
             try makeDirectories(path)
             guard stat(path, &st) == 0 else {
                 throw StoreError(.directoryUnavailable, "The group directory \(path) vanished after it was created.")
             }
-        }
-        guard st.st_mode & S_IFMT == S_IFDIR else {
-            throw StoreError(.insecureDirectory, "The group path \(path) exists but is not a directory.")
         }
         // A directory of an earlier release (mode 0770) gets the set-group-ID bit from its owner, as a new
         // one has it (see makeDirectories).
@@ -38,6 +32,55 @@ enum GroupDirectory {
                 "The group directory \(path) is writable by every user (mode \(mode)). Refusing to open a store "
                     + "there; run `chmod o-w \(path)` (Tributary creates it with mode 2770).")
         }
+        // LMDB opens (and may create) both files for reading and writing, whatever the caller does with them.
+        if access(path, R_OK | W_OK | X_OK) != 0, errno == EACCES {
+            throw StoreError.permissionDenied("the group directory \(path)", directory: path)
+        }
+    }
+
+    /// Throws unless the store file of the group at `path` exists; opens nothing.
+    static func checkStoreExists(_ path: String) throws(StoreError) {
+        guard try examine(path) != nil else { throw unavailable(path, ENOENT) }
+        let file = path + "/" + SharedStore.fileName
+        guard access(file, F_OK) != 0 else { return }
+        let err = errno
+        if err == EACCES { throw StoreError.permissionDenied("the store \(file)", directory: path) }
+        throw StoreError(
+            .directoryUnavailable,
+            "There is no Tributary store in \(path) (no \(SharedStore.fileName)); a producer creates it on first use.",
+            lmdbCode: err)
+    }
+
+    /// The group directory's `stat`, or nil when there is nothing at `path`.
+    ///
+    /// - Throws: ``StoreError/Code/notADirectory`` when `path`, or a folder on the way to it, is something
+    ///   else; ``StoreError/Code/permissionDenied`` when this user may not look (`EACCES`);
+    ///   ``StoreError/Code/directoryUnavailable`` for any other failure.
+    private static func examine(_ path: String) throws(StoreError) -> stat? {
+        var st = stat()
+        guard stat(path, &st) == 0 else {
+            switch errno {
+            case ENOENT: return nil
+            case ENOTDIR: throw notADirectory(path)
+            case EACCES: throw StoreError.permissionDenied("the group directory \(path)", directory: path)
+            case let err: throw unavailable(path, err)
+            }
+        }
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw notADirectory(path) }
+        return st
+    }
+
+    private static func unavailable(_ path: String, _ err: Int32) -> StoreError {
+        StoreError(
+            .directoryUnavailable, "The group directory \(path) cannot be used: \(String(cString: strerror(err))).",
+            lmdbCode: err)
+    }
+
+    private static func notADirectory(_ path: String) -> StoreError {
+        StoreError(
+            .notADirectory,
+            "The group path \(path) is not a directory (or a folder on the way to it is not one); give the app group "
+                + "directory, which a producer creates.", lmdbCode: ENOTDIR)
     }
 
     private static func makeDirectories(_ path: String) throws(StoreError) {
@@ -46,6 +89,11 @@ enum GroupDirectory {
             prefix += "/" + component
             if mkdir(prefix, 0o770) != 0 && errno != EEXIST {
                 let err = errno
+                if err == EACCES {
+                    let parent = prefix.lastIndex(of: "/").map { String(prefix[..<$0]) } ?? "."
+                    throw StoreError.permissionDenied("creating the group directory \(prefix)", directory: parent)
+                }
+                if err == ENOTDIR { throw notADirectory(path) }
                 throw StoreError(
                     .directoryUnavailable,
                     "Could not create the group directory \(prefix): \(String(cString: strerror(err))).", lmdbCode: err)
@@ -56,5 +104,44 @@ enum GroupDirectory {
         // status by the agent, which runs as another user) gets the directory's group, not the primary
         // group of whoever created it, so the other users of the app group can use it.
         chmod(path, 0o2770)
+    }
+}
+
+extension StoreError {
+    /// The refusal of `subject` (a phrase naming the file or directory) to this user (`EACCES`), saying
+    /// who owns `directory`, the directory that decides, and what to do.
+    package static func permissionDenied(_ subject: String, directory: String) -> StoreError {
+        var st = stat()
+        let owner: String
+        if stat(directory, &st) == 0 {
+            owner = "\(directory) belongs to user \(userName(st.st_uid)) and group \(groupName(st.st_gid)), mode "
+                + String(st.st_mode & 0o7777, radix: 8)
+        } else {
+            owner = "a directory on the way to \(directory) cannot be searched by it"
+        }
+        return StoreError(
+            .permissionDenied,
+            "permission denied: \(subject) cannot be used by this user (\(userName(geteuid()))): \(owner). Join the "
+                + "group that owns it, or run as its owner.", lmdbCode: EACCES)
+    }
+
+    private static func userName(_ uid: uid_t) -> String {
+        var entry = passwd()
+        var found: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getpwuid_r(uid, &entry, &buffer, buffer.count, &found) == 0, found != nil, let name = entry.pw_name else {
+            return "uid \(uid)"
+        }
+        return String(cString: name)
+    }
+
+    private static func groupName(_ gid: gid_t) -> String {
+        var entry = group()
+        var found: UnsafeMutablePointer<group>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getgrgid_r(gid, &entry, &buffer, buffer.count, &found) == 0, found != nil, let name = entry.gr_name else {
+            return "gid \(gid)"
+        }
+        return String(cString: name)
     }
 }

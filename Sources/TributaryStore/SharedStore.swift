@@ -63,11 +63,7 @@ public final class SharedStore: Sendable {
             return String(cString: pointer)
         } ?? directory
         let path = canonical + "/" + Self.fileName
-        if !options.create && access(path, F_OK) != 0 {
-            throw StoreError(
-                .directoryUnavailable,
-                "There is no Tributary store in \(directory) (no \(Self.fileName)); a producer creates it on first use.")
-        }
+        if !options.create { try GroupDirectory.checkStoreExists(directory) }
         let environment = try Environment.open(path: path, options: options)
         do {
             storeID = try Self.checkSchema(environment, groupDirectory: directory)
@@ -79,6 +75,15 @@ public final class SharedStore: Sendable {
     }
 
     deinit { environment.release() }
+
+    /// Throws unless the group at `groupDirectory` has a store; opens nothing.
+    ///
+    /// - Throws: ``StoreError/Code/directoryUnavailable`` when there is none,
+    ///   ``StoreError/Code/notADirectory`` when the path is not a directory, and
+    ///   ``StoreError/Code/permissionDenied`` when this user may not look inside it.
+    package static func checkExists(groupDirectory: String) throws(StoreError) {
+        try GroupDirectory.checkStoreExists(groupDirectory)
+    }
 
     /// The reader lock table's occupied slots, as `mdb_reader_list` prints them ("pid thread txnid").
     ///

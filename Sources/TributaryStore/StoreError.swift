@@ -14,8 +14,13 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let storeFull = Code(rawValue: "storeFull")
         /// A stored record failed its CRC or structure check.
         public static let corruptRecord = Code(rawValue: "corruptRecord")
-        /// The group directory is writable by other users, or is not a directory.
+        /// The group directory is writable by other users.
         public static let insecureDirectory = Code(rawValue: "insecureDirectory")
+        /// The group path, or a folder on the way to it, is not a directory.
+        public static let notADirectory = Code(rawValue: "notADirectory")
+        /// This user may not use the group directory or a file in it (`EACCES`): it is not the owner
+        /// and not in the group that owns it.
+        public static let permissionDenied = Code(rawValue: "permissionDenied")
         /// The group directory could not be created or read.
         public static let directoryUnavailable = Code(rawValue: "directoryUnavailable")
         /// The store was written by a newer, incompatible version of Tributary.

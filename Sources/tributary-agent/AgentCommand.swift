@@ -20,7 +20,9 @@ struct AgentCommand: AsyncParsableCommand {
             Exit codes: 0 success; 64 bad usage; 69 another agent is draining the group; 70 internal \
             error; 74 I/O error on the store or outbox (a full disk too); 75 the group's store was \
             deleted or created anew while running (a restart drains the new one); 77 the group directory is \
-            world-writable; 78 configuration error (--metrics-address not servable, --outbox used by another agent, too), or in --once \
+            world-writable, or the agent's user may not use it (permission denied: join the group that owns it); \
+            78 configuration error (--metrics-address not servable, --outbox used by another agent, a --group that \
+            is not a directory, too), or in --once \
             mode the collector refuses uploads (401/403/404) or dead letters fill the outbox quota.
             """
     )
@@ -195,7 +197,8 @@ struct AgentCommand: AsyncParsableCommand {
         } catch let error as StoreError {
             logger.critical("\(error)")
             switch error.code {
-            case .insecureDirectory: throw ExitCode(77)
+            case .insecureDirectory, .permissionDenied: throw ExitCode(77)
+            case .notADirectory: throw ExitCode(78)
             case .storeReplaced: throw ExitCode(75)  // as AgentError.storeReplaced: the restart opens the new store
             default: throw ExitCode(74)
             }

@@ -6,11 +6,12 @@ import TributaryStore
 
 /// Exit codes (sysexits.h), chosen so that scripts and systemd can tell failures apart.
 enum Exit {
+    static let usage: Int32 = 64  // EX_USAGE: bad command line, or a --group that is not a directory
     static let rejected: Int32 = 65  // EX_DATAERR: invalid event, property or id; nothing written
     static let noStore: Int32 = 66  // EX_NOINPUT: no store in the group directory
     static let ioError: Int32 = 74  // EX_IOERR: LMDB failure or corrupt record
     static let tempFail: Int32 = 75  // EX_TEMPFAIL: quota reached (retry after the agent drained it), or store replaced (retry)
-    static let unsafeDirectory: Int32 = 77  // EX_NOPERM: world-writable group directory
+    static let noPermission: Int32 = 77  // EX_NOPERM: world-writable group directory, or this user may not use it
 }
 
 /// Writes a line to stdout unbuffered (stdout is a pipe under systemd and in tests).
@@ -27,7 +28,8 @@ func reportingErrors(_ body: () throws -> Void) throws {
     } catch let error as StoreError {
         switch error.code {
         case .storeFull, .storeReplaced: fail(Exit.tempFail, error.message)
-        case .insecureDirectory: fail(Exit.unsafeDirectory, error.message)
+        case .insecureDirectory, .permissionDenied: fail(Exit.noPermission, error.message)
+        case .notADirectory: fail(Exit.usage, error.message)
         case .directoryUnavailable: fail(Exit.noStore, error.message)
         case .valueTooLarge: fail(Exit.rejected, error.message)
         default: fail(Exit.ioError, error.description)

@@ -17,7 +17,8 @@ struct TributaryCLI: ParsableCommand {
             66 no store in the group directory; 69 no agent is listening (flush); 74 store or outbox \
             I/O error, or corrupt data; 75 the store is full (retry once the agent has drained it) or \
             was deleted or created anew during the call (retry); 77 the group directory is unsafe \
-            (world-writable).
+            (world-writable), or this user may not use it or the outbox (permission denied: join the group \
+            that owns it, or run as its owner). A --group path that is not a directory is bad usage (64).
             """,
         subcommands: [Track.self, Status.self, Inspect.self, Flush.self, DeadLetters.self, Login.self, Logout.self, Identify.self]
     )
@@ -173,17 +174,17 @@ struct Identify: ParsableCommand {
 struct Flush: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Ask the group's agent to upload now (the app entered the background).",
-        discussion: "Exits 69 when no agent is listening (the events stay safely in the store), 66 when the group has no store.")
+        discussion: """
+            Exits 69 when no agent is listening (the events stay safely in the store), 66 when the group has no \
+            store, 77 when this user may not look inside the group directory.
+            """)
     @OptionGroup var options: GroupOption
 
     func run() throws {
-        // A mistyped group is not "no agent": say that there is nothing there. (Only the file is
-        // looked for: the agent, not this request, decides whether the store can be used.)
-        let storePath = options.group + "/" + SharedStore.fileName
-        guard FileManager.default.fileExists(atPath: storePath) else {
-            FileHandle.standardError.write(Data("tributary: the group \(options.group) cannot be used: there is no store \(storePath).\n".utf8))
-            throw ExitCode(Exit.noStore)
-        }
+        // A mistyped group is not "no agent": say that there is nothing there, or that this user may not
+        // look (exit 66, 64 or 77). Only the file is looked for: the agent, not this request, decides
+        // whether the store can be used.
+        try reportingErrors { try SharedStore.checkExists(groupDirectory: options.group) }
         guard AgentChannel.requestFlush(groupDirectory: options.group) else {
             FileHandle.standardError.write(Data("tributary: no agent is listening on \(options.group)/\(AgentChannel.socketFile); start tributary-agent.\n".utf8))
             throw ExitCode(69)
@@ -231,9 +232,16 @@ struct DeadLetters: ParsableCommand {
                 path = AgentChannel.readStatus(groupDirectory: group)?.outboxPath
                     ?? AgentConfiguration.defaultOutboxPath(groupDirectory: group)
             }
-            // An empty file is not an outbox: opening it would make it one.
-            let size = path.flatMap { try? FileManager.default.attributesOfItem(atPath: $0)[.size] as? Int } ?? 0
-            guard let path, size > 0 else {
+            // An empty file is not an outbox: opening it would make it one. One this user may not look at
+            // is not "no outbox" either.
+            var info = stat()
+            var failure: Int32 = 0
+            if let path, stat(path, &info) != 0 { failure = errno }
+            if let path, failure == EACCES {
+                let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+                throw StoreError.permissionDenied("the outbox \(path)", directory: directory.isEmpty ? "/" : directory)
+            }
+            guard let path, failure == 0, info.st_size > 0 else {
                 throw StoreError(.directoryUnavailable, "There is no outbox at \(path ?? "?"); give --outbox.")
             }
             let letters: [Outbox.DeadLetter]
