@@ -79,13 +79,15 @@ final class Environment: @unchecked Sendable {
             // new one: the two share no file, so closing either never drops the other's file locks (POSIX
             // locks belong to a process and a file). With only the data file replaced, the lock file would
             // be shared (closing the old environment would drop the new one's locks, and LMDB would take
-            // itself for its first user and reset the lock file under the other processes): refused.
+            // itself for its first user and reset the lock file under the other processes): refused. With
+            // only the lock file replaced, the data file would be shared, written under two writer locks:
+            // refused too.
             if let existing = table[path], existing.isReplaced {
-                if existing.isLockFileKept {
+                if existing.isLockFileKept || !existing.isDataFileReplaced {
                     result = .failure(StoreError(
                         .storeReplaced,
-                        "\(path) was deleted or replaced while this process had it open, but its lock file was not: "
-                            + "this process cannot open the new store beside the old one. " + Self.releaseAdvice))
+                        "\(path) or its lock file was deleted or replaced while this process had the store open, but "
+                            + "not both: this process cannot open the new store beside the old one. " + Self.releaseAdvice))
                     return
                 }
                 table[path] = nil  // its users keep it until they release it; release() closes it then
@@ -265,13 +267,22 @@ final class Environment: @unchecked Sendable {
         return tables
     }
 
-    /// Whether `path` no longer names the file this environment has open: the store was deleted, or
-    /// deleted and created anew, since; what this process reads and writes, no other process sees.
-    var isReplaced: Bool {
+    /// Whether either of the store's two files is no longer the one this environment opened: the store
+    /// was deleted, or deleted and created anew, since (what this process reads and writes, no other
+    /// process sees), or its lock file was (processes that open the store now take another writer lock
+    /// than this one: their writes and this process's are no longer serialised).
+    var isReplaced: Bool { isDataFileReplaced || isLockFileReplaced }
+
+    /// Whether `path` no longer names the data file this environment has open.
+    var isDataFileReplaced: Bool {
         guard let file else { return false }
         guard let now = Self.identity(of: path) else { return true }
         return now != file
     }
+
+    /// Whether `<path>-lock` no longer names the lock file this environment opened (false when its
+    /// identity could not be had at open: it is then never taken for replaced).
+    private var isLockFileReplaced: Bool { lockFile != nil && !isLockFileKept }
 
     /// Whether `<path>-lock` still names the lock file this environment opened.
     private var isLockFileKept: Bool {
@@ -297,7 +308,11 @@ final class Environment: @unchecked Sendable {
     /// the store now at the path). Directory times are trusted only once their change time (which no
     /// program can set) is 20 ms old, or 2 s when the file system keeps whole seconds: a second change
     /// within one tick of a coarse clock could leave them as they were.
-    func checkNotReplaced() throws(StoreError) {
+    ///
+    /// `drainingOldFile` (the agent's deletes): a data file deleted or replaced is no refusal, since the
+    /// agent drains what is left in it to the end, but a lock file replaced beside a kept data file is:
+    /// the processes that opened the store since write that same file under another writer lock.
+    func checkNotReplaced(drainingOldFile: Bool = false) throws(StoreError) {
         guard let dataFD else { return }
         var clock = timespec()
         clock_gettime(CLOCK_REALTIME, &clock)
@@ -311,7 +326,7 @@ final class Environment: @unchecked Sendable {
         var info = Glibc.stat()
         guard fstat(dataFD, &info) == 0 else { return }
         let lockKept = isLockFileKept
-        let dataGone = info.st_nlink == 0 || isReplaced
+        let dataGone = info.st_nlink == 0 || isDataFileReplaced
         guard dataGone || (lockFile != nil && !lockKept) else {
             let settled = stamp.map { stamp in
                 let coarse = stamp.changed % 1_000_000_000 == 0 && stamp.modified % 1_000_000_000 == 0
@@ -320,11 +335,18 @@ final class Environment: @unchecked Sendable {
             directoryVerified.withLock { $0 = settled ? stamp : nil }
             return
         }
+        if drainingOldFile && dataGone { return }
         // Both files replaced: a new environment shares nothing with this one (Environment.open). One of
         // them kept: a new one would share it, so this one must be closed first.
         let reopen = dataGone && !lockKept
             ? "Open the store again: a new Tracker or SharedStore in this process, or restart it."
             : Self.releaseAdvice
+        guard dataGone else {
+            throw StoreError(
+                .storeReplaced,
+                "The lock file \(path)-lock was deleted or replaced while this process had the store open; nothing was "
+                    + "written (the processes that opened the store since write it under another writer lock). " + reopen)
+        }
         throw StoreError(
             .storeReplaced,
             "The shared store \(path) was deleted, moved or created anew while this process had it open; nothing was "

@@ -94,16 +94,18 @@ public final class SharedStore: Sendable {
     /// Clears the reader slots of processes that died (`mdb_reader_check`); returns how many it cleared.
     public func clearStaleReaders() throws -> Int { try environment.clearStaleReaders() }
 
-    /// Whether the group's store file is no longer the one this `SharedStore` has open: it was deleted,
-    /// or deleted and created anew (an app reinstalled), since it was opened. A long-running process
-    /// (the agent) then sees nothing other processes write, and must open the store again.
+    /// Whether the group's store file or its lock file is no longer the one this `SharedStore` has open:
+    /// it was deleted, or deleted and created anew (an app reinstalled), since it was opened. A
+    /// long-running process (the agent) then sees nothing other processes write (the data file), or
+    /// would write beside them under another writer lock (the lock file), and must open the store again.
     public var isReplaced: Bool { environment.isReplaced }
 
     /// A write transaction of a producer (an append, identity, configuration): refused with
     /// ``StoreError/Code/storeReplaced`` before anything is put when the store file was deleted, moved
     /// or created anew under this process, since nobody would ever read what it wrote there (and a full
     /// store that was deleted is not the agent's to drain: that error comes before `storeFull`). The
-    /// agent's own writes (its deletes) go on in the old file, whose events it drains to the end.
+    /// agent's own writes (its deletes) go on in the old file, whose events it drains to the end, unless
+    /// only the lock file was replaced (``deleteEvents(through:)``).
     private func producerWrite<T>(_ body: (Transaction) throws -> T) throws -> T {
         try environment.write { txn in
             try environment.checkNotReplaced()
@@ -314,10 +316,18 @@ public final class SharedStore: Sendable {
     }
 
     /// Deletes every event with `seq ≤ last` in one durable write transaction; returns how many.
+    ///
+    /// The deletes go on in a data file deleted or replaced since it was opened (the agent drains what
+    /// is left in it), but not beside a lock file replaced since: they are refused with
+    /// ``StoreError/Code/storeReplaced`` then, since the processes that opened the store after that
+    /// write the same file under another writer lock.
     @discardableResult
     public func deleteEvents(through last: UInt64) throws -> Int {
         let dbi = environment.tables.events
-        return try environment.write { txn in try txn.deleteThrough(dbi, last) }
+        return try environment.write { txn in
+            try environment.checkNotReplaced(drainingOldFile: true)
+            return try txn.deleteThrough(dbi, last)
+        }
     }
 
     /// Releases this process's resident view of the store's memory map: the pages stay in the page

@@ -334,15 +334,21 @@ struct SharedStoreTests {
         }
     }
 
+    /// Opens the store of `group` and appends 3 events, the last once the directory's times are older
+    /// than 20 ms: they are trusted then, and that append remembers them, so that a removal after it is
+    /// seen through the directory's change.
+    static func openSettled(_ group: String) throws -> SharedStore {
+        let store = try SharedStore(groupDirectory: group)
+        try append(store, 2)
+        usleep(50_000)
+        try append(store, 1)
+        return store
+    }
+
     @Test("a store deleted and created anew by another process while open: writes refuse (nothing goes to the deleted file), a new SharedStore opens the new one")
     func replacedWhileOpen() async throws {
         try await withTemporaryGroup { group in
-            let old = try SharedStore(groupDirectory: group)
-            try Self.append(old, 2)
-            // Directory times older than 20 ms are trusted: the next append checks only them (and
-            // remembers them), so the removal below must be seen through the directory's change.
-            usleep(50_000)
-            try Self.append(old, 1)
+            let old = try Self.openSettled(group)
             let path = group + "/" + SharedStore.fileName
             try FileManager.default.removeItem(atPath: path)
             try FileManager.default.removeItem(atPath: path + "-lock")
@@ -374,10 +380,7 @@ struct SharedStoreTests {
         try withTemporaryGroup { group in
             let path = group + "/" + SharedStore.fileName
             do {
-                let old = try SharedStore(groupDirectory: group)
-                try Self.append(old, 2)
-                usleep(50_000)  // directory times settled and remembered by the next append
-                try Self.append(old, 1)
+                let old = try Self.openSettled(group)
                 switch how {
                 case "remove": try FileManager.default.removeItem(atPath: path)
                 case "rename": try FileManager.default.moveItem(atPath: path, toPath: path + ".bak")
@@ -398,6 +401,37 @@ struct SharedStoreTests {
             let again = try SharedStore(groupDirectory: group)
             #expect(try again.status().pendingEvents == 0)
             try Self.append(again, 1)
+        }
+    }
+
+    @Test("only the lock file removed while open, and created anew by another process: the store counts as replaced, no write of this process goes beside the new lock, not even the agent's deletes")
+    func lockFileReplacedWhileOpen() async throws {
+        try await withTemporaryGroup { group in
+            let path = group + "/" + SharedStore.fileName
+            do {
+                let old = try Self.openSettled(group)
+                try FileManager.default.removeItem(atPath: path + "-lock")
+                #expect(old.isReplaced, "the lock file is gone: the next process to open the store takes another lock")
+                // Another process opens the store: a new lock file, the same data file, and writes to it.
+                let track = try await ChildProcess.run("tributary", ["track", "--group", group, "--producer-id", "cli", "Fresh"])
+                #expect(track.status == 0, "\(track.stderr)")
+                #expect(old.isReplaced)
+                let before = old.lastTransactionID
+                let delete = #expect(throws: StoreError.self) { try old.deleteEvents(through: 1) }
+                #expect(delete?.code == .storeReplaced)
+                #expect(delete?.message.contains("lock file") == true)
+                let append = #expect(throws: StoreError.self) { try Self.append(old, 1) }
+                #expect(append?.code == .storeReplaced)
+                #expect(old.lastTransactionID == before, "a write of this process committed under the old lock")
+                // A second environment would share the data file with the first, under another lock: refused.
+                let reopen = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group) }
+                #expect(reopen?.code == .storeReplaced)
+            }
+            // Once the old store is closed, the path opens again, with every event.
+            let again = try SharedStore(groupDirectory: group)
+            #expect(!again.isReplaced)
+            #expect(try again.status().pendingEvents == 4)
+            #expect(try again.deleteEvents(through: 1) == 1)
         }
     }
 
