@@ -416,6 +416,33 @@ struct CLITests {
         }
     }
 
+    @Test("a member of the app group with read and search rights on its directory, and read-write on the store's files, may read the store",
+          .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
+                   "needs root, to give the directory and files to another group, and setpriv (util-linux)"))
+    func readOnlyDirectoryMember() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            try await tracker.track("Ordinary")
+            // The group's files as an operator may set them up: the directory r-x for the group, the
+            // store's two files rw (LMDB opens both for writing), nothing to create.
+            let nogroup: gid_t = 65534
+            chmod(parentDirectory(of: group), 0o755)
+            for path in [group, group + "/" + SharedStore.fileName, group + "/" + SharedStore.fileName + "-lock"] {
+                chown(path, 0, nogroup)
+            }
+            chmod(group, 0o2750)
+            for file in [SharedStore.fileName, SharedStore.fileName + "-lock"] { chmod(group + "/" + file, 0o660) }
+            let tributary = productsDirectory.appendingPathComponent("tributary").path
+            let result = try await ChildProcess(
+                path: "/usr/bin/setpriv",
+                ["--reuid=65534", "--regid=\(nogroup)", "--clear-groups", tributary, "status", "--group", group, "--json"]
+            ).finish()
+            // Writing to the directory is needed only to create a missing file: this member was refused (77).
+            #expect(result.status == 0, "stderr: \(result.stderr)")
+            #expect(result.stdout.contains("pending_events"), "\(result.stdout)")
+        }
+    }
+
     @Test("a world-writable group directory is refused with exit code 77")
     func unsafeDirectory() async throws {
         try await withTemporaryGroup { group in

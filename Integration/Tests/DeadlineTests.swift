@@ -102,24 +102,24 @@ struct DeadlineTests {
         try await withTemporaryGroup { group in
             try await Self.produce(group, 200)
             try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(hangRate: 1))) { collector in
-                let began = ContinuousClock.now
                 // The agent freezes (SIGSTOP) as it opens the store, as a slow open or a long outbox migration
                 // would hold it; every request then hangs, so the run lasts as long as its deadline lets it.
                 let agent = try ChildProcess(
-                    "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "4", "--request-timeout", "30"]),
+                    "tributary-agent", Self.args(group, collector.url, ["--once", "--deadline", "6", "--request-timeout", "30"]),
                     environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.open"])
                 let limit = agent.killAfter(.seconds(60))
                 defer { limit.cancel() }
                 #expect(await agent.waitForLine(startingWith: "PAUSED") == "PAUSED store.open")
                 try #require(await MultiProcessTests.waitUntilStopped(agent.pid), "the agent never stopped")
-                // Past the 3 s the run plans (its deadline less the 1 s grace): the run after it stops at once.
-                try await Task.sleep(for: .seconds(3.5))
+                // Past the 5 s the run plans (its deadline less the 1 s grace): the run after it stops at once.
+                try await Task.sleep(for: .seconds(6))
+                let resumed = ContinuousClock.now
                 agent.send(SIGCONT)
                 let run = await agent.finish()
-                let took = ContinuousClock.now - began
+                let took = ContinuousClock.now - resumed
                 #expect(run.status == 0, "\(run.stderr)")
-                // A deadline counted from the main loop ended about 3.5 + 3 s after the start.
-                #expect(took < .seconds(4 + Self.exitSlack), "start to exit took \(took) with --deadline 4")
+                // A deadline counted from the main loop ended about 5 s after the SIGCONT.
+                #expect(took < .seconds(1 + Self.exitSlack), "SIGCONT to exit took \(took) with --deadline 6, 6 s of it spent stopped")
                 #expect(try await collector.stats().unique == 0)
             }
         }
@@ -139,6 +139,12 @@ struct DeadlineTests {
                 let limit = agent.killAfter(.seconds(60))
                 defer { limit.cancel() }
                 #expect(await notify.wait(for: "READY=1", timeout: 30) != nil, "the agent never sent READY=1")
+                // READY=1 comes before the loop's first drain, and a stopping agent claims nothing more.
+                let outbox = try Outbox(path: group + "-state/outbox.sqlite")
+                let drainFrom = ContinuousClock.now
+                while try outbox.pending().count < 20 && ContinuousClock.now - drainFrom < .seconds(30) {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
                 let stopped = ContinuousClock.now
                 agent.send(SIGTERM)
                 let run = await agent.finish()
@@ -148,7 +154,7 @@ struct DeadlineTests {
                 // default 80 s, every shutdown of a machine whose collector is down waited that long.
                 #expect(took < .seconds(1 + Self.exitSlack), "SIGTERM to exit took \(took)")
                 #expect(try await collector.stats().requests == 1)
-                #expect(try Outbox(path: group + "-state/outbox.sqlite").pending().count == 20)
+                #expect(try outbox.pending().count == 20)
                 #expect(Self.groupLockIsFree(group))
             }
         }

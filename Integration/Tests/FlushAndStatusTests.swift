@@ -118,14 +118,19 @@ struct FlushAndStatusTests {
         }
     }
 
-    @Test("a flush request does not cut short a wait the collector asked for with Retry-After")
-    func flushHonoursRetryAfter() async throws {
+    /// The agent's own backoff is long (`--backoff-base 60`: a first wait of 0–60 s), so what ends it early
+    /// is the flush alone.
+    @Test(
+        "a flush request cuts short the agent's own backoff, not a wait the collector asked for with Retry-After",
+        arguments: [("30", false), ("0", true)])
+    func flushAndRetryAfter(retryAfter: String, retriesAtOnce: Bool) async throws {
         try await withTemporaryGroup { group in
-            let faults = FaultConfiguration(retryAfter: "30", forcedStatus: 429)
+            let faults = FaultConfiguration(retryAfter: retryAfter, forcedStatus: 429)
             try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
                 let agent = try ChildProcess("tributary-agent", [
                     "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
-                    "--bulk-size", "1", "--flush-interval", "600", "--stop-timeout", "2", "--log-level", "warning",
+                    "--bulk-size", "1", "--flush-interval", "600", "--backoff-base", "60", "--backoff-cap", "60",
+                    "--stop-timeout", "2", "--log-level", "warning",
                 ])
                 #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
                 let start = Date()
@@ -134,14 +139,49 @@ struct FlushAndStatusTests {
                 }
                 #expect(try await collector.stats().requests == 1, "the first upload never came")
                 // Every producer entering the background sends one: each was answered with a request at
-                // once, whatever the 429 said.
+                // once, whatever the 429 said. Retry-After: 0 asks for no wait: the backoff is the agent's.
                 for _ in 0..<3 {
                     #expect(try await ChildProcess.run("tributary", ["flush", "--group", group]).status == 0)
                 }
                 try await Task.sleep(for: .seconds(2))
-                #expect(try await collector.stats().requests == 1, "a flush request retried before Retry-After: 30")
+                let requests = try await collector.stats().requests
+                if retriesAtOnce {
+                    #expect(requests >= 2, "a flush request did not cut short the agent's own backoff (Retry-After: 0)")
+                } else {
+                    #expect(requests == 1, "a flush request retried before Retry-After: \(retryAfter)")
+                }
                 agent.send(SIGTERM)
                 #expect(await agent.finish().status == 0)
+            }
+        }
+    }
+
+    @Test("a SIGTERM during the agent's own backoff sends at once; a collector still failing ends the stop")
+    func stopCutsOwnBackoff() async throws {
+        try await withTemporaryGroup { group in
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(forcedStatus: 503))) { collector in
+                // A first wait of 0–60 s after the 503: the stop comes during it.
+                let agent = try ChildProcess("tributary-agent", [
+                    "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
+                    "--bulk-size", "1", "--flush-interval", "600", "--backoff-base", "60", "--backoff-cap", "60",
+                    "--stop-timeout", "20", "--log-level", "warning",
+                ])
+                let limit = agent.killAfter(.seconds(60))
+                defer { limit.cancel() }
+                #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
+                let start = Date()
+                while try await collector.stats().requests == 0 && Date().timeIntervalSince(start) < 30 {
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                #expect(try await collector.stats().requests == 1, "the first upload never came")
+                // The outage is over: the stop's one attempt delivers everything.
+                try await collector.setFaults(.none)
+                let stopped = ContinuousClock.now
+                agent.send(SIGTERM)
+                let run = await agent.finish()
+                #expect(run.status == 0, "\(run.stderr)")
+                #expect(ContinuousClock.now - stopped < .seconds(2 + DeadlineTests.exitSlack))
+                #expect(try await collector.stats().unique == 5, "the stop did not try again after the agent's own backoff")
             }
         }
     }

@@ -258,9 +258,16 @@ public final class Agent: Service, Sendable {
         var flushing = false
         var flushUntil: ContinuousClock.Instant?
         var notBefore: ContinuousClock.Instant?
-        /// Whether `notBefore` is a wait the collector asked for (`Retry-After`, or a refusal that halts
-        /// uploads), which a flush request does not cut short.
-        var collectorsWait = false
+        /// Until when the collector asked us to wait (its `Retry-After`, or the cap interval of a refusal
+        /// that halts uploads): what a flush request or a stop does not cut short of `notBefore`.
+        var collectorsWaitUntil: ContinuousClock.Instant?
+        /// Whether the stop has been seen by the loop (it then sends what it can, once).
+        var stopSeen = false
+
+        /// Ends a wait of the agent's own backoff now; what the collector asked for still holds.
+        mutating func cutOwnBackoff(now: ContinuousClock.Instant) {
+            notBefore = collectorsWaitUntil.flatMap { $0 > now ? $0 : nil }
+        }
         var nextIntervalFlush: ContinuousClock.Instant
         var lastStatusWrite: ContinuousClock.Instant
         var lastUploadMillis: Int64?
@@ -334,7 +341,13 @@ public final class Agent: Service, Sendable {
                 // A flush request retries at once, as the iOS SDK does, unless the collector asked for the
                 // wait: every producer entering the background sends one, and a 429's Retry-After or a
                 // 401 would otherwise be answered with a request per producer.
-                if !loop.collectorsWait { loop.notBefore = nil }
+                loop.cutOwnBackoff(now: now)
+            }
+            if isStopping && !loop.stopSeen {
+                // The stop sends what it can, once: a backoff of our own (an outage that may be over) does
+                // not keep it from trying; a failure then ends it (below).
+                loop.stopSeen = true
+                loop.cutOwnBackoff(now: now)
             }
             if pending >= configuration.bulkSize || (pending > 0 && now >= loop.nextIntervalFlush) || isStopping {
                 loop.flushing = true
@@ -356,6 +369,7 @@ public final class Agent: Service, Sendable {
                     logger.info("no time left for another upload before the deadline", metadata: [
                         "tributary.remaining_s": "\(remaining.seconds)",
                     ])
+                    if isStopping { break }
                     loop.notBefore = task?.expiresAt
                 } else {
                     loop.state = isStopping ? "stopping" : "uploading"
@@ -419,10 +433,10 @@ public final class Agent: Service, Sendable {
             }
             if isStopping && pending == 0 { break }
             if isStopping, let notBefore = loop.notBefore, notBefore > loop.clock.now {
-                // An upload failed (or the collector refuses us): a stop does not wait to try again. With
-                // the collector down, the retries filled the whole stop timeout (80 s by default), holding
-                // every shutdown of the machine that long, and failed all the same. The events are as safe
-                // in the outbox, and the next start sends them first.
+                // An upload failed (or the collector refuses us, or asked us to wait): a stop does not wait
+                // to try again. With the collector down, the retries filled the whole stop timeout (80 s by
+                // default), holding every shutdown of the machine that long, and failed all the same. The
+                // events are as safe in the outbox, and the next start sends them first.
                 logger.notice("stopping without another attempt after a failed upload; every unsent event stays queued", metadata: [
                     "tributary.outbox.pending": "\((try? outbox.pending().count) ?? -1)",
                 ])
@@ -536,13 +550,15 @@ public final class Agent: Service, Sendable {
                 metrics.batchLatency.recordNanoseconds(Int64(took.seconds * 1e9))
             }
             loop.notBefore = nil
+            loop.collectorsWaitUntil = nil
             return true
         case .wait(let delay):
             loop.uploadsAnswered = false
             // As the outbox's count, which `tributary status` shows: a halt's wait is no retry of its own.
             if session.haltReason == nil { metrics.retries.increment() }
             loop.notBefore = loop.clock.now.advanced(by: delay)
-            loop.collectorsWait = session.haltReason != nil || session.waitAskedByCollector
+            loop.collectorsWaitUntil =
+                session.haltReason != nil ? loop.notBefore : session.waitAskedByCollector.map { loop.clock.now + $0 }
             if let reason = session.haltReason {
                 loop.state = "halted"
                 if once {

@@ -29,10 +29,7 @@ public struct AgentConfiguration: Sendable {
     /// far ahead as the quota allows.
     public var drainAhead = 20_000
     /// The drain-ahead bound in force: ``drainAhead``, raised to two batches and the bulk size.
-    var effectiveDrainAhead: Int {
-        let twoBatches = upload.batchSize.multipliedReportingOverflow(by: 2)
-        return max(drainAhead, twoBatches.overflow ? .max : twoBatches.partialValue, bulkSize)
-    }
+    var effectiveDrainAhead: Int { max(drainAhead, upload.batchSize.doubledSaturating, bulkSize) }
     /// Drain and upload everything stored at the start, then return. Default false (run until stopped).
     public var once = false
     /// With `once`: the whole run's budget (`--deadline`), counted from the ``Agent``'s creation, which
@@ -99,4 +96,12 @@ func fnv1a(_ text: String) -> String {
         hash = hash &* 0x0000_0100_0000_01b3
     }
     return String(hash, radix: 16)
+}
+
+extension Int {
+    /// Twice this, or `Int.max` when that does not fit (a batch size may be as large as `Int.max`).
+    var doubledSaturating: Int {
+        let doubled = multipliedReportingOverflow(by: 2)
+        return doubled.overflow ? .max : doubled.partialValue
+    }
 }

@@ -35,9 +35,11 @@ public struct Backoff: Sendable, Hashable {
     ) -> Duration {
         let jittered = Duration.seconds(Double.random(in: 0...1, using: &generator) * ceiling(attempt: attempt).seconds)
         guard let retryAfter else { return jittered }
-        let clamped = min(max(retryAfter, .zero), maxRetryAfter)
-        return max(jittered, clamped)
+        return max(jittered, clamped(retryAfter))
     }
+
+    /// A `Retry-After` as honoured: at least 0, at most ``maxRetryAfter``.
+    public func clamped(_ retryAfter: Duration) -> Duration { min(max(retryAfter, .zero), maxRetryAfter) }
 
     /// Parses a `Retry-After` header: delta-seconds, or an HTTP-date relative to `now`.
     /// Garbage yields nil (and the plain backoff applies).

@@ -104,8 +104,9 @@ final class UploadSession: @unchecked Sendable {
     private(set) var lastError: String?
     /// Set while the collector refuses us (401/403/404…).
     private(set) var haltReason: String?
-    /// Whether the last retry's wait includes a `Retry-After` the collector sent.
-    private(set) var waitAskedByCollector = false
+    /// The wait the collector asked for with the last retry's `Retry-After` (clamped as the backoff
+    /// clamps it), or nil when it asked for none (or for 0).
+    private(set) var waitAskedByCollector: Duration?
     /// The batch after the one in flight, read and encoded while that one was out (see ``readAhead``).
     private var readAheadBatch: ReadAhead?
     /// A read-ahead batch that became the batch in flight when its predecessor was acknowledged: the
@@ -267,15 +268,14 @@ final class UploadSession: @unchecked Sendable {
                 deliveriesUnderCeiling += 1
                 if deliveriesUnderCeiling >= Self.ceilingDeliveries { sizeCeiling = nil }
             }
-            let doubled = batchLimit.multipliedReportingOverflow(by: 2)
-            batchLimit = min(configuration.batchSize, doubled.overflow ? .max : doubled.partialValue, sizeCeiling ?? .max)
+            batchLimit = min(configuration.batchSize, batchLimit.doubledSaturating, sizeCeiling ?? .max)
             logger.debug("batch delivered", metadata: ["tributary.batch.id": "\(batchID)", "tributary.batch.events": "\(count)"])
             return .progressed(delivered: count)
 
         case .retry(let reason, let retryAfter):
             var rng = SystemRandomNumberGenerator()
             let delay = configuration.backoff.delay(attempt: attempt, retryAfter: retryAfter, using: &rng)
-            waitAskedByCollector = retryAfter != nil
+            waitAskedByCollector = retryAfter.map(configuration.backoff.clamped).flatMap { $0 > .zero ? $0 : nil }
             attempt += 1
             lastError = reason
             try outbox.countRetry()
@@ -347,17 +347,12 @@ final class UploadSession: @unchecked Sendable {
             let response = try await answer
             CrashPoint.hit("upload.after-send")
             let status = Int(response.status.code)
-            let reason: String
-            do {
-                reason = try await Self.reason(of: response.body)
-            } catch {
-                // Cancelled (deadline, or the answer not read a second after its timeout) while reading
-                // the body. The status line decides: a 2xx is the collector's acknowledgement, however
-                // slowly the rest comes; taken as a retry, a collector that always dribbles its body
-                // would get the same batch for ever and the outbox would never drain.
-                guard (200..<300).contains(status) else { return .retry(reason: "cancelled", retryAfter: nil) }
-                reason = ""
-            }
+            // Cancelled (deadline, or the answer not read a second after its timeout) while reading the
+            // body, the status line still decides, with no reason: a 2xx is the collector's
+            // acknowledgement however slowly the rest comes (taken as a retry, a collector that always
+            // dribbles its body got the same batch for ever), a 401 still halts, a 429's Retry-After
+            // still holds.
+            let reason = (try? await Self.reason(of: response.body)) ?? ""
             return UploadOutcome.classify(
                 status: status, retryAfter: response.headers.first(name: "Retry-After"), body: reason)
         } catch is CancellationError {

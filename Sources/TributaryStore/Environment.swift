@@ -145,7 +145,7 @@ final class Environment: @unchecked Sendable {
             if !options.durable { flags |= MDB_NOSYNC }
             rc = mdb_env_open(handle, path, UInt32(flags), 0o660)
             if rc == EACCES {
-                let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+                let directory = parentDirectory(of: path)
                 throw StoreError.permissionDenied("the store \(path)", directory: directory)
             }
             try Environment.mapError(rc, "mdb_env_open", path: path)
@@ -166,7 +166,7 @@ final class Environment: @unchecked Sendable {
         }
         self.env = handle
         self.path = path
-        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+        let directory = parentDirectory(of: path)
         self.directoryFD = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         self.quota = options.quota
         self.durable = options.durable
@@ -211,7 +211,7 @@ final class Environment: @unchecked Sendable {
     }
 
     /// The tables, opened in a write transaction that creates the missing ones when `creating`, else in
-    /// a read-only one; nil when not `creating` and a table is missing.
+    /// a read-only one; nil when not `creating` and a table is missing (or no reader slot is free).
     ///
     /// lmdb.h, `mdb_dbi_open`: "The database handle will be private to the current transaction until
     /// the transaction is successfully committed. If the transaction is aborted the handle will be
@@ -229,6 +229,9 @@ final class Environment: @unchecked Sendable {
             try mapError(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize", path: path)
             rc = mdb_txn_begin(env, nil, flags, &txn)
         }
+        // Every reader slot taken by a live process (stale ones were cleared at open): a write transaction
+        // needs none, so open the tables as before this read-only path existed.
+        if rc == MDB_READERS_FULL && !creating { return nil }
         try mapError(rc, "mdb_txn_begin", path: path)
         // A store of a newer schema is refused before anything is created in it (a newer Tributary may
         // have other tables): only its meta table is read here, and the transaction is aborted.
@@ -241,7 +244,7 @@ final class Environment: @unchecked Sendable {
             }
             if let stored, stored > SharedStore.schemaVersion {
                 mdb_txn_abort(txn)
-                let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+                let directory = parentDirectory(of: path)
                 throw SharedStore.unsupportedSchema(stored, groupDirectory: directory)
             }
         }
@@ -377,23 +380,39 @@ final class Environment: @unchecked Sendable {
         return info.me_last_txnid
     }
 
-    /// Throws ``StoreError/Code/storeFull`` unless an append whose records take `bytes` (see
-    /// ``footprint(ofRecord:pageSize:)``) leaves ``reserve`` of the quota free.
+    /// An append's room check: throws ``StoreError/Code/storeFull`` unless records taking `bytes` (see
+    /// ``footprint(ofRecord:pageSize:)``) leave ``reserve`` of the quota free.
     ///
-    /// Call inside the append's write transaction: it reads what the last commit left, the file's
-    /// high-water mark and, only when that alone is too close to the quota, the free list.
-    func checkRoom(adding bytes: Int) throws(StoreError) {
-        var info = MDB_envinfo()
-        mdb_env_info(env, &info)
-        let need = bytes + 8 * pageSize  // and the pages its tree paths, meta and registration copy
-        let limit = quota - reserve
-        let highWater = (info.me_last_pgno + 1) * pageSize
-        if highWater + need <= limit { return }
-        guard highWater - freePages() * pageSize + need <= limit else {
-            throw StoreError(
-                .storeFull,
-                "The shared store \(path) reached its quota of \(quota) bytes (appends leave \(reserve) of them "
-                    + "for the agent's deletes). Nothing was written; start the agent to drain it, or raise the quota.")
+    /// Made inside the append's write transaction, before each record is put, with the running total:
+    /// an append that does not fit stops at its first record that does not (a group commit that does not
+    /// fit is split and tried again, so a refused attempt must cost little under the writer lock). It
+    /// reads what the last commit left once: the file's high-water mark and, only when that alone is too
+    /// close to the quota, the free list.
+    struct RoomCheck {
+        private let environment: Environment
+        private let highWater: Int
+        private var freeBytes: Int?
+
+        init(_ environment: Environment) {
+            self.environment = environment
+            var info = MDB_envinfo()
+            mdb_env_info(environment.env, &info)
+            highWater = (info.me_last_pgno + 1) * environment.pageSize
+        }
+
+        mutating func check(adding bytes: Int) throws(StoreError) {
+            let need = bytes + 8 * environment.pageSize  // and the pages its tree paths, meta and registration copy
+            let limit = environment.quota - environment.reserve
+            if highWater + need <= limit { return }
+            let free = freeBytes ?? environment.freePages() * environment.pageSize
+            freeBytes = free
+            guard highWater - free + need <= limit else {
+                throw StoreError(
+                    .storeFull,
+                    "The shared store \(environment.path) reached its quota of \(environment.quota) bytes (appends leave "
+                        + "\(environment.reserve) of them for the agent's deletes). Nothing was written; start the agent to "
+                        + "drain it, or raise the quota.")
+            }
         }
     }
 
@@ -401,7 +420,7 @@ final class Environment: @unchecked Sendable {
     /// way), read in a read-only transaction of its own: LMDB opens no cursor on the free list in a write
     /// transaction, and `MDB_NOTLS` lets this thread hold both. 0 when it cannot be read (the append is
     /// then judged by the high-water mark alone).
-    private func freePages() -> Int {
+    fileprivate func freePages() -> Int {
         var txn: OpaquePointer?
         guard mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn) == MDB_SUCCESS, let txn else { return 0 }
         defer { mdb_txn_abort(txn) }

@@ -32,8 +32,12 @@ enum GroupDirectory {
                 "The group directory \(path) is writable by every user (mode \(mode)). Refusing to open a store "
                     + "there; run `chmod o-w \(path)` (Tributary creates it with mode 2770).")
         }
-        // LMDB opens (and may create) both files for reading and writing, whatever the caller does with them.
-        if access(path, R_OK | W_OK | X_OK) != 0, errno == EACCES {
+        // LMDB opens both files for reading and writing, whatever the caller does with them, and creates
+        // the missing ones: writing to the directory is needed only then. Checked for the effective user,
+        // the one the open runs as.
+        let data = path + "/" + SharedStore.fileName
+        let creates = access(data, F_OK) != 0 || access(data + "-lock", F_OK) != 0
+        if faccessat(AT_FDCWD, path, R_OK | X_OK | (creates ? W_OK : 0), AT_EACCESS) != 0, errno == EACCES {
             throw StoreError.permissionDenied("the group directory \(path)", directory: path)
         }
     }
@@ -90,8 +94,8 @@ enum GroupDirectory {
             if mkdir(prefix, 0o770) != 0 && errno != EEXIST {
                 let err = errno
                 if err == EACCES {
-                    let parent = prefix.lastIndex(of: "/").map { String(prefix[..<$0]) } ?? "."
-                    throw StoreError.permissionDenied("creating the group directory \(prefix)", directory: parent)
+                    throw StoreError.permissionDenied(
+                        "creating the group directory \(prefix)", directory: parentDirectory(of: prefix))
                 }
                 if err == ENOTDIR { throw notADirectory(path) }
                 throw StoreError(
@@ -144,4 +148,10 @@ extension StoreError {
         }
         return String(cString: name)
     }
+}
+
+/// The directory `path` is in: `/` for a file at the root, `.` for a relative name without a slash.
+package func parentDirectory(of path: String) -> String {
+    guard let slash = path.lastIndex(of: "/") else { return "." }
+    return slash == path.startIndex ? "/" : String(path[..<slash])
 }

@@ -236,6 +236,7 @@ public final class SharedStore: Sendable {
             var appended: [Appended] = []
             appended.reserveCapacity(count)
             var footprint = 0
+            var room = Environment.RoomCheck(environment)
             for index in 0..<count {
                 let draft = try build(index, identity)
                 lastSeq += 1
@@ -245,6 +246,7 @@ public final class SharedStore: Sendable {
                     producerSeq: registration.lastSeq, wallTimeMillis: draft.wallTimeMillis,
                     bootTimeNanos: draft.bootTimeNanos, bootID: draft.bootID, body: draft.body)
                 footprint += Environment.footprint(ofRecord: record.encodedSize, pageSize: environment.pageSize)
+                try room.check(adding: footprint)
                 try withKey(lastSeq) { key in
                     // Keys only grow, so MDB_APPEND skips the B-tree search.
                     try txn.putReserved(tables.events, &key, count: record.encodedSize, flags: MDB_APPEND) {
@@ -253,7 +255,6 @@ public final class SharedStore: Sendable {
                 }
                 appended.append(Appended(seq: lastSeq, producerSeq: registration.lastSeq))
             }
-            try environment.checkRoom(adding: footprint)
             TestPause.hit("store.append")  // tests: freeze here, writer lock held, records put, not committed
             try withKey(MetaKey.lastSeq) { key in
                 try withUnsafeBytes(of: lastSeq.bigEndian) { try txn.put(tables.meta, &key, $0) }

@@ -176,7 +176,7 @@ struct Flush: ParsableCommand {
         abstract: "Ask the group's agent to upload now (the app entered the background).",
         discussion: """
             Exits 69 when no agent is listening (the events stay safely in the store), 66 when the group has no \
-            store, 77 when this user may not look inside the group directory.
+            store, 64 when --group is not a directory, 77 when this user may not look inside the group directory.
             """)
     @OptionGroup var options: GroupOption
 
@@ -238,8 +238,7 @@ struct DeadLetters: ParsableCommand {
             var failure: Int32 = 0
             if let path, stat(path, &info) != 0 { failure = errno }
             if let path, failure == EACCES {
-                let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
-                throw StoreError.permissionDenied("the outbox \(path)", directory: directory.isEmpty ? "/" : directory)
+                throw StoreError.permissionDenied("the outbox \(path)", directory: parentDirectory(of: path))
             }
             guard let path, failure == 0, info.st_size > 0 else {
                 throw StoreError(.directoryUnavailable, "There is no outbox at \(path ?? "?"); give --outbox.")

@@ -454,6 +454,13 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("the directory a path is in, as the permission messages name it", arguments: [
+        ("/var/lib/app/group", "/var/lib/app"), ("/group", "/"), ("group", "."), ("app/group", "app"),
+    ])
+    func parentDirectories(path: String, parent: String) {
+        #expect(parentDirectory(of: path) == parent)
+    }
+
     @Test("producer ids outside 1...255 bytes are refused")
     func producerIDLimits() throws {
         try withTemporaryGroup { group in

@@ -88,7 +88,8 @@ public final class ChildProcess: @unchecked Sendable {
     public func killAfter(_ limit: Duration) -> Task<Void, any Error> {
         Task {
             try await Task.sleep(for: limit)
-            self.send(SIGKILL)
+            // Not a pid the system may have given another process since this one was reaped.
+            if self.process.isRunning { self.send(SIGKILL) }
         }
     }
 

@@ -155,13 +155,14 @@ public final class ChromiumProcess: Sendable {
     ///
     /// Chromium makes it outside the profile, as `org.chromium.Chromium.XXXXXX` in the temporary
     /// directory, points the profile's `SingletonSocket` link at the socket inside it, and removes it only
-    /// on a shutdown of its own: after a SIGTERM it stays, one directory per browser run. Only a
-    /// directory of that name is reported, so a link that points elsewhere is never followed.
+    /// on a shutdown of its own: after a SIGTERM it stays, one directory per browser run. Only an
+    /// absolute link into a directory of that name is reported, so a link that points elsewhere is never
+    /// followed.
     var singletonDirectory: String? {
         let link = (userDataDirectory as NSString).appendingPathComponent("SingletonSocket")
         guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: link) else { return nil }
         let directory = (target as NSString).deletingLastPathComponent
-        guard (target as NSString).lastPathComponent == "SingletonSocket",
+        guard target.hasPrefix("/"), (target as NSString).lastPathComponent == "SingletonSocket",
             (directory as NSString).lastPathComponent.hasPrefix("org.chromium.Chromium.")
         else { return nil }
         return directory
