@@ -103,7 +103,7 @@ struct ControlTests {
     }
 
     private func fetch(_ url: String) async throws -> String {
-        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: .seconds(5))
+        let response = try await HTTPClient.shared.execute(HTTPClientRequest(url: url), timeout: Client.patience)
         return String(buffer: try await response.body.collect(upTo: 1 << 20))
     }
 }

@@ -57,6 +57,11 @@ struct Client {
     var collector: RunningCollector
     var token: String?
 
+    /// How long a request may take before it fails the test: long enough for an answer from a collector
+    /// that the rest of the suite starves (the tests of all suites start at once on 2 cores; in a CI
+    /// run every collector test waited 24 s, and a 5 s bound failed them all), short of a hang.
+    static let patience = TimeAmount.seconds(60)
+
     init(_ collector: RunningCollector, token: String? = nil) {
         self.collector = collector
         self.token = token
@@ -68,7 +73,7 @@ struct Client {
         format: WireFormat = .ndjson,
         path: String? = nil,
         batchID: String = UUID().uuidString,
-        timeout: TimeAmount = .seconds(5)
+        timeout: TimeAmount = Client.patience
     ) async throws -> Reply {
         let encoded = try format.encode(events)
         return try await post(
@@ -86,7 +91,7 @@ struct Client {
         headers: [(name: String, value: String)],
         path: String = "/ingest",
         batchID: String = UUID().uuidString,
-        timeout: TimeAmount = .seconds(5)
+        timeout: TimeAmount = Client.patience
     ) async throws -> Reply {
         var request = HTTPClientRequest(url: collector.url + path)
         request.method = .POST
@@ -103,11 +108,11 @@ struct Client {
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
         request.body = .bytes(ByteBuffer(string: json))
-        return try await execute(request, timeout: .seconds(5))
+        return try await execute(request, timeout: Client.patience)
     }
 
     func get(_ path: String) async throws -> Reply {
-        try await execute(HTTPClientRequest(url: collector.url + path), timeout: .seconds(5))
+        try await execute(HTTPClientRequest(url: collector.url + path), timeout: Client.patience)
     }
 
     private func execute(_ request: HTTPClientRequest, timeout: TimeAmount) async throws -> Reply {
