@@ -443,6 +443,33 @@ struct CLITests {
         }
     }
 
+    @Test("a store on tmpfs is used, but tributary status and the agent warn that its events do not survive a reboot",
+          .enabled(if: FileManager.default.fileExists(atPath: "/dev/shm"), "no /dev/shm (tmpfs) here"))
+    func memoryBackedStore() async throws {
+        // /dev/shm is tmpfs on Linux; the build directory is on the disk the checkout is on.
+        let onDisk = productsDirectory.deletingLastPathComponent().appendingPathComponent("memory-test-\(UUID().uuidString.prefix(8))").path
+        let inMemory = "/dev/shm/tributary-test-\(UUID().uuidString.prefix(8))"
+        defer {
+            try? FileManager.default.removeItem(atPath: onDisk)
+            try? FileManager.default.removeItem(atPath: inMemory)
+        }
+        for (root, memory) in [(inMemory, true), (onDisk, false)] {
+            let group = root + "/group"
+            #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "X"]).status == 0)
+            let text = try await ChildProcess.run("tributary", ["status", "--group", group])
+            #expect(text.stdout.contains("is on tmpfs (memory)") == memory, "\(root): \(text.stdout)")
+            let json = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
+            let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+            #expect(object["memory_backed"] as? Bool == memory, "\(root): \(json.stdout)")
+            let agent = try await Self.runAgent([
+                "--group", group, "--server", "http://127.0.0.1:9/sa", "--outbox", root + "/outbox.sqlite", "--once",
+                "--deadline", "1", "--log-level", "warning",
+            ])
+            #expect(agent.status == 0, "\(agent.stderr)")
+            #expect(agent.stderr.contains("is on tmpfs (memory)") == memory, "\(root): \(agent.stderr)")
+        }
+    }
+
     @Test("a world-writable group directory is refused with exit code 77")
     func unsafeDirectory() async throws {
         try await withTemporaryGroup { group in

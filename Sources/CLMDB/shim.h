@@ -6,4 +6,7 @@
 //  - "Do not have open an LMDB database twice in the same process at the same time";
 //  - stale reader slots of dead processes are cleared with mdb_reader_check().
 #include <lmdb.h>
+// statfs (not in Swift's Glibc module): a store on tmpfs, where LMDB's fsyncs promise nothing, is told
+// by its file system's magic number.
+#include <sys/vfs.h>
 #endif

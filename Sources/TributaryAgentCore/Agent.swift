@@ -172,6 +172,11 @@ public final class Agent: Service, Sendable {
                 "tributary.server": "\(configuration.upload.serverURL)", "tributary.format": "\(configuration.upload.format)",
                 "tributary.outbox.pending": "\(pending)",
             ])
+            if store.isMemoryBacked {
+                logger.warning(
+                    "the group directory is on tmpfs (memory): the store's fsyncs promise nothing, and every event in it is lost at the next reboot; put it on a disk",
+                    metadata: ["tributary.group": "\(store.groupDirectory)"])
+            }
             watchdog = startWatchdog()
             let report = try await loopBody(session: session, loop: &loop, once: once)
             // Within the grace the loop kept: a reader holding the WAL must not delay the stop.

@@ -489,6 +489,9 @@ public final class SharedStore: Sendable {
         public var identity: Identity?
         /// Producers that have appended.
         public var producers: [ProducerRegistration]
+        /// Whether the group directory is on a file system held in memory (tmpfs, ramfs): the store's
+        /// fsyncs then promise nothing, and every event in it is gone at the next reboot.
+        public var isMemoryBacked = false
     }
 
     /// Reads a consistent snapshot of the store's state.
@@ -512,7 +515,20 @@ public final class SharedStore: Sendable {
         status.producers = try producers()
         status.fileSize = environment.fileSize
         status.mapSize = environment.mapSize
+        status.isMemoryBacked = isMemoryBacked
         return status
+    }
+
+    /// Whether the group directory is on a file system held in memory (tmpfs, ramfs, as `/run`,
+    /// `/dev/shm` and `$XDG_RUNTIME_DIR` are): a durable store must not be there, since what its fsyncs
+    /// made durable is gone at the next reboot. The store opens there all the same (tests and CI
+    /// machines may have `/tmp` on tmpfs); the agent warns at its start and `tributary status` says so.
+    public var isMemoryBacked: Bool {
+        var info = statfs()
+        guard statfs(groupDirectory, &info) == 0 else { return false }
+        let tmpfs: UInt = 0x0102_1994  // TMPFS_MAGIC, linux/magic.h
+        let ramfs: UInt = 0x8584_58F6  // RAMFS_MAGIC
+        return [tmpfs, ramfs].contains(UInt(bitPattern: Int(info.f_type)))
     }
 }
 

@@ -83,6 +83,7 @@ struct StatusReport: Encodable {
     var mapSize: Int
     var quota: Int
     var staleReadersCleared: Int
+    var memoryBacked: Bool
     var identity: Identity?
     var producers: [Producer]
     var agent: AgentStatus?
@@ -98,6 +99,7 @@ struct StatusReport: Encodable {
         mapSize = s.mapSize
         quota = s.quota
         staleReadersCleared = s.staleReadersCleared
+        memoryBacked = s.isMemoryBacked
         identity = s.identity
         producers = s.producers.map {
             Producer(id: $0.id, kind: $0.kind.description, lastSeq: $0.lastSeq, pid: $0.pid, lastSeenMillis: $0.lastSeenMillis)
@@ -112,6 +114,11 @@ struct StatusReport: Encodable {
             "last seq:       \(lastAssignedSeq)",
             "store size:     \(mib(fileSize)) on disk, map \(mib(mapSize)), quota \(mib(quota))",
         ]
+        if memoryBacked {
+            lines.append(
+                "warning:        the group directory is on tmpfs (memory): every event in the store is lost at the next "
+                    + "reboot; put it on a disk")
+        }
         if let identity {
             lines.append("distinct id:    \(identity.distinctID)")
             lines.append("anonymous id:   \(identity.anonymousID)")
