@@ -41,7 +41,9 @@ public struct Backoff: Sendable, Hashable {
     /// A `Retry-After` as honoured: at least 0, at most ``maxRetryAfter``.
     public func clamped(_ retryAfter: Duration) -> Duration { min(max(retryAfter, .zero), maxRetryAfter) }
 
-    /// Parses a `Retry-After` header: delta-seconds, or an HTTP-date relative to `now`.
+    /// Parses a `Retry-After` header: delta-seconds, or an HTTP-date relative to `now` (the collector's
+    /// own clock, from its response's `Date`, when it sent one: a device clock that is off would
+    /// otherwise turn every date into no wait, or into the whole `maxRetryAfter`).
     /// Garbage yields nil (and the plain backoff applies).
     public static func parseRetryAfter(
         _ value: String?, now: Date = Date(timeIntervalSince1970: Double(BootClock.wallMillis()) / 1000)
@@ -51,14 +53,18 @@ public struct Backoff: Sendable, Hashable {
         // delta-seconds has no upper bound (RFC 9110 §10.2.3): more digits than an Int64 holds is a long
         // wait, clamped by `maxRetryAfter` like any other, not garbage to retry after at once.
         if text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) { return .seconds(Int64.max) }
+        return httpDate(text).map { .seconds(max(0, $0.timeIntervalSince(now))) }
+    }
+
+    /// An HTTP-date (RFC 9110 §5.6.7: IMF-fixdate, or the obsolete RFC 850 and asctime forms), or nil.
+    static func httpDate(_ text: String) -> Date? {
+        let text = text.trimmingCharacters(in: .whitespaces)
         for format in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
             let formatter = DateFormatter()
             formatter.locale = Locale(identifier: "en_US_POSIX")
             formatter.timeZone = TimeZone(identifier: "GMT")
             formatter.dateFormat = format
-            if let date = formatter.date(from: text) {
-                return .seconds(max(0, date.timeIntervalSince(now)))
-            }
+            if let date = formatter.date(from: text) { return date }
         }
         return nil
     }

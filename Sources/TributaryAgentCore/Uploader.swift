@@ -46,12 +46,16 @@ public enum UploadOutcome: Sendable, Equatable {
     /// 401, 403, 404 and other 4xx: keep everything, stop until the configuration is fixed.
     case halt(status: Int, reason: String)
 
-    /// Classifies an HTTP status (with its Retry-After and a snippet of the response body).
-    static func classify(status: Int, retryAfter: String?, body: String) -> UploadOutcome {
+    /// Classifies an HTTP status (with its Retry-After, the response's `Date`, and a snippet of the
+    /// response body). A Retry-After date is read against the collector's `Date` when it sent one.
+    static func classify(status: Int, retryAfter: String?, date: String? = nil, body: String) -> UploadOutcome {
         let reason = "HTTP \(status)" + (body.isEmpty ? "" : ": \(body.prefix(200))")
         switch status {
         case 200..<300: return .delivered
-        case 408, 429, 500..<600: return .retry(reason: reason, retryAfter: Backoff.parseRetryAfter(retryAfter))
+        case 408, 429, 500..<600:
+            let wait = date.flatMap(Backoff.httpDate).map { Backoff.parseRetryAfter(retryAfter, now: $0) }
+                ?? Backoff.parseRetryAfter(retryAfter)
+            return .retry(reason: reason, retryAfter: wait)
         case 413: return .tooLarge(reason: reason)
         case 400, 422: return .rejected(status: status, reason: reason)
         default: return .halt(status: status, reason: reason)
@@ -354,7 +358,8 @@ final class UploadSession: @unchecked Sendable {
             // still holds.
             let reason = (try? await Self.reason(of: response.body)) ?? ""
             return UploadOutcome.classify(
-                status: status, retryAfter: response.headers.first(name: "Retry-After"), body: reason)
+                status: status, retryAfter: response.headers.first(name: "Retry-After"),
+                date: response.headers.first(name: "Date"), body: reason)
         } catch is CancellationError {
             return .retry(reason: "cancelled", retryAfter: nil)
         } catch {

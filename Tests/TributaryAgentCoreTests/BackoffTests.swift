@@ -52,6 +52,24 @@ struct BackoffTests {
         #expect(Backoff.parseRetryAfter(header).map(\.seconds) == seconds)
     }
 
+    @Test("a Retry-After date is read against the collector's Date header, not the device's clock")
+    func retryAfterAgainstServerDate() {
+        // The device's clock is years off (today's date against a collector's of 2015): the wait is still
+        // the 60 s between the collector's two dates.
+        let outcome = UploadOutcome.classify(
+            status: 429, retryAfter: "Wed, 21 Oct 2015 07:28:00 GMT", date: "Wed, 21 Oct 2015 07:27:00 GMT", body: "")
+        guard case .retry(_, let wait) = outcome else {
+            Issue.record("429 is a retry: \(outcome)")
+            return
+        }
+        #expect(wait == .seconds(60))
+        // Without a Date, the device's clock: a date in its past is no wait.
+        guard case .retry(_, let fallback) = UploadOutcome.classify(
+            status: 429, retryAfter: "Wed, 21 Oct 2015 07:28:00 GMT", body: "")
+        else { return }
+        #expect(fallback == .zero)
+    }
+
     @Test("Retry-After as an HTTP date in the future")
     func parseFutureDate() throws {
         let now = Date(timeIntervalSince1970: 1_445_412_400)  // 2015-10-21 07:26:40 GMT
