@@ -133,11 +133,7 @@ struct FlushAndStatusTests {
                     "--stop-timeout", "2", "--log-level", "warning",
                 ])
                 #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
-                let start = Date()
-                while try await collector.stats().requests == 0 && Date().timeIntervalSince(start) < 30 {
-                    try await Task.sleep(for: .milliseconds(20))
-                }
-                #expect(try await collector.stats().requests == 1, "the first upload never came")
+                try await Self.awaitFirstRequest(collector)
                 // Every producer entering the background sends one: each was answered with a request at
                 // once, whatever the 429 said. Retry-After: 0 asks for no wait: the backoff is the agent's.
                 for _ in 0..<3 {
@@ -169,11 +165,7 @@ struct FlushAndStatusTests {
                 let limit = agent.killAfter(.seconds(60))
                 defer { limit.cancel() }
                 #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
-                let start = Date()
-                while try await collector.stats().requests == 0 && Date().timeIntervalSince(start) < 30 {
-                    try await Task.sleep(for: .milliseconds(20))
-                }
-                #expect(try await collector.stats().requests == 1, "the first upload never came")
+                try await Self.awaitFirstRequest(collector)
                 // The outage is over: the stop's one attempt delivers everything.
                 try await collector.setFaults(.none)
                 let stopped = ContinuousClock.now
@@ -243,6 +235,15 @@ struct FlushAndStatusTests {
             // began only once the metrics server had shut down: when the scraper went away.
             #expect(took < .seconds(3 + DeadlineTests.exitSlack), "SIGTERM to exit took \(took) (\(sent) requests pipelined)")
         }
+    }
+
+    /// Waits (30 s at most) for the collector's first request, and expects exactly one.
+    static func awaitFirstRequest(_ collector: RunningCollector) async throws {
+        let start = Date()
+        while try await collector.stats().requests == 0 && Date().timeIntervalSince(start) < 30 {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(try await collector.stats().requests == 1, "the first upload never came")
     }
 
     /// One sample's value in Prometheus' text format (`name value`), or nil.

@@ -41,19 +41,21 @@ public struct Backoff: Sendable, Hashable {
     /// A `Retry-After` as honoured: at least 0, at most ``maxRetryAfter``.
     public func clamped(_ retryAfter: Duration) -> Duration { min(max(retryAfter, .zero), maxRetryAfter) }
 
-    /// Parses a `Retry-After` header: delta-seconds, or an HTTP-date relative to `now` (the collector's
-    /// own clock, from its response's `Date`, when it sent one: a device clock that is off would
-    /// otherwise turn every date into no wait, or into the whole `maxRetryAfter`).
+    /// Parses a `Retry-After` header: delta-seconds, or an HTTP-date relative to the response's `Date`
+    /// header `date` when there is one (the collector's own clock: a device clock that is off would
+    /// otherwise turn every date into no wait, or into the whole `maxRetryAfter`), else to `now`.
     /// Garbage yields nil (and the plain backoff applies).
     public static func parseRetryAfter(
-        _ value: String?, now: Date = Date(timeIntervalSince1970: Double(BootClock.wallMillis()) / 1000)
+        _ value: String?, date: String? = nil,
+        now: Date = Date(timeIntervalSince1970: Double(BootClock.wallMillis()) / 1000)
     ) -> Duration? {
         guard let text = value?.trimmingCharacters(in: .whitespaces), !text.isEmpty else { return nil }
         if let seconds = Int64(text) { return seconds >= 0 ? .seconds(seconds) : nil }
         // delta-seconds has no upper bound (RFC 9110 §10.2.3): more digits than an Int64 holds is a long
         // wait, clamped by `maxRetryAfter` like any other, not garbage to retry after at once.
         if text.utf8.allSatisfy({ $0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9") }) { return .seconds(Int64.max) }
-        return httpDate(text).map { .seconds(max(0, $0.timeIntervalSince(now))) }
+        guard let until = httpDate(text) else { return nil }
+        return .seconds(max(0, until.timeIntervalSince(date.flatMap(httpDate) ?? now)))
     }
 
     /// An HTTP-date (RFC 9110 §5.6.7: IMF-fixdate, or the obsolete RFC 850 and asctime forms), or nil.

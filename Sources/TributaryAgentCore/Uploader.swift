@@ -53,9 +53,7 @@ public enum UploadOutcome: Sendable, Equatable {
         switch status {
         case 200..<300: return .delivered
         case 408, 429, 500..<600:
-            let wait = date.flatMap(Backoff.httpDate).map { Backoff.parseRetryAfter(retryAfter, now: $0) }
-                ?? Backoff.parseRetryAfter(retryAfter)
-            return .retry(reason: reason, retryAfter: wait)
+            return .retry(reason: reason, retryAfter: Backoff.parseRetryAfter(retryAfter, date: date))
         case 413: return .tooLarge(reason: reason)
         case 400, 422: return .rejected(status: status, reason: reason)
         default: return .halt(status: status, reason: reason)

@@ -391,6 +391,8 @@ final class Environment: @unchecked Sendable {
     struct RoomCheck {
         private let environment: Environment
         private let highWater: Int
+        /// The quota less the reserve left for the agent's deletes.
+        private let limit: Int
         private var freeBytes: Int?
 
         init(_ environment: Environment) {
@@ -398,11 +400,11 @@ final class Environment: @unchecked Sendable {
             var info = MDB_envinfo()
             mdb_env_info(environment.env, &info)
             highWater = (info.me_last_pgno + 1) * environment.pageSize
+            limit = environment.quota - environment.reserve
         }
 
         mutating func check(adding bytes: Int) throws(StoreError) {
             let need = bytes + 8 * environment.pageSize  // and the pages its tree paths, meta and registration copy
-            let limit = environment.quota - environment.reserve
             if highWater + need <= limit { return }
             let free = freeBytes ?? environment.freePages() * environment.pageSize
             freeBytes = free

@@ -235,12 +235,10 @@ struct DeadLetters: ParsableCommand {
             // An empty file is not an outbox: opening it would make it one. One this user may not look at
             // is not "no outbox" either.
             var info = stat()
-            var failure: Int32 = 0
-            if let path, stat(path, &info) != 0 { failure = errno }
-            if let path, failure == EACCES {
+            if let path, stat(path, &info) != 0, errno == EACCES {
                 throw StoreError.permissionDenied("the outbox \(path)", directory: parentDirectory(of: path))
             }
-            guard let path, failure == 0, info.st_size > 0 else {
+            guard let path, info.st_size > 0 else {
                 throw StoreError(.directoryUnavailable, "There is no outbox at \(path ?? "?"); give --outbox.")
             }
             let letters: [Outbox.DeadLetter]
