@@ -39,7 +39,6 @@ struct DeadlineTests {
         _ group: String, _ arguments: [String], environment: [String: String] = [:], whenReady: () throws -> Void = {}
     ) async throws -> ((status: Int32, stdout: String, stderr: String), Double) {
         let notify = try NotifySocket(path: group + "-notify-\(UUID().uuidString.prefix(8))")
-        let opened = Date()
         let agent = try ChildProcess(
             "tributary-agent", arguments, environment: environment.merging(["NOTIFY_SOCKET": notify.path]) { $1 })
         // An agent that never ends is killed, and its status tells.
@@ -47,9 +46,8 @@ struct DeadlineTests {
         defer { limit.cancel() }
         if await notify.wait(for: "READY=1", timeout: 30) != nil { try whenReady() }
         let run = await agent.finish()
-        let exited = Date().timeIntervalSince(opened)
         let ready = try #require(notify.received.first { $0.text.contains("READY=1") }, "no READY=1 from the agent")
-        return (run, exited - ready.at)
+        return (run, agent.secondsToExit(from: ready.instant))
     }
 
     /// Whether another process could take the agent's group lock right now.
@@ -116,7 +114,7 @@ struct DeadlineTests {
                 let resumed = ContinuousClock.now
                 agent.send(SIGCONT)
                 let run = await agent.finish()
-                let took = ContinuousClock.now - resumed
+                let took = try #require(agent.exitedAt) - resumed
                 #expect(run.status == 0, "\(run.stderr)")
                 // A deadline counted from the main loop ended about 5 s after the SIGCONT.
                 #expect(took < .seconds(1 + Self.exitSlack), "SIGCONT to exit took \(took) with --deadline 6, 6 s of it spent stopped")
@@ -148,7 +146,7 @@ struct DeadlineTests {
                 let stopped = ContinuousClock.now
                 agent.send(SIGTERM)
                 let run = await agent.finish()
-                let took = ContinuousClock.now - stopped
+                let took = try #require(agent.exitedAt) - stopped
                 #expect(run.status == 0, "\(run.stderr)")
                 // It retried the 503 (backoff 0.05–0.2 s) until its 20 s stop budget ran out: with the
                 // default 80 s, every shutdown of a machine whose collector is down waited that long.
@@ -206,10 +204,10 @@ struct DeadlineTests {
                     environment: ["NOTIFY_SOCKET": notify.path])
                 #expect(await notify.wait(for: "READY=1") != nil)
                 try await Task.sleep(for: .milliseconds(700))
-                let sent = Date()
+                let sent = ContinuousClock.now
                 agent.send(SIGTERM)
                 let stopped = await agent.finish()
-                let took = Date().timeIntervalSince(sent)
+                let took = agent.secondsToExit(from: sent)
                 #expect(stopped.status == 0, "\(stopped.stderr)")
                 #expect(took < 2 + Self.exitSlack, "SIGTERM with --stop-timeout 2: the stop took \(took) s")
                 producer.send(SIGKILL)

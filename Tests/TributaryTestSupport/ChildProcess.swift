@@ -24,6 +24,19 @@ public final class ChildProcess: @unchecked Sendable {
     private let skipped = Mutex<[String]>([])
     /// The stdout lines ``waitForLine(startingWith:)`` read and passed over.
     public var linesSkipped: [String] { skipped.withLock { $0 } }
+    private let exitInstant = Mutex<ContinuousClock.Instant?>(nil)
+    /// When the process exited, as seen by ``finish()``'s own thread: once `finish()` has returned, time
+    /// a stop or a deadline up to here, not up to `finish()`'s return. That return waits for a Swift
+    /// concurrency thread, and on 2 cores the rest of the suite can hold both for seconds (a deadline
+    /// test once measured 5.3 s for an agent that had exited within its 3 s).
+    public var exitedAt: ContinuousClock.Instant? { exitInstant.withLock { $0 } }
+
+    /// Seconds from `start` to ``exitedAt``; call it once ``finish()`` has returned.
+    public func secondsToExit(from start: ContinuousClock.Instant) -> Double {
+        let exit = exitedAt ?? .now
+        let span = exit - start
+        return Double(span.components.seconds) + Double(span.components.attoseconds) / 1e18
+    }
 
     /// Starts `executable` (a product name such as `tributary-sim`) with `arguments`.
     public convenience init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
@@ -107,6 +120,11 @@ public final class ChildProcess: @unchecked Sendable {
             let errReader = Thread { errData.withLock { $0 = err.readDataToEndOfFile() } }
             errReader.start()
             let outData = self.unread.withLock { $0 } + out.readDataToEndOfFile()
+            // Waits for the exit without reaping (Foundation reaps); if Foundation has reaped it already,
+            // it exited before its stdout's end was read, just now.
+            var info = siginfo_t()
+            _ = waitid(P_PID, id_t(process.processIdentifier), &info, WEXITED | WNOWAIT)
+            self.exitInstant.withLock { $0 = .now }
             process.waitUntilExit()
             while !errReader.isFinished { usleep(1000) }
             return (process.terminationStatus, String(decoding: outData, as: UTF8.self),

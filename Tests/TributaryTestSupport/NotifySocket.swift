@@ -8,6 +8,9 @@ public final class NotifySocket: Sendable {
     public struct Message: Sendable {
         /// Seconds since the socket was opened.
         public var at: Double
+        /// When it arrived, stamped by the socket's own reading thread (never held up by a busy Swift
+        /// concurrency pool): compare it with ``ChildProcess/exitedAt``.
+        public var instant: ContinuousClock.Instant
         /// The `KEY=VALUE` lines.
         public var text: String
     }
@@ -44,7 +47,7 @@ public final class NotifySocket: Sendable {
                 let n = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
                 if n > 0 {
                     let text = String(decoding: buffer[0..<n], as: UTF8.self)
-                    inbox.messages.withLock { $0.append(Message(at: Date().timeIntervalSince(start), text: text)) }
+                    inbox.messages.withLock { $0.append(Message(at: Date().timeIntervalSince(start), instant: .now, text: text)) }
                 }
             }
             close(fd)

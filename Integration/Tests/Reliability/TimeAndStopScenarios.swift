@@ -97,10 +97,10 @@ extension ReliabilityScenarios {
                             environment: ["NOTIFY_SOCKET": notify.path])
                         #expect(await notify.wait(for: "READY=1") != nil)
                         try await Task.sleep(for: .milliseconds(Int(rng.next() % 700)))
-                        let sent = Date()
+                        let sent = ContinuousClock.now
                         agent.send(SIGTERM)
                         let result = await agent.finish()
-                        let took = Date().timeIntervalSince(sent)
+                        let took = agent.secondsToExit(from: sent)
                         worst = max(worst, took)
                         oracle.inFlightWindows += 1
                         #expect(result.status == 0 && agent.process.terminationReason == .exit, "\(result.stderr)")
