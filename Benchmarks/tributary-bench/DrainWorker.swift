@@ -33,7 +33,9 @@ struct DrainWorker: ParsableCommand {
         let outbox = try Outbox(path: outbox)
         var logger = Logger(label: "tributary-bench.drain")
         logger.logLevel = .warning
-        let drainer = Drainer(store: store, outbox: outbox, chunkSize: chunk, logger: logger)
+        // The agent's drain: each chunk's store delete on the deletes' own thread, waited for.
+        let drainer = Drainer(
+            store: store, outbox: outbox, chunkSize: chunk, logger: logger, deletes: StoreDeletes(logger: logger))
 
         writeLine("READY \(getpid())")
         guard readLine() == "GO" else {
@@ -42,7 +44,13 @@ struct DrainWorker: ParsableCommand {
         }
         let cpuStart = ResourceUsage.cpuNanos()
         let start = Monotonic.nanos()
-        let moved = try drainer.drainAvailable()
+        var moved = try drainer.drainAvailable()
+        // A delete slower than the deletes' patience (a slow fsync) pauses the drain: wait for it, as
+        // the agent's next loop would, and go on.
+        while drainer.isPaused {
+            while drainer.isPaused { usleep(1000) }
+            moved += try drainer.drainAvailable()
+        }
         let end = Monotonic.nanos()
         let cpu = ResourceUsage.cpuNanos() - cpuStart
 

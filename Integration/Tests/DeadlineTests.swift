@@ -50,6 +50,24 @@ struct DeadlineTests {
         return (run, agent.secondsToExit(from: ready.instant))
     }
 
+    /// Starts the agent as a daemon with `--stop-timeout 2`, sends SIGTERM `after` its READY=1, and
+    /// expects exit 0 within the stop timeout (plus ``exitSlack``).
+    static func expectStopInTime(_ group: String, _ url: String, after: Duration) async throws {
+        let notify = try NotifySocket(path: group + "-notify-daemon")
+        let agent = try ChildProcess(
+            "tributary-agent", args(group, url, ["--stop-timeout", "2"]), environment: ["NOTIFY_SOCKET": notify.path])
+        let limit = agent.killAfter(.seconds(60))
+        defer { limit.cancel() }
+        #expect(await notify.wait(for: "READY=1", timeout: 30) != nil, "the agent never sent READY=1")
+        try await Task.sleep(for: after)
+        let sent = ContinuousClock.now
+        agent.send(SIGTERM)
+        let stopped = await agent.finish()
+        let took = agent.secondsToExit(from: sent)
+        #expect(stopped.status == 0, "\(stopped.stderr)")
+        #expect(took < 2 + exitSlack, "SIGTERM with --stop-timeout 2: the stop took \(took) s")
+    }
+
     /// Whether another process could take the agent's group lock right now.
     static func groupLockIsFree(_ group: String) -> Bool {
         let fd = open(group + "/" + AgentChannel.lockFile, O_RDWR | O_CREAT, 0o660)
@@ -198,20 +216,47 @@ struct DeadlineTests {
                 #expect(plainRun.status == 0, "\(plainRun.stderr)")
                 #expect(try await collector.stats().unique > afterDeadlineRun)
 
-                let notify = try NotifySocket(path: group + "-notify-daemon")
-                let agent = try ChildProcess(
-                    "tributary-agent", Self.args(group, collector.url, ["--stop-timeout", "2"]),
-                    environment: ["NOTIFY_SOCKET": notify.path])
-                #expect(await notify.wait(for: "READY=1") != nil)
-                try await Task.sleep(for: .milliseconds(700))
-                let sent = ContinuousClock.now
-                agent.send(SIGTERM)
-                let stopped = await agent.finish()
-                let took = agent.secondsToExit(from: sent)
-                #expect(stopped.status == 0, "\(stopped.stderr)")
-                #expect(took < 2 + Self.exitSlack, "SIGTERM with --stop-timeout 2: the stop took \(took) s")
+                try await Self.expectStopInTime(group, collector.url, after: .milliseconds(700))
                 producer.send(SIGKILL)
                 await producer.finish()
+            }
+        }
+    }
+
+    @Test("a producer stopped inside its write transaction holds up neither a --once --deadline run nor a SIGTERM stop; once it is gone, the drained events leave the store")
+    func writerStoppedInTransaction() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, 300)
+            // A producer takes LMDB's writer lock (records put, not committed) and is stopped there: a
+            // frozen cgroup, a debugger, the iOS process suspended holding its lock (0xdead10cc). The
+            // agent's drain deletes need that lock; waiting for it held the agent's loop for good.
+            let writer = try await MultiProcessTests.stoppedWriter(group)
+            defer { writer.send(SIGKILL) }
+
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                // Reading needs no lock: the run drains, uploads and ends; only its store delete waits.
+                let (once, readyToExit) = try await Self.runOnce(group, collector.url, ["--once", "--deadline", "3"])
+                #expect(once.status == 0, "\(once.stderr)")
+                #expect(readyToExit < 3 + Self.exitSlack, "READY=1 to exit took \(readyToExit) s")
+                #expect(try await collector.stats().unique == 300)
+                #expect(Self.groupLockIsFree(group))
+
+                // A daemon finds the same events, skips them as drained, and waits on the delete: a stop
+                // still ends within its timeout.
+                try await Self.expectStopInTime(group, collector.url, after: .milliseconds(500))
+
+                // The writer gone (its transaction aborted), the next run deletes what was drained and
+                // sends nothing again.
+                writer.send(SIGKILL)
+                await writer.finish()
+                let requests = try await collector.stats().requests
+                let next = try await ChildProcess.run("tributary-agent", Self.args(group, collector.url, ["--once"]))
+                #expect(next.status == 0, "\(next.stderr)")
+                let stats = try await collector.stats()
+                #expect(stats.unique == 300 && stats.requests == requests)
+                var existing = SharedStore.Options()
+                existing.create = false
+                #expect(try SharedStore(groupDirectory: group, options: existing).status().pendingEvents == 0)
             }
         }
     }

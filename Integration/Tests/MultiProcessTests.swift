@@ -204,13 +204,8 @@ struct MultiProcessTests {
             var config = Tracker.Configuration(groupDirectory: group)
             config.appVersion = "1.0.0"
             _ = try Tracker(configuration: config)  // the store, its identity and the app's presets exist
-            // A producer takes the writer lock (records put, not committed), then is stopped there.
-            let writer = try ChildProcess(
-                "tributary", ["track", "--group", group, "Held"], environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.append"])
+            let writer = try await Self.stoppedWriter(group)
             defer { writer.send(SIGKILL) }
-            #expect(await writer.waitForLine(startingWith: "PAUSED") == "PAUSED store.append")
-            writer.send(SIGSTOP)
-            try #require(await Self.waitUntilStopped(writer.pid), "the writer never stopped")
 
             // `tributary status` opens the store and reads it: no write lock needed.
             let status = try ChildProcess("tributary", ["status", "--group", group, "--json"])
@@ -243,6 +238,18 @@ struct MultiProcessTests {
             child.send(SIGKILL)
         }
         return await child.finish()
+    }
+
+    /// A producer (`tributary track`) that took LMDB's writer lock (records put, not committed) and was
+    /// stopped there (SIGSTOP). SIGKILL it when done: its transaction is then aborted.
+    static func stoppedWriter(_ group: String) async throws -> ChildProcess {
+        let writer = try ChildProcess(
+            "tributary", ["track", "--group", group, "Held"], environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.append"])
+        #expect(await writer.waitForLine(startingWith: "PAUSED") == "PAUSED store.append")
+        writer.send(SIGSTOP)
+        // A writer left running is killed when its handle goes.
+        try #require(await waitUntilStopped(writer.pid), "the writer never stopped")
+        return writer
     }
 
     /// Waits up to 10 s for `pid` to be in the stopped state (`T` in /proc/PID/stat).

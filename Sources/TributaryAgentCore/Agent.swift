@@ -35,6 +35,9 @@ public final class Agent: Service, Sendable {
     private let heartbeat = Heartbeat()
     private let notifier = SystemdNotifier()
     private let metrics = AgentMetrics()
+    /// The drain's store deletes, on a thread of their own: a producer stopped inside its write
+    /// transaction pauses the drain instead of holding the loop.
+    private let deletes: StoreDeletes
 
     /// When this agent was created: ``AgentConfiguration/deadline`` counts from here, so the time its
     /// creation took (opening the store, migrating the outbox) is part of the run's budget.
@@ -49,6 +52,7 @@ public final class Agent: Service, Sendable {
         }
         self.configuration = configuration
         self.logger = logger
+        deletes = StoreDeletes(logger: logger)
         store = try SharedStore(groupDirectory: configuration.groupDirectory)
         lock = try AgentLock.group(store.groupDirectory)
         do {
@@ -648,7 +652,8 @@ public final class Agent: Service, Sendable {
             return 0
         }
         loop.outboxFullLogged = false
-        let drainer = Drainer(store: store, outbox: outbox, chunkSize: configuration.drainChunk, logger: logger)
+        let drainer = Drainer(
+            store: store, outbox: outbox, chunkSize: configuration.drainChunk, logger: logger, deletes: deletes)
         var limit = maxEvents ?? configuration.drainChunk * 10
         if loop.uploadsAnswered { limit = min(limit, ahead - count) }
         // The quota is checked again before every chunk: the outbox goes past it by one chunk at most.

@@ -8,25 +8,41 @@ import TributaryStore
 /// write transaction. A crash between the outbox commit and the store delete leaves the events in
 /// both; the next drain skips them (they are at or below `last_drained_seq`) and deletes them. A crash
 /// before the outbox commit leaves them only in the store. Neither loses nor duplicates.
+///
+/// With ``StoreDeletes`` the store delete waits for LMDB's writer lock a bounded time (the agent's
+/// drain: a producer stopped inside its transaction must not hold the agent); without, it waits as
+/// long as the lock is held.
 public struct Drainer: Sendable {
     let store: SharedStore
     let outbox: Outbox
     let chunkSize: Int
     let logger: Logger
+    let deletes: StoreDeletes?
 
-    /// A drain of `store` into `outbox`, `chunkSize` events at a time.
-    public init(store: SharedStore, outbox: Outbox, chunkSize: Int = 1000, logger: Logger) {
+    /// A drain of `store` into `outbox`, `chunkSize` events at a time, its store deletes waited for by
+    /// `deletes` (nil: on the calling thread, for as long as they take).
+    public init(store: SharedStore, outbox: Outbox, chunkSize: Int = 1000, logger: Logger, deletes: StoreDeletes? = nil) {
         self.store = store
         self.outbox = outbox
         self.chunkSize = chunkSize
         self.logger = logger
+        self.deletes = deletes
     }
 
-    /// Drains one chunk; returns how many store entries it moved (0 when the store is empty).
+    /// Whether the drain is paused: the last chunk's store delete still waits for the writer lock.
+    public var isPaused: Bool { deletes?.isWaiting ?? false }
+
+    /// Drains one chunk; returns how many store entries it moved (0 when the store is empty, or while
+    /// ``isPaused``).
     ///
     /// The records are read in place (views into LMDB's map) and enriched straight into one buffer,
     /// which the outbox insert binds from: no arrays or strings per event.
     public func drainChunk() throws -> Int {
+        if let deletes {
+            try deletes.rethrowLateFailure()
+            // The chunk before is in the outbox and still in the store: reading on would read it again.
+            if deletes.isWaiting { return 0 }
+        }
         let enricher = try Enricher(store: store)
         var chunk = Outbox.DrainedChunk()
         try store.scanEvents(limit: chunkSize, restart: { chunk = Outbox.DrainedChunk() }) { seq, raw, record in
@@ -55,14 +71,19 @@ public struct Drainer: Sendable {
                 metadata: ["tributary.events": "\(inserted.skipped)"])
         }
         CrashPoint.hit("drain.after-outbox-commit")
-        try store.deleteEvents(through: lastSeq)
+        if let deletes {
+            _ = try deletes.delete(through: lastSeq, in: store)
+        } else {
+            try store.deleteEvents(through: lastSeq)
+        }
         // The records read stay mapped (and counted in RSS) until released: keep RSS flat with the backlog.
         store.releaseMappedPages()
         return chunk.entries.count
     }
 
-    /// Drains chunk by chunk until it has caught up with the store, `maxEvents` were moved, or
-    /// `shouldContinue` (asked before every chunk) returns false; returns how many were moved.
+    /// Drains chunk by chunk until it has caught up with the store, `maxEvents` were moved,
+    /// `shouldContinue` (asked before every chunk) returns false, or the drain is paused (a store
+    /// delete waits for the writer lock); returns how many were moved.
     ///
     /// Caught up means a chunk came back partial: the store held fewer than a chunk when it was read.
     /// Events a producer appends meanwhile wait for the next call: draining "until the store is
@@ -74,7 +95,7 @@ public struct Drainer: Sendable {
         while moved < maxEvents, shouldContinue() {
             let n = try drainChunk()
             moved += n
-            if n < chunkSize { break }
+            if n < chunkSize || isPaused { break }
         }
         return moved
     }

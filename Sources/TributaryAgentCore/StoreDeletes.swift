@@ -1,0 +1,116 @@
+import Dispatch
+import Logging
+import Synchronization
+import TributaryStore
+
+/// The drain's store deletes, run on a thread of their own and waited for a bounded time.
+///
+/// A delete is an LMDB write transaction, and LMDB has one writer at a time: a producer holds the
+/// writer lock through each of its commits. A producer stopped inside one (SIGSTOP, a debugger, a
+/// frozen cgroup: on iOS, the app-group process suspended holding a file lock that 0xdead10cc kills)
+/// would hold the agent's loop in `mdb_txn_begin` for as long as it stays stopped, and with it the
+/// uploads, the deadline and the stop (promise 5). Here the loop waits at most ``patience``; a delete
+/// still waiting then goes on waiting on its own thread, and the drain takes nothing more until it is
+/// done. Waiting loses nothing: the chunk is already committed to the outbox, and a delete that never
+/// runs (the agent exits first) leaves events the next drain skips as drained and deletes.
+///
+/// The delete's closure holds the store, so the store's environment is never closed under a
+/// transaction still waiting to begin; the process's exit ends that wait.
+public final class StoreDeletes: Sendable {
+    /// How long the drain waits for a delete before leaving it to finish on its own. An ordinary
+    /// delete (one commit, one fsync) takes milliseconds; a longer wait is what a deadline can afford
+    /// (the agent plans to be done its grace period early, 1 s by default).
+    public let patience: Duration
+    /// After how long a delete still waiting is logged as a held writer lock.
+    public let reportAfter: Duration
+
+    private let queue = DispatchQueue(label: "tributary.agent.store-deletes")
+    private let state = Mutex(State())
+    private let logger: Logger
+
+    private struct State {
+        /// The delete in flight: the last seq it deletes through, and when it started.
+        var inFlight: (seq: UInt64, since: ContinuousClock.Instant)?
+        /// Whether the drain stopped waiting for the delete in flight.
+        var leftWaiting = false
+        /// Whether the long wait of the delete in flight was logged.
+        var reported = false
+        /// A delete's failure that arrived after the drain stopped waiting; thrown by the next drain.
+        var failure: (any Error)?
+    }
+
+    public init(patience: Duration = .milliseconds(250), reportAfter: Duration = .seconds(5), logger: Logger) {
+        self.patience = patience
+        self.reportAfter = reportAfter
+        self.logger = logger
+    }
+
+    /// Whether a delete is still waiting for the store's writer lock. Logs, once per wait, a wait
+    /// longer than ``reportAfter``.
+    public var isWaiting: Bool {
+        let (waiting, report) = state.withLock { state -> (Bool, Duration?) in
+            guard let inFlight = state.inFlight else { return (false, nil) }
+            let waited = ContinuousClock.now - inFlight.since
+            guard !state.reported, waited >= reportAfter else { return (true, nil) }
+            state.reported = true
+            return (true, waited)
+        }
+        if let report {
+            logger.warning(
+                "another process has held the shared store's write lock for \(report.seconds) s (stopped or frozen inside a transaction?); draining is paused, uploads go on, nothing is lost",
+                metadata: ["tributary.waited_s": "\(report.seconds)"])
+        }
+        return waiting
+    }
+
+    /// Throws the failure of a delete that ended after the drain stopped waiting for it, once.
+    public func rethrowLateFailure() throws {
+        if let failure = state.withLock({ state in defer { state.failure = nil }; return state.failure }) {
+            throw failure
+        }
+    }
+
+    /// Deletes `store`'s events through `seq`. Returns true once the delete is done, false if it still
+    /// waits after ``patience`` (it then goes on by itself: see ``isWaiting``); throws its failure if it
+    /// failed within that time.
+    public func delete(through seq: UInt64, in store: SharedStore) throws -> Bool {
+        precondition(state.withLock { $0.inFlight == nil }, "a delete is already in flight: check isWaiting first")
+        state.withLock { $0 = State(inFlight: (seq, .now)) }
+        let outcome = Mutex<Result<Int, any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        queue.async { [self] in
+            let result = Result { try store.deleteEvents(through: seq) }
+            let (leftWaiting, waited) = state.withLock { state -> (Bool, Duration) in
+                let waited = state.inFlight.map { ContinuousClock.now - $0.since } ?? .zero
+                let left = state.leftWaiting
+                if left, case .failure(let error) = result { state.failure = error }
+                state.inFlight = nil
+                state.leftWaiting = false
+                state.reported = false
+                return (left, waited)
+            }
+            if leftWaiting, case .success = result {
+                logger.notice(
+                    "the shared store's write lock is free again: drained events deleted from the store, draining goes on",
+                    metadata: ["tributary.waited_s": "\(waited.seconds)"])
+            }
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        let nanos = Int(min(patience.seconds, 3600) * 1e9)
+        if done.wait(timeout: .now() + .nanoseconds(nanos)) == .timedOut {
+            // Finished between the timeout and here? Then it is done after all, and its outcome is ours.
+            let stillWaiting = state.withLock { state -> Bool in
+                guard state.inFlight != nil else { return false }
+                state.leftWaiting = true
+                return true
+            }
+            if stillWaiting { return false }
+            done.wait()
+        }
+        switch outcome.withLock({ $0 }) {
+        case .failure(let error): throw error
+        default: return true
+        }
+    }
+}
