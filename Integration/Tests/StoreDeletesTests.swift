@@ -20,7 +20,10 @@ struct StoreDeletesTests {
         let store = try SharedStore(groupDirectory: group, options: existing)
         let outbox = try Outbox(path: group + "-outbox.sqlite")
         let deletes = StoreDeletes(patience: .milliseconds(100), logger: logger)
-        return (store, outbox, deletes, Drainer(store: store, outbox: outbox, chunkSize: 20, logger: logger, deletes: deletes))
+        return (
+            store, outbox, deletes,
+            Drainer(store: store, outbox: outbox, chunkSize: 20, logger: logger, deletes: deletes)
+        )
     }
 
     /// Kills the stopped writer and waits up to 30 s for the drain's waiting delete to end.
@@ -31,7 +34,9 @@ struct StoreDeletesTests {
         #expect(!drainer.isPaused, "the delete still waits 30 s after the writer was killed")
     }
 
-    @Test("a delete waits for a stopped writer at most its patience and pauses the drain; it ends by itself once the writer is gone, and a failure it meets then reaches the next drain")
+    @Test(
+        "a delete waits for a stopped writer at most its patience and pauses the drain; it ends by itself once the writer is gone, and a failure it meets then reaches the next drain"
+    )
     func boundedWait() async throws {
         try await withTemporaryGroup { group in
             let (store, outbox, deletes, drainer) = try await Self.drain(group, events: 50)

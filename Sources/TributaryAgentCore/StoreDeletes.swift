@@ -65,7 +65,9 @@ public final class StoreDeletes: Sendable {
 
     /// Throws the failure of a delete that ended after the drain stopped waiting for it, once.
     public func rethrowLateFailure() throws {
-        if let failure = state.withLock({ state in defer { state.failure = nil }; return state.failure }) {
+        if let failure = state.withLock({ state in
+            defer { state.failure = nil }; return state.failure
+        }) {
             throw failure
         }
     }
