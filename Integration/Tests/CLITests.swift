@@ -205,6 +205,33 @@ struct CLITests {
         }
     }
 
+    @Test("tributary flush never waits for a stopped agent: requests it has not read are enough, each exits 0 at once")
+    func flushBesideStoppedAgent() async throws {
+        try await withTemporaryGroup { group in
+            let notify = try NotifySocket(path: group + "-notify")
+            let agent = try ChildProcess(
+                "tributary-agent",
+                ["--group", group, "--outbox", group + "-state/outbox.sqlite", "--server", "http://127.0.0.1:9/sa", "--log-level", "warning"],
+                environment: ["NOTIFY_SOCKET": notify.path])
+            #expect(await notify.wait(for: "READY=1", timeout: 30) != nil, "the agent never sent READY=1")
+            agent.send(SIGSTOP)
+            try #require(await MultiProcessTests.waitUntilStopped(agent.pid), "the agent never stopped")
+            // The socket's queue holds 10 datagrams (net.unix.max_dgram_qlen); the 11th send blocked until
+            // the agent read, which a stopped agent never does (an app's UI thread waited with it).
+            var outputs: [String] = []
+            for _ in 0..<15 {
+                let flush = try ChildProcess("tributary", ["flush", "--group", group])
+                let result = try await MultiProcessTests.finish(flush, orRecord: "tributary flush waits for the stopped agent")
+                #expect(result.status == 0, "\(result.stderr)")
+                outputs.append(result.stdout)
+            }
+            #expect(outputs.last?.contains("has not read") == true, "\(outputs)")
+            agent.send(SIGCONT)
+            agent.send(SIGTERM)
+            #expect(await agent.finish().status == 0)
+        }
+    }
+
     /// A group directory under `root` whose `agent.sock` path is `length` bytes long.
     static func groupDirectory(under root: String, socketPathLength length: Int) -> String {
         let socket = "/" + AgentChannel.socketFile

@@ -131,7 +131,9 @@ public final class Tracker: Sendable {
 
     /// Asks the group's agent to upload now (call it when the app enters the background).
     ///
-    /// Returns false when no agent is running; the events stay safely in the store either way.
+    /// Returns false when no agent is running (or this user may not write to its socket); the events
+    /// stay safely in the store either way. Never blocks, whatever the agent does: an agent that has not
+    /// yet read the requests before this one (busy, or stopped) flushes when it reads them.
     @discardableResult
     public func flush() -> Bool {
         AgentChannel.requestFlush(groupDirectory: store.groupDirectory)

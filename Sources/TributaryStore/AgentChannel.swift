@@ -16,24 +16,55 @@ public enum AgentChannel {
     public static let socketFile = "agent.sock"
     public static let statusFile = "agent-status.json"
 
-    /// Asks the group's agent to flush now. Returns false when no agent is listening.
+    /// What became of a flush request.
+    public enum FlushOutcome: Sendable, Equatable {
+        /// The agent's socket took it.
+        case sent
+        /// The agent's socket is full of requests it has not read yet (a busy or stopped agent): it
+        /// flushes when it reads them, and one more would change nothing.
+        case alreadyQueued
+        /// No agent is listening (no socket, or nobody bound to it).
+        case noAgent
+        /// This user may not write to the agent's socket (`EACCES`, `EPERM`).
+        case permissionDenied
+    }
+
+    /// Asks the group's agent to flush now. Returns false when no agent is listening or the socket
+    /// may not be written to. Never blocks: the app calls it from its UI thread on entering the
+    /// background, and a stopped agent stops reading its socket.
     @discardableResult
     public static func requestFlush(groupDirectory: String) -> Bool {
+        switch flush(groupDirectory: groupDirectory) {
+        case .sent, .alreadyQueued: return true
+        case .noAgent, .permissionDenied: return false
+        }
+    }
+
+    /// ``requestFlush(groupDirectory:)``, saying what became of the request.
+    public static func flush(groupDirectory: String) -> FlushOutcome {
         send("flush", to: groupDirectory + "/" + socketFile)
     }
 
-    package static func send(_ message: String, to path: String) -> Bool {
+    package static func send(_ message: String, to path: String) -> FlushOutcome {
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return false }
+        guard fd >= 0 else { return .noAgent }
         defer { close(fd) }
-        guard var address = unixAddress(path) else { return false }
+        guard var address = unixAddress(path) else { return .noAgent }
         let bytes = Array(message.utf8)
+        // MSG_DONTWAIT: a datagram socket's queue holds a few messages (net.unix.max_dgram_qlen, 10 by
+        // default); with the agent not reading, a blocking send waited until it did: for ever, for an
+        // agent stopped or frozen.
         let sent = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                sendto(fd, bytes, bytes.count, Int32(MSG_NOSIGNAL), sa, socklen_t(MemoryLayout<sockaddr_un>.size))
+                sendto(fd, bytes, bytes.count, Int32(MSG_NOSIGNAL | MSG_DONTWAIT), sa, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
-        return sent == bytes.count
+        if sent == bytes.count { return .sent }
+        switch errno {
+        case EAGAIN: return .alreadyQueued
+        case EACCES, EPERM: return .permissionDenied
+        default: return .noAgent
+        }
     }
 
     /// The `sockaddr_un` for a socket path, or nil when the path is too long for one.

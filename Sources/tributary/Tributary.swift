@@ -175,8 +175,10 @@ struct Flush: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Ask the group's agent to upload now (the app entered the background).",
         discussion: """
+            Never waits for the agent: a request the agent has not read yet (it is busy, or stopped) is enough. \
             Exits 69 when no agent is listening (the events stay safely in the store), 66 when the group has no \
-            store, 64 when --group is not a directory, 77 when this user may not look inside the group directory.
+            store, 64 when --group is not a directory, 77 when this user may not look inside the group directory \
+            or write to the agent's socket.
             """)
     @OptionGroup var options: GroupOption
 
@@ -185,11 +187,20 @@ struct Flush: ParsableCommand {
         // look (exit 66, 64 or 77). Only the file is looked for: the agent, not this request, decides
         // whether the store can be used.
         try reportingErrors { try SharedStore.checkExists(groupDirectory: options.group) }
-        guard AgentChannel.requestFlush(groupDirectory: options.group) else {
-            FileHandle.standardError.write(Data("tributary: no agent is listening on \(options.group)/\(AgentChannel.socketFile); start tributary-agent.\n".utf8))
+        let socket = "\(options.group)/\(AgentChannel.socketFile)"
+        switch AgentChannel.flush(groupDirectory: options.group) {
+        case .sent:
+            say("flush requested")
+        case .alreadyQueued:
+            say("flush requested (the agent has not read the requests before this one yet; it flushes once it does)")
+        case .noAgent:
+            FileHandle.standardError.write(Data("tributary: no agent is listening on \(socket); start tributary-agent.\n".utf8))
             throw ExitCode(69)
+        case .permissionDenied:
+            FileHandle.standardError.write(Data(
+                "tributary: this user may not write to \(socket): the group directory's files belong to the app's group (see docs/operations.md, \"Files in the group directory\").\n".utf8))
+            throw ExitCode(77)
         }
-        say("flush requested")
     }
 }
 

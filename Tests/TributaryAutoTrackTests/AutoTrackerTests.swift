@@ -247,7 +247,7 @@ struct AutoTrackerTests {
             try auto.handle(.willResignActive)
             try auto.handle(.didBecomeActive)
             // Datagrams on one socket arrive in order: a flush the flicker asked for would come before this.
-            #expect(AgentChannel.send("marker", to: agent.path))
+            #expect(AgentChannel.send("marker", to: agent.path) == .sent)
             try auto.handle(.didEnterBackground)
             let began = Date()
             while agent.received.count < 2, Date().timeIntervalSince(began) < 10 { try await Task.sleep(for: .milliseconds(10)) }
