@@ -47,6 +47,12 @@ struct CLITests {
         (["track", "--group", "{g}-junk", "X"], 64, "is not a directory"),
         (["flush", "--group", "{g}-junk"], 64, "is not a directory"),
         (["status", "--group", "{g}-junk/group"], 64, "is not a directory"),
+        (["track", "--group", "", "X"], 64, "--group must name"),
+        (["status", "--group", ""], 64, "--group must name"),
+        (["dead-letters", "--group", ""], 64, "must not be empty"),
+        (["track", "--group", "{g}", "X", "--app-version", ""], 64, "--app-version"),
+        (["track", "--group", "{g}", "X", "--app-version", "1.0\t2"], 64, "--app-version"),
+        (["track", "--group", "{g}", "X", "--app-version", String(repeating: "9", count: 9000)], 64, "--app-version"),
     ])
     func exitCodes(arguments: [String], code: Int32, message: String) async throws {
         try await withTemporaryGroup { group in
@@ -55,6 +61,22 @@ struct CLITests {
             let result = try await ChildProcess.run("tributary", arguments.map { $0.replacingOccurrences(of: "{g}", with: group) })
             #expect(result.status == code, "stderr: \(result.stderr)")
             #expect(result.stderr.contains(message))
+        }
+    }
+
+    @Test("a refused event leaves the app's published presets as they were; the next extension event carries the version before")
+    func refusedEventPublishesNothing() async throws {
+        try await withTemporaryGroup { group in
+            #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "Ok", "--app-version", "1.0.0"]).status == 0)
+            let refused = try await ChildProcess.run("tributary", ["track", "--group", group, "bad name", "--app-version", "9.9.9"])
+            #expect(refused.status == 65, "\(refused.stderr)")
+            let badProperty = try await ChildProcess.run(
+                "tributary", ["track", "--group", group, "Ok", "--app-version", "9.9.9", "--properties", #"{"a": null}"#])
+            #expect(badProperty.status == 65, "\(badProperty.stderr)")
+            var existing = SharedStore.Options()
+            existing.create = false
+            let presets = try #require(try SharedStore(groupDirectory: group, options: existing).configuration()[ConfigurationKey.appPresets])
+            #expect(presets.contains(#""$app_version":"1.0.0""#), "\(presets)")
         }
     }
 

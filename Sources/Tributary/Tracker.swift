@@ -105,6 +105,13 @@ public final class Tracker: Sendable {
         ] where value < 1 {
             throw TrackingError(.invalidConfiguration, field: name, "Tracker.Configuration.\(name) must be at least 1, not \(value).")
         }
+        // Every event of this producer carries it, and an app's is published for its extensions' events:
+        // refused here, before anything is written (an empty or 9,000-byte version went out as it was).
+        do {
+            try EventRules.validateID(configuration.appVersion, what: "app version")
+        } catch let error as TrackingError {
+            throw TrackingError(.invalidConfiguration, field: "appVersion", "Tracker.Configuration.appVersion: \(error.message)")
+        }
         self.configuration = configuration
         store = try SharedStore(groupDirectory: configuration.groupDirectory, options: configuration.store)
         producer = SharedStore.Producer(kind: configuration.producerKind, id: producerID)

@@ -27,6 +27,11 @@ struct TributaryCLI: ParsableCommand {
 struct GroupOption: ParsableArguments {
     @Option(name: .long, help: ArgumentHelp("The app group directory.", valueName: "dir"))
     var group: String
+
+    func validate() throws {
+        // An empty path was looked up as it was: "the group directory  vanished after it was created" (66).
+        guard !group.isEmpty else { throw ValidationError("--group must name the app group directory; it is empty.") }
+    }
 }
 
 struct Track: ParsableCommand {
@@ -60,11 +65,22 @@ struct Track: ParsableCommand {
         guard ProducerKind(name: producer) != nil else {
             throw ValidationError("--producer must be app, extension or hybrid, not '\(producer)'.")
         }
+        if let appVersion {
+            do {
+                try EventRules.validateID(appVersion, what: "--app-version")
+            } catch let error as TrackingError {
+                throw ValidationError(error.message)
+            }
+        }
     }
 
     func run() throws {
         try reportingErrors {
             let props = try properties.map(PropertyValue.properties(fromJSON:)) ?? [:]
+            // Before the Tracker opens the store: it publishes the app's presets as it opens, and a
+            // refused event must leave the group as it was (exit 65, "nothing written").
+            try EventRules.validateEventName(name)
+            try EventRules.validateProperties(props)
             var config = Tracker.Configuration(
                 groupDirectory: options.group, producerKind: ProducerKind(name: producer)!, producerID: producerID)
             config.appVersion = appVersion ?? config.appVersion
@@ -230,6 +246,7 @@ struct DeadLetters: ParsableCommand {
 
     func validate() throws {
         guard group != nil || outbox != nil else { throw ValidationError("Give --group or --outbox.") }
+        guard group != "", outbox != "" else { throw ValidationError("--group and --outbox must not be empty.") }
         guard !(replay && discard) else { throw ValidationError("Give --replay or --discard, not both.") }
         guard id.isEmpty || replay || discard else {
             throw ValidationError("--id chooses dead letters to replay or discard: give --replay or --discard too.")

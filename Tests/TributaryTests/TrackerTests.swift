@@ -296,6 +296,18 @@ struct TrackerTests {
         }
     }
 
+    @Test("an app version that is empty, blank, longer than 255 bytes or holds a control character is refused before anything is written",
+          arguments: ["", "  ", String(repeating: "9", count: 256), "1.0\t2", "1.0\n"])
+    func invalidAppVersion(version: String) throws {
+        try withTemporaryGroup { group in
+            var config = Tracker.Configuration(groupDirectory: group)
+            config.appVersion = version
+            let error = #expect(throws: TrackingError.self) { try Tracker(configuration: config) }
+            #expect(error?.code == .invalidConfiguration && error?.field == "appVersion")
+            #expect(!FileManager.default.fileExists(atPath: group + "/" + SharedStore.fileName), "the store was created")
+        }
+    }
+
     /// Starts an append on a thread of its own and returns once it holds the store's writer lock (the
     /// lock of every process and thread of the group); it gives the lock up when `release` is
     /// signalled, writing nothing. The task ends then.
