@@ -80,6 +80,37 @@ struct CLITests {
         }
     }
 
+    @Test("a stdout that cannot be written to: track says the event is stored and exits 74; a reader gone ends a listing quietly")
+    func unwritableStdout() async throws {
+        try await withTemporaryGroup { group in
+            let tributary = productsDirectory.appendingPathComponent("tributary").path
+            // FileHandle.write trapped here (exit 132) after the event was stored: a script retrying on the
+            // failure stored it twice, under two event ids.
+            let full = try await ChildProcess(path: "/bin/sh", ["-c", #""$0" track --group "$1" Paid > /dev/full"#, tributary, group]).finish()
+            #expect(full.status == 74, "\(full.stderr)")
+            #expect(full.stderr.contains("is stored: do not do it again"), "\(full.stderr)")
+            var existing = SharedStore.Options()
+            existing.create = false
+            #expect(try SharedStore(groupDirectory: group, options: existing).status().pendingEvents == 1)
+            // A reader that went away (a pipe whose read end is closed), with SIGPIPE ignored as systemd's
+            // units do by default: a listing changed nothing, and ends quietly.
+            var ends: [Int32] = [0, 0]
+            #expect(pipe(&ends) == 0)
+            close(ends[0])
+            let listing = Process()
+            listing.executableURL = URL(fileURLWithPath: "/bin/sh")
+            listing.arguments = ["-c", #"trap '' PIPE; exec "$0" inspect --group "$1""#, tributary, group]
+            listing.standardOutput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
+            let errors = Pipe()
+            listing.standardError = errors
+            try listing.run()
+            let stderr = errors.fileHandleForReading.readDataToEndOfFile()
+            listing.waitUntilExit()
+            #expect(listing.terminationReason == .exit && listing.terminationStatus == 0, "\(String(decoding: stderr, as: UTF8.self))")
+            #expect(stderr.isEmpty, "\(String(decoding: stderr, as: UTF8.self))")
+        }
+    }
+
     @Test("tributary-sim demo (make run) reports a failure at run time with exit 1, not as a usage error")
     func demoRunFailure() async throws {
         // No group directory can be made under /proc: every producer fails.

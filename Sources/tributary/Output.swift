@@ -15,8 +15,36 @@ enum Exit {
 }
 
 /// Writes a line to stdout unbuffered (stdout is a pipe under systemd and in tests).
-func say(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+///
+/// `done` says what the command has already changed (an event stored, an identity set, dead letters
+/// discarded), for a stdout that cannot be written to: the caller is then told on stderr, exit 74,
+/// so that a script does not do it again. A command that changed nothing ends quietly (exit 0) when
+/// its reader went away (`EPIPE`: `tributary inspect | head`), and with 74 on any other error.
+/// (`FileHandle.write(_:)` trapped on either, after the event was stored.)
+func say(_ line: String, done: String? = nil) {
+    guard let error = writeAll(STDOUT_FILENO, Array((line + "\n").utf8)) else { return }
+    if error == EPIPE && done == nil { exit(0) }
+    let reason = String(cString: strerror(error))
+    fail(Exit.ioError, "cannot write to stdout (\(reason))" + (done.map { "; \($0): do not do it again" } ?? ""))
+}
+
+/// Writes a line to stderr; a stderr that cannot be written to is ignored.
+func warn(_ message: String) {
+    _ = writeAll(STDERR_FILENO, Array(("tributary: " + message + "\n").utf8))
+}
+
+/// Writes every byte to `fd`; returns the errno of a failed write, nil when all went out.
+private func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Int32? {
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        if n < 0 {
+            if errno == EINTR { continue }
+            return errno
+        }
+        offset += n
+    }
+    return nil
 }
 
 /// Runs `body`, turning Tributary's errors into a message on stderr and a documented exit code.
@@ -42,7 +70,7 @@ func reportingErrors(_ body: () throws -> Void) throws {
 }
 
 private func fail(_ code: Int32, _ message: String) -> Never {
-    FileHandle.standardError.write(Data(("tributary: " + message + "\n").utf8))
+    warn(message)
     exit(code)
 }
 

@@ -86,7 +86,7 @@ struct Track: ParsableCommand {
             config.appVersion = appVersion ?? config.appVersion
             config.publishesAppPresets = appVersion != nil
             let receipt = try Tracker(configuration: config).track(name, properties: props)
-            say(receipt.eventID)
+            say(receipt.eventID, done: "event \(receipt.eventID) is stored")
         }
     }
 }
@@ -160,7 +160,7 @@ struct Login: ParsableCommand {
     func run() throws {
         try reportingErrors {
             try EventRules.validateID(loginID, what: "login id")
-            say(try openExisting(options.group).login(loginID).distinctID)
+            say(try openExisting(options.group).login(loginID).distinctID, done: "the group is logged in")
         }
     }
 }
@@ -170,7 +170,7 @@ struct Logout: ParsableCommand {
     @OptionGroup var options: GroupOption
 
     func run() throws {
-        try reportingErrors { say(try openExisting(options.group).logout().distinctID) }
+        try reportingErrors { say(try openExisting(options.group).logout().distinctID, done: "the group is logged out") }
     }
 }
 
@@ -182,7 +182,7 @@ struct Identify: ParsableCommand {
     func run() throws {
         try reportingErrors {
             try EventRules.validateID(anonymousID, what: "anonymous id")
-            say(try openExisting(options.group).identify(anonymousID: anonymousID).distinctID)
+            say(try openExisting(options.group).identify(anonymousID: anonymousID).distinctID, done: "the anonymous id is set")
         }
     }
 }
@@ -206,15 +206,15 @@ struct Flush: ParsableCommand {
         let socket = "\(options.group)/\(AgentChannel.socketFile)"
         switch AgentChannel.flush(groupDirectory: options.group) {
         case .sent:
-            say("flush requested")
+            say("flush requested", done: "the flush is requested")
         case .alreadyQueued:
-            say("flush requested (the agent has not read the requests before this one yet; it flushes once it does)")
+            say("flush requested (the agent has not read the requests before this one yet; it flushes once it does)", done: "the flush is requested")
         case .noAgent:
-            FileHandle.standardError.write(Data("tributary: no agent is listening on \(socket); start tributary-agent.\n".utf8))
+            warn("no agent is listening on \(socket); start tributary-agent.")
             throw ExitCode(69)
         case .permissionDenied:
-            FileHandle.standardError.write(Data(
-                "tributary: this user may not write to \(socket): the group directory's files belong to the app's group (see docs/operations.md, \"Files in the group directory\").\n".utf8))
+            warn(
+                "this user may not write to \(socket): the group directory's files belong to the app's group (see docs/operations.md, \"Files in the group directory\").")
             throw ExitCode(77)
         }
     }
@@ -273,11 +273,13 @@ struct DeadLetters: ParsableCommand {
             do {
                 let box = try Outbox(path: path)
                 if replay {
-                    say("replayed \(try box.replayDeadLetters(ids: id.isEmpty ? nil : id)) dead letter(s)")
+                    let count = try box.replayDeadLetters(ids: id.isEmpty ? nil : id)
+                    say("replayed \(count) dead letter(s)", done: "\(count) dead letter(s) replayed")
                     return
                 }
                 if discard {
-                    say("discarded \(try box.discardDeadLetters(ids: id.isEmpty ? nil : id)) dead letter(s)")
+                    let count = try box.discardDeadLetters(ids: id.isEmpty ? nil : id)
+                    say("discarded \(count) dead letter(s)", done: "\(count) dead letter(s) discarded")
                     return
                 }
                 letters = try box.deadLetters()
