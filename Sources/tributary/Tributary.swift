@@ -15,7 +15,7 @@ struct TributaryCLI: ParsableCommand {
 
             Exit codes: 0 success; 64 bad usage; 65 the event or id was rejected (nothing written); \
             66 no store in the group directory; 69 no agent is listening (flush); 74 store or outbox \
-            I/O error, or corrupt data; 75 the store is full (retry once the agent has drained it) or \
+            I/O error, corrupt data, or a stdout that cannot be written (stderr says what was done); 75 the store is full (retry once the agent has drained it) or \
             was deleted or created anew during the call (retry); 77 the group directory is unsafe \
             (world-writable), or this user may not use it or the outbox (permission denied: join the group \
             that owns it, or run as its owner). A --group path that is not a directory is bad usage (64).
