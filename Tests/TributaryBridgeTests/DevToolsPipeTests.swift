@@ -118,6 +118,31 @@ struct DevToolsPipeTests {
     /// Those of `pids` that still run (a zombie does not).
     static func running(_ pids: [pid_t]) -> [pid_t] { pids.filter { stat($0).map { $0.state != "Z" } ?? false } }
 
+    @Test("the reader queues a page's binding calls and sensorsanalytics: navigations within the bound, the browser's events always, and nothing else")
+    func admission() {
+        func message(_ method: String, _ params: [String: JSON] = [:]) -> DevToolsMessage {
+            DevToolsMessage(id: nil, method: method, sessionID: "s", body: .object(params), error: nil)
+        }
+        let queue = MessageQueueGauge(limit: 100)
+        // A page can send these as fast as it likes; run() handles none of them.
+        for noise in [
+            message("Runtime.consoleAPICalled", ["args": .array([.object(["value": .string(String(repeating: "x", count: 1 << 20))])])]),
+            message("Runtime.exceptionThrown"), message("Page.frameRequestedNavigation", ["url": .string("https://example.com/")]),
+            message("Network.requestWillBeSent"), DevToolsMessage(id: 7, method: nil, sessionID: nil, body: .null, error: nil),
+        ] {
+            #expect(!WebViewHost.admit(noise, to: queue), "\(noise.method ?? "a reply") was queued")
+        }
+        for event in ["Target.attachedToTarget", "Runtime.executionContextCreated", "Page.frameAttached", DevToolsPipe.closedEvent] {
+            #expect(WebViewHost.admit(message(event), to: queue))
+        }
+        // A legacy navigation counts its URL against the bound, as a binding call counts its payload.
+        let legacy = message("Page.frameRequestedNavigation", ["url": .string("sensorsanalytics://trackEvent?event=" + String(repeating: "a", count: 40))])
+        #expect(WebViewHost.admit(legacy, to: queue))
+        #expect(WebViewHost.admit(message("Runtime.bindingCalled", ["payload": .string(String(repeating: "b", count: 20))]), to: queue))
+        #expect(!WebViewHost.admit(legacy, to: queue), "past the bound")
+        #expect(queue.takeDropped() == 1)
+    }
+
     @Test("a killed browser: commands throw browserExited and this process lives on; after the stop none is written")
     func killedBrowser() async throws {
         let browser = try ChromiumProcess()

@@ -45,8 +45,7 @@ public final class WebViewHost: Sendable {
         let queue = MessageQueueGauge(limit: max(configuration.maxQueuedBytes, configuration.maxMessageBytes))
         self.queue = queue
         pipe = DevToolsPipe(browser: browser, maxFrameBytes: Self.maxFrameBytes(for: configuration)) { message in
-            // The browser's own events always go through; a page's messages only while the queue has room.
-            if message.method == "Runtime.bindingCalled", !queue.admit(Self.queuedBytes(message)) { return }
+            guard Self.admit(message, to: queue) else { return }
             continuation.yield(message)
             if message.method == DevToolsPipe.closedEvent { continuation.finish() }
         }
@@ -84,8 +83,36 @@ public final class WebViewHost: Sendable {
         _ = try await pipe.call("Target.createTarget", ["url": .string(url)], timeout: timeout)
     }
 
-    /// What a page message counts against ``BridgeConfiguration/maxQueuedBytes``: its payload.
-    static func queuedBytes(_ message: DevToolsMessage) -> Int { max(message.body["payload"]?.string?.utf8.count ?? 0, 1) }
+    /// What a page message counts against ``BridgeConfiguration/maxQueuedBytes``: a binding call's payload,
+    /// a `sensorsanalytics:` navigation's URL (the legacy channel); nil for any other message.
+    static func queuedBytes(_ message: DevToolsMessage) -> Int? {
+        switch message.method {
+        case "Runtime.bindingCalled":
+            return max(message.body["payload"]?.string?.utf8.count ?? 0, 1)
+        case "Page.frameRequestedNavigation":
+            guard let url = message.body["url"]?.string, url.hasPrefix("sensorsanalytics:") else { return nil }
+            return url.utf8.count
+        default:
+            return nil
+        }
+    }
+
+    /// Whether the DevTools reader queues `message` for ``run(bridge:)``. A page's message (a binding
+    /// call, a `sensorsanalytics:` navigation) only while `queue` has room for it; the browser's events
+    /// ``run(bridge:)`` handles always; nothing else. What `run` does not handle is not queued: a page
+    /// (a foreign frame too) can send console messages, exceptions and other navigations as fast as it
+    /// likes, and they piled up, uncounted, while `run` waited on a commit.
+    static func admit(_ message: DevToolsMessage, to queue: MessageQueueGauge) -> Bool {
+        if let bytes = queuedBytes(message) { return queue.admit(bytes) }
+        return browserEvents.contains(message.method ?? "")
+    }
+
+    /// The browser's events ``run(bridge:)`` handles, queued whatever their number: they come from the
+    /// browser's own work (targets, frames, documents), not from what a script sends.
+    static let browserEvents: Set<String> = [
+        "Target.attachedToTarget", "Runtime.executionContextCreated", "Page.frameAttached",
+        DevToolsPipe.frameTooLargeEvent, DevToolsPipe.closedEvent,
+    ]
 
     private let userAgentOverride = SendableBox<String>("")
 
@@ -142,7 +169,7 @@ public final class WebViewHost: Sendable {
                     let origin = contextOrigins["\(session)#\(Int(id))"] ?? "null"
                     await bridge.receive(body["payload"]?.string ?? "", origin: origin, channel: .messageHandler)
                 }
-                queue.release(Self.queuedBytes(message))
+                queue.release(Self.queuedBytes(message) ?? 0)
                 bridge.refuseOverloaded(queue.takeDropped())
             case DevToolsPipe.frameTooLargeEvent:
                 let bytes = Int(body["bytes"]?.number ?? 0)
@@ -159,9 +186,12 @@ public final class WebViewHost: Sendable {
                 let origin = id.flatMap { contextOrigins["\(session)#\($0)"] } ?? "null"
                 bridge.refuseUnread(byteCount: bytes, origin: origin, channel: .messageHandler)
             case "Page.frameRequestedNavigation":
-                guard let url = body["url"]?.string, url.hasPrefix("sensorsanalytics:"),
-                    let frame = body["frameId"]?.string
-                else { continue }
+                // Only sensorsanalytics: navigations are queued (queuedBytes), and counted until handled here.
+                defer {
+                    queue.release(Self.queuedBytes(message) ?? 0)
+                    bridge.refuseOverloaded(queue.takeDropped())
+                }
+                guard let url = body["url"]?.string, let frame = body["frameId"]?.string else { continue }
                 let origin = Self.navigationOrigin(
                     frame: frame, origins: frameOrigins, parents: frameParents, trusted: configuration.allowedOrigins)
                 if await bridge.receiveNavigation(url, origin: origin) == nil {
