@@ -64,13 +64,15 @@ extension Tracker {
     ///   Nothing is written then.
     @discardableResult
     public func trackFromPage(_ page: PageEvent) async throws -> TrackReceipt {
-        try await committer.commit(try preparePage(page))
+        try Self.requireType(page, .track, "a track_signup goes through signUpFromPage(_:loginID:), which logs in too")
+        return try await committer.commit(try preparePage(page))
     }
 
     /// Stores a page's sign-up (`track_signup`): logs the group in as `loginID` and stores the event,
     /// which carries that login, in one transaction, after the events this process queued before.
     /// If the event is refused (invalid, the store full), the login is not changed either.
     public func signUpFromPage(_ page: PageEvent, loginID: String) throws -> TrackReceipt {
+        try Self.requireType(page, .signup, "signUpFromPage(_:loginID:) stores the page's sign-up event")
         try EventRules.validateID(loginID, what: "login id")
         let prepared = try preparePage(page)
         return try committer.appendAfterQueued(prepared) { $0.loginID = loginID }
@@ -82,6 +84,16 @@ extension Tracker {
             let published = try? PropertyValue.properties(fromJSON: text), !published.isEmpty
         else { return presets }
         return published
+    }
+
+    /// Throws ``TrackingError/Code/invalidValueType`` unless `page` is of type `expected`: a type the
+    /// collector does not know was stored and dead-lettered there, and a sign-up through the wrong call
+    /// logged in without its event, or stored one without the login.
+    private static func requireType(_ page: PageEvent, _ expected: PageEvent.EventType, _ hint: String) throws {
+        guard page.type != expected else { return }
+        throw TrackingError(
+            .invalidValueType, field: "type",
+            "Page event \(page.event) has type '\(page.type)' here; expected '\(expected)' (\(hint)).")
     }
 
     func preparePage(_ page: PageEvent) throws -> PreparedEvent {

@@ -257,7 +257,8 @@ public final class HybridBridge: Sendable {
                 .forgedIdentity, origin: origin,
                 "distinct_id is neither the page's own anonymous_id nor one of the app's ids.")
         }
-        if let login = data["login_id"] {
+        // `"login_id": null` claims no login (the JavaScript SDK's logged-out state), as a missing one.
+        if let login = data["login_id"], login != .null {
             guard let claimed = login.string, claimed == app.loginID else {
                 throw BridgeRejection(
                     .forgedIdentity, origin: origin,

@@ -68,6 +68,17 @@ struct HybridBridgeTests {
         }
     }
 
+    @Test("\"login_id\": null from a logged-out page claims no login: the event is accepted, with no login_id")
+    func nullLoginID() async throws {
+        try await Self.withBridge { bridge, store in
+            let result = await bridge.receive(Self.message(Self.pageEvent(extra: ["login_id": .null])), origin: Self.origin)
+            #expect(throws: Never.self) { try result.get() }
+            let stored = try Self.storedBodies(store)
+            #expect(stored.count == 1)
+            #expect(stored.first?.body["login_id"] == nil)
+        }
+    }
+
     @Test("an accepted page event is enriched exactly as documented")
     func enrichment() async throws {
         try await Self.withBridge { bridge, store in

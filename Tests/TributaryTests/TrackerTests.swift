@@ -463,6 +463,27 @@ struct TrackerTests {
         }
     }
 
+    @Test("trackFromPage stores only track events and signUpFromPage only track_signup: anything else is a typed error, nothing written, no login")
+    func pageEventTypes() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Self.tracker(group)
+            let before = tracker.store.lastTransactionID
+            func page(_ type: PageEvent.EventType) -> PageEvent {
+                PageEvent(type: type, event: "$pageview", timeMillis: 1_700_000_000_000, lib: ["$lib": "js"], properties: [:])
+            }
+            for type in [PageEvent.EventType(rawValue: "profile_set"), PageEvent.EventType(rawValue: ""), .signup] {
+                let error = await #expect(throws: TrackingError.self) { try await tracker.trackFromPage(page(type)) }
+                #expect(error?.code == .invalidValueType && error?.field == "type")
+            }
+            let error = #expect(throws: TrackingError.self) { try tracker.signUpFromPage(page(.track), loginID: "user-1") }
+            #expect(error?.code == .invalidValueType && error?.field == "type")
+            #expect(tracker.store.lastTransactionID == before)
+            #expect(try tracker.identity().loginID == nil)
+            _ = try tracker.signUpFromPage(page(.signup), loginID: "user-1")
+            #expect(try tracker.identity().loginID == "user-1")
+        }
+    }
+
     @Test("timers use the monotonic clock and stop counting in background")
     func timers() async throws {
         try await withTemporaryGroup { group in
