@@ -91,14 +91,15 @@ struct DevToolsPipeTests {
         }
     }
 
-    /// `/proc/PID/stat`: the state letter and the parent's pid.
-    static func stat(_ pid: pid_t) -> (state: Character, parent: pid_t)? {
+    /// `/proc/PID/stat`: the state letter, the parent's pid and the process group.
+    static func stat(_ pid: pid_t) -> (state: Character, parent: pid_t, group: pid_t)? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
             let close = text.lastIndex(of: ")")
         else { return nil }
         let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 1, let state = fields[0].first, let parent = pid_t(fields[1]) else { return nil }
-        return (state, parent)
+        guard fields.count > 2, let state = fields[0].first, let parent = pid_t(fields[1]), let group = pid_t(fields[2])
+        else { return nil }
+        return (state, parent, group)
     }
 
     /// Every process below `root`, from /proc.
@@ -141,6 +142,23 @@ struct DevToolsPipeTests {
         #expect(WebViewHost.admit(message("Runtime.bindingCalled", ["payload": .string(String(repeating: "b", count: 20))]), to: queue))
         #expect(!WebViewHost.admit(legacy, to: queue), "past the bound")
         #expect(queue.takeDropped() == 1)
+    }
+
+    @Test("the browser leads a process group its helpers share: a stop ends them all at once, and its profile stays removed")
+    func stopEndsHelpers() async throws {
+        let browser = try ChromiumProcess()
+        defer { browser.terminate() }
+        let pipe = DevToolsPipe(browser: browser, maxFrameBytes: 1 << 20) { _ in }
+        _ = try await pipe.call("Browser.getVersion")
+        let helpers = Self.descendants(of: browser.pid)
+        #expect(!helpers.isEmpty, "the browser has helper processes")
+        #expect(Self.stat(browser.pid)?.group == browser.pid, "the browser leads no process group of its own")
+        #expect(helpers.allSatisfy { Self.stat($0)?.group == browser.pid }, "a helper left the browser's process group")
+        browser.terminate()
+        // At once, not once they notice the browser has gone: they wrote into the removed profile meanwhile.
+        #expect(Self.running(helpers).isEmpty, "helpers outlived the stop: \(Self.running(helpers))")
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(!FileManager.default.fileExists(atPath: browser.userDataDirectory), "the profile came back")
     }
 
     @Test("a killed browser: commands throw browserExited and this process lives on; after the stop none is written")

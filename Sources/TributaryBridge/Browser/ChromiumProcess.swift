@@ -104,16 +104,34 @@ public final class ChromiumProcess: Sendable {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        // dup2 clears FD_CLOEXEC on the target, so only fds 3 and 4 (and stdio) reach the browser.
+        // dup2 clears FD_CLOEXEC on the target; every fd from 5 up is closed, so only fds 3 and 4 (and
+        // stdio) reach the browser, whatever the app opened without close-on-exec.
         posix_spawn_file_actions_adddup2(&actions, commands[0], 3)
         posix_spawn_file_actions_adddup2(&actions, replies[1], 4)
+        tributary_spawn_addclosefrom(&actions, 5)
         let log = ProcessInfo.processInfo.environment["TRIBUTARY_CHROMIUM_LOG"] ?? "/dev/null"
         posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 2, log, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        // Every signal at its default and none blocked, whatever the app set (an app that ignores SIGTERM
+        // for its own handling gave a browser that ignored the stop); a process group of its own, which
+        // its helpers (zygote, renderers, network service) join, so that a stop reaches them too.
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var defaults = sigset_t()
+        sigfillset(&defaults)
+        sigdelset(&defaults, SIGKILL)
+        sigdelset(&defaults, SIGSTOP)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        var unblocked = sigset_t()
+        sigemptyset(&unblocked)
+        posix_spawnattr_setsigmask(&attributes, &unblocked)
+        posix_spawnattr_setpgroup(&attributes, 0)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP))
         var child: pid_t = 0
         let argv = arguments.map { strdup($0) } + [nil]
         defer { for p in argv { free(p) } }
-        let rc = posix_spawn(&child, binary, &actions, nil, argv, environ)
+        let rc = posix_spawn(&child, binary, &actions, &attributes, argv, environ)
         close(commands[0])
         close(replies[1])
         guard rc == 0 else {
@@ -127,7 +145,8 @@ public final class ChromiumProcess: Sendable {
         userDataDirectory = profile
     }
 
-    /// Stops the browser (SIGTERM, then SIGKILL after 2 s), reaps it and removes its profile.
+    /// Stops the browser and its helpers (SIGTERM to its process group, then SIGKILL after 2 s), reaps
+    /// it and removes its profile.
     public func terminate() {
         let first = reaped.withLock { done in
             defer { done = true }
@@ -137,13 +156,28 @@ public final class ChromiumProcess: Sendable {
         // The browser first: a write blocked on a browser that stopped reading holds the command pipe's
         // lock, and is released only when the browser's end closes (EPIPE). Closing first would wait on
         // that lock for ever, and the browser would never be signalled.
-        kill(pid, SIGTERM)
-        var status: Int32 = 0
+        kill(-pid, SIGTERM)
+        // Waits for the browser's exit without reaping it: until it is reaped, its pid (the group's id)
+        // is given to no other process, so the group's SIGKILL below reaches only its helpers. Helpers
+        // left running wrote into the profile after its removal and left it behind.
         var waited = 0
-        while waitpid(pid, &status, WNOHANG) == 0 {
-            if waited == 200 { kill(pid, SIGKILL) }
+        var unreaped = true
+        while true {
+            var info = siginfo_t()
+            let rc = waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT)
+            if rc == 0 && info._sifields._sigchld.si_pid == pid { break }
+            if rc != 0 && errno != EINTR {
+                unreaped = false  // reaped elsewhere (ECHILD): its pid may be another process's by now
+                break
+            }
+            if waited == 200 { kill(-pid, SIGKILL) }
             usleep(10_000)
             waited += 1
+        }
+        if unreaped {
+            kill(-pid, SIGKILL)
+            var status: Int32 = 0
+            _ = waitpid(pid, &status, 0)
         }
         commands.close()
         let singleton = singletonDirectory
