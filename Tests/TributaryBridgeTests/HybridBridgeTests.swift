@@ -451,6 +451,19 @@ struct WebViewHostTests {
         }
     }
 
+    @Test("a host dropped without close() stops its browser and removes its profile")
+    func droppedHost() async throws {
+        let configuration = BridgeConfiguration(serverURL: HybridBridgeTests.server, allowedOrigins: [])
+        var host: WebViewHost? = try WebViewHost(configuration: configuration)
+        let pid = try #require(host?.browserPID)
+        let profile = try #require(host?.profileDirectory)
+        try await host?.open("about:blank")
+        host = nil
+        // Reaped by the stop: no such process (a zombie would still answer kill 0).
+        #expect(kill(pid, 0) != 0 && errno == ESRCH, "the browser of a dropped host still runs")
+        #expect(!FileManager.default.fileExists(atPath: profile))
+    }
+
     @Test("the injected script reaches the page; a frame with an opaque origin is refused as foreign")
     func opaqueOrigin() async throws {
         try await withTemporaryGroup { group in

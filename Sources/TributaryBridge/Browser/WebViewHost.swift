@@ -130,6 +130,14 @@ public final class WebViewHost: Sendable {
     /// Stops the browser; ``run()`` returns soon after.
     public func close() { browser.terminate() }
 
+    /// A host dropped without ``close()`` stops its browser too. The browser could not stop by itself:
+    /// the DevTools reader's thread keeps the pipe, and the pipe the browser, for as long as the browser
+    /// runs.
+    deinit { browser.terminate() }
+
+    /// The browser's process id.
+    var browserPID: pid_t { browser.pid }
+
     /// The browser's profile directory (removed by ``close()``).
     var profileDirectory: String { browser.userDataDirectory }
 
