@@ -17,6 +17,9 @@ struct PreparedEvent: Sendable {
     var bootTimeNanos: UInt64
     /// The boot `bootTimeNanos` was read in (an event recorded for an earlier process may be older).
     var bootID: BootID = .current
+    /// A sign-up (`track_signup`): its body also carries `original_id`, the anonymous id the login
+    /// replaces, which a Sensors collector links to the new login id (as the iOS SDK sends it).
+    var isSignUp = false
 
     /// The full body with `identity` spliced in.
     func body(with identity: Identity) -> [UInt8] {
@@ -28,6 +31,11 @@ struct PreparedEvent: Sendable {
         w.key("anonymous_id")
         w.string(identity.anonymousID)
         w.raw(",")
+        if isSignUp {
+            w.key("original_id")
+            w.string(identity.anonymousID)
+            w.raw(",")
+        }
         if let login = identity.loginID {
             w.key("login_id")
             w.string(login)

@@ -153,6 +153,7 @@ extension Tracker {
         var prepared = PreparedEvent(
             prefix: head.bytes, suffix: tail.bytes, eventID: eventID, trackID: trackID, wallTimeMillis: page.timeMillis,
             bootTimeNanos: 0, bootID: .unknown)
+        prepared.isSignUp = page.type == .signup
         let (ageMillis, ageOverflow) = configuration.wallMillis().subtractingReportingOverflow(page.timeMillis)
         let now = configuration.monotonicNanos()
         if !ageOverflow, ageMillis >= 0 {
@@ -162,7 +163,7 @@ extension Tracker {
                 prepared.bootID = .current
             }
         }
-        let size = prepared.prefix.count + prepared.suffix.count + 3 * 300
+        let size = prepared.prefix.count + prepared.suffix.count + 4 * 300
         guard size <= configuration.maxEventBytes else {
             throw TrackingError(
                 .eventTooLarge, field: page.event,

@@ -217,16 +217,20 @@ struct HybridBridgeTests {
         #expect(JSON.replacingLoneSurrogates(Array(#"{"a":"\u0041\\u"}"#.utf8)) == nil, "nothing to replace")
     }
 
-    @Test("a page track_signup logs the app in; later page events may carry that login")
+    @Test("a page track_signup logs the app in, its original_id the app's anonymous id; later page events may carry that login")
     func signup() async throws {
         try await Self.withBridge { bridge, store in
-            let signup = Self.pageEvent(type: "track_signup", event: "$SignUp", distinctID: "user-7")
+            let anonymous = try store.identity().anonymousID
+            let signup = Self.pageEvent(
+                type: "track_signup", event: "$SignUp", distinctID: "user-7", extra: ["original_id": .string("h5-anon")])
             _ = try await bridge.receive(Self.message(signup), origin: Self.origin).get()
             #expect(try store.identity().loginID == "user-7")
             let after = Self.pageEvent(distinctID: "user-7", extra: ["login_id": .string("user-7")])
             _ = try await bridge.receive(Self.message(after), origin: Self.origin).get()
             let stored = try Self.storedBodies(store).map(\.body)
             #expect(stored.map { $0["type"] as? String } == ["track_signup", "track"])
+            // As the iOS SDK sends it: the anonymous id the login replaces, the app's, not the page's.
+            #expect(stored.map { $0["original_id"] as? String } == [anonymous, nil])
             #expect(
                 stored.allSatisfy { $0["distinct_id"] as? String == "user-7" && $0["login_id"] as? String == "user-7" })
         }
