@@ -50,6 +50,7 @@ struct CLITests {
         (["track", "--group", "", "X"], 64, "--group must name"),
         (["status", "--group", ""], 64, "--group must name"),
         (["dead-letters", "--group", ""], 64, "must not be empty"),
+        (["dead-letters", "--group", "{g}", "--limit", "0"], 64, "--limit"),
         (["track", "--group", "{g}", "X", "--app-version", ""], 64, "--app-version"),
         (["track", "--group", "{g}", "X", "--app-version", "1.0\t2"], 64, "--app-version"),
         (["track", "--group", "{g}", "X", "--app-version", String(repeating: "9", count: 9000)], 64, "--app-version"),
@@ -120,16 +121,42 @@ struct CLITests {
         #expect(!result.stderr.contains("USAGE") && !result.stderr.contains("Usage"), "a run-time failure printed the usage: \(result.stderr)")
     }
 
+    /// An outbox at `path` holding `count` dead letters (events e1, e2, … refused with 422).
+    static func outboxWithDeadLetters(_ path: String, count: Int) throws -> Outbox {
+        let outbox = try Outbox(path: path)
+        try outbox.insertDrained((1...count).map { n in
+            .event(Outbox.Row(
+                id: 0, seq: UInt64(n), eventID: "e\(n)", producer: "app", producerKind: .app, producerSeq: UInt64(n),
+                wallMillis: 1, bootNanos: 2, bootID: .current, body: Array(#"{"event_id":"e\#(n)"}"#.utf8), batchID: nil))
+        })
+        for row in try outbox.nextBatch(maxCount: count, maxBytes: 1 << 20) {
+            try outbox.deadLetter(row, status: 422, reason: "HTTP 422")
+        }
+        return outbox
+    }
+
+    @Test("dead-letters lists at most --limit, oldest first, and says on stderr how many more there are")
+    func deadLettersLimit() async throws {
+        try await withTemporaryGroup { group in
+            let path = group + "-outbox.sqlite"
+            _ = try Self.outboxWithDeadLetters(path, count: 5)
+            let listed = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", path, "--limit", "2"])
+            #expect(listed.status == 0, "\(listed.stderr)")
+            #expect(listed.stdout.split(separator: "\n").map { $0.split(separator: "\t")[2] } == ["e1", "e2"])
+            #expect(listed.stderr.contains("3 more dead letter(s) not listed (5 in all)"), "\(listed.stderr)")
+            let json = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", path, "--limit", "4", "--json"])
+            let array = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+            #expect(array.count == 4 && json.stderr.contains("1 more"))
+            let all = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", path])
+            #expect(all.stdout.split(separator: "\n").count == 5 && all.stderr.isEmpty, "\(all.stderr)")
+        }
+    }
+
     @Test("dead-letters --replay --id refuses an id that names no dead letter, and replays nothing")
     func replayUnknownID() async throws {
         try await withTemporaryGroup { group in
             let path = group + "-outbox.sqlite"
-            let outbox = try Outbox(path: path)
-            let body = Array(#"{"event_id":"e1"}"#.utf8)
-            try outbox.insertDrained([.event(Outbox.Row(
-                id: 0, seq: 1, eventID: "e1", producer: "app", producerKind: .app, producerSeq: 1,
-                wallMillis: 1, bootNanos: 2, bootID: .current, body: body, batchID: nil))])
-            try outbox.deadLetter(try #require(outbox.nextBatch(maxCount: 1, maxBytes: 1 << 20).first), status: 422, reason: "HTTP 422")
+            let outbox = try Self.outboxWithDeadLetters(path, count: 1)
             let letter = try #require(outbox.deadLetters().first)
             let refused = try await ChildProcess.run(
                 "tributary", ["dead-letters", "--outbox", path, "--replay", "--id", "\(letter.id)", "--id", "999"])

@@ -760,6 +760,11 @@ public final class Outbox: Sendable {
         }
     }
 
+    /// How many dead letters the outbox holds.
+    public func deadLetterCount() throws -> Int {
+        try writer.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM dead_letters") ?? 0 }
+    }
+
     /// Dead letters, oldest first.
     public func deadLetters(limit: Int = 1000) throws -> [DeadLetter] {
         try writer.read { db in

@@ -239,8 +239,10 @@ struct DeadLetters: ParsableCommand {
     var replay = false
     @Flag(help: "Delete the dead letters for good (after looking at them: they are events the collector refused).")
     var discard = false
-    @Option(help: "With --replay or --discard: only this dead letter id (repeatable).")
+    @Option(help: "With --replay or --discard: only this dead letter id (repeatable; without it, every dead letter, listed or not).")
     var id: [Int64] = []
+    @Option(help: "List at most this many, oldest first; how many more there are is said.")
+    var limit: Int = 1000
     @Flag(help: "Print JSON instead of text.")
     var json = false
 
@@ -248,6 +250,7 @@ struct DeadLetters: ParsableCommand {
         guard group != nil || outbox != nil else { throw ValidationError("Give --group or --outbox.") }
         guard group != "", outbox != "" else { throw ValidationError("--group and --outbox must not be empty.") }
         guard !(replay && discard) else { throw ValidationError("Give --replay or --discard, not both.") }
+        guard limit >= 1 else { throw ValidationError("--limit must be at least 1, not \(limit).") }
         guard id.isEmpty || replay || discard else {
             throw ValidationError("--id chooses dead letters to replay or discard: give --replay or --discard too.")
         }
@@ -270,6 +273,7 @@ struct DeadLetters: ParsableCommand {
                 throw StoreError(.directoryUnavailable, "There is no outbox at \(path ?? "?"); give --outbox.")
             }
             let letters: [Outbox.DeadLetter]
+            let total: Int
             do {
                 let box = try Outbox(path: path)
                 if replay {
@@ -282,7 +286,8 @@ struct DeadLetters: ParsableCommand {
                     say("discarded \(count) dead letter(s)", done: "\(count) dead letter(s) discarded")
                     return
                 }
-                letters = try box.deadLetters()
+                letters = try box.deadLetters(limit: limit)
+                total = try box.deadLetterCount()
             } catch let error as Outbox.UnknownDeadLetters {
                 throw error
             } catch {
@@ -296,6 +301,10 @@ struct DeadLetters: ParsableCommand {
                 for l in letters {
                     say("\(l.id)\tseq \(l.seq)\t\(l.eventID ?? "-")\t\(l.producer ?? "-")\tHTTP \(l.status)\t\(l.reason)")
                 }
+            }
+            // Said on stderr: stdout stays the list (or the JSON array) a script reads.
+            if total > letters.count {
+                warn("\(total - letters.count) more dead letter(s) not listed (\(total) in all); --limit \(total) lists them all.")
             }
         }
     }
