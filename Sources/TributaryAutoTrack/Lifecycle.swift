@@ -82,7 +82,9 @@ public enum AppPhase: String, Sendable, Hashable {
 /// - A background launch gives `$AppStartPassively` and no page view until the user opens the app.
 /// - `$AppEnd` on `didEnterBackground` (or `willTerminate` from the foreground), once per `$AppStart`,
 ///   with `$event_duration` only when 0 < duration < 24 h.
-/// - A new session at launch, and when the app becomes active after `sessionTimeout` in the background.
+/// - A new session at launch, and when the app comes back after `sessionTimeout` in the background:
+///   at `willEnterForeground`, so that a page shown before `didBecomeActive` is in it too (at
+///   `didBecomeActive` when the app skips `willEnterForeground`).
 public struct LifecycleMachine: Sendable {
     /// Longest `$AppEnd` duration that is reported (24 h).
     public static let maxDurationNanos: UInt64 = 24 * 3600 * 1_000_000_000
@@ -100,6 +102,8 @@ public struct LifecycleMachine: Sendable {
     private var startedInThisProcess = false
     private var resigned = false
     private var backgroundSince: UInt64?
+    /// The session was renewed on the way back to the foreground (``AppSignal/willEnterForeground``).
+    private var sessionRenewed = false
 
     /// A machine for a process that has not launched yet.
     public init(hasLaunchedBefore: Bool, sessionTimeoutNanos: UInt64 = 30_000_000_000) {
@@ -123,6 +127,12 @@ public struct LifecycleMachine: Sendable {
     public static func crashEffects(foreground: Bool, activeSince: UInt64, crashedAt: UInt64) -> [LifecycleEffect] {
         guard foreground else { return [.appCrashed] }
         return [.appCrashed, .appEnd(duration: duration(from: activeSince, to: crashedAt), reason: .crash)]
+    }
+
+    /// Whether the time in the background, up to `now`, reached the session timeout.
+    private func sessionTimedOut(at now: UInt64) -> Bool {
+        guard let since = backgroundSince, now >= since else { return false }
+        return now - since >= sessionTimeoutNanos
     }
 
     /// Applies one signal received at `now` and returns the effects to carry out, in order.
@@ -150,9 +160,8 @@ public struct LifecycleMachine: Sendable {
                 return []
             case .inactive, .background:
                 var effects: [LifecycleEffect] = []
-                if let since = backgroundSince, now >= since, now - since >= sessionTimeoutNanos {
-                    effects.append(.newSession)
-                }
+                if !sessionRenewed, sessionTimedOut(at: now) { effects.append(.newSession) }
+                sessionRenewed = false
                 let cameFromBackground = backgroundSince != nil
                 effects.append(.appStart(isFirstTime: !hasLaunchedBefore, resumeFromBackground: startedInThisProcess))
                 if cameFromBackground { effects += [.resumeTimers, .resendPageView] }
@@ -188,7 +197,11 @@ public struct LifecycleMachine: Sendable {
             guard phase == .background else { return [] }
             phase = .inactive
             resigned = false
-            return []
+            // The pages shown from here on are tracked at once, before didBecomeActive: they belong to
+            // the new session (they carried the one that had timed out).
+            guard sessionTimedOut(at: now) else { return [] }
+            sessionRenewed = true
+            return [.newSession]
 
         case .willTerminate:
             guard phase != .terminated, phase != .notRunning else { return [] }

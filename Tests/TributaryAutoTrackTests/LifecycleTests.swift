@@ -64,10 +64,10 @@ struct LifecycleTests {
                 at(20_100, .didBecomeActive, hotStart),
             ]),
         Scenario(
-            name: "hot start after 40 s in the background: new session",
+            name: "hot start after 40 s in the background: new session, before the first page shown",
             steps: coldLaunch + toBackground(10_000, 9.6) + [
-                at(50_100, .willEnterForeground),
-                at(50_200, .didBecomeActive, [.newSession] + hotStart),
+                at(50_100, .willEnterForeground, [.newSession]),
+                at(50_200, .didBecomeActive, hotStart),
             ]),
         Scenario(
             name: "notification centre pulled down and up: no $AppStart",
@@ -106,13 +106,10 @@ struct LifecycleTests {
             name: "background launch, opened 45 s later: new session",
             steps: [
                 at(0, .didFinishLaunching(inBackground: true), [.newSession, .appStartPassively, .pauseTimers]),
-                at(45_000, .willEnterForeground),
+                at(45_000, .willEnterForeground, [.newSession]),
                 at(
                     45_100, .didBecomeActive,
-                    [
-                        .newSession, .appStart(isFirstTime: false, resumeFromBackground: false), .resumeTimers,
-                        .resendPageView,
-                    ]),
+                    [.appStart(isFirstTime: false, resumeFromBackground: false), .resumeTimers, .resendPageView]),
             ]),
         Scenario(
             name: "background launch, never opened: terminate without $AppEnd",
