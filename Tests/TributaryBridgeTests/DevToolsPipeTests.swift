@@ -142,6 +142,13 @@ struct DevToolsPipeTests {
         #expect(WebViewHost.admit(message("Runtime.bindingCalled", ["payload": .string(String(repeating: "b", count: 20))]), to: queue))
         #expect(!WebViewHost.admit(legacy, to: queue), "past the bound")
         #expect(queue.takeDropped() == 1)
+
+        // An empty queue takes a message larger than its bound: the bridge refuses it for its size.
+        let empty = MessageQueueGauge(limit: 100)
+        #expect(empty.admit(150))
+        #expect(!empty.admit(1), "the queue holds 150 bytes of a 100-byte bound")
+        empty.release(150)
+        #expect(empty.admit(1))
     }
 
     @Test("the browser leads a process group its helpers share: a stop ends them all at once, and its profile stays removed")

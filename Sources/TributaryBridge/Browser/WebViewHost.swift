@@ -269,10 +269,13 @@ final class MessageQueueGauge: Sendable {
 
     init(limit: Int) { self.limit = limit }
 
-    /// Takes `bytes` into the queue if they fit; otherwise counts the message dropped.
+    /// Takes `bytes` into the queue if they fit, or if the queue is empty; otherwise counts the
+    /// message dropped. An empty queue takes any message: one larger than the bound but within the
+    /// frame limit (up to 6 × `maxMessageBytes`) is then refused by the bridge for what it is
+    /// (`message_too_large`), not dropped as `overloaded` by a queue with nothing in it.
     func admit(_ bytes: Int) -> Bool {
         state.withLock { state in
-            guard state.bytes + bytes <= limit else {
+            guard state.bytes == 0 || state.bytes + bytes <= limit else {
                 state.dropped += 1
                 return false
             }
