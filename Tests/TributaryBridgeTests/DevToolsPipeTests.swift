@@ -151,6 +151,46 @@ struct DevToolsPipeTests {
         #expect(empty.admit(1))
     }
 
+    @Test("frame origins: contexts and frames are forgotten when the browser says they are gone, and only then")
+    func frameOrigins() {
+        func event(_ method: String, _ session: String, _ params: [String: JSON]) -> DevToolsMessage {
+            DevToolsMessage(id: nil, method: method, sessionID: session, body: .object(params), error: nil)
+        }
+        func created(_ id: Int, _ origin: String, frame: String, session: String = "s1") -> DevToolsMessage {
+            event("Runtime.executionContextCreated", session, [
+                "context": .object([
+                    "id": .number(Double(id)), "origin": .string(origin),
+                    "auxData": .object(["isDefault": .bool(true), "frameId": .string(frame)]),
+                ])
+            ])
+        }
+        var origins = FrameOrigins()
+        // A page that keeps adding and removing iframes: nothing stays of the ones gone.
+        let recorded = origins.record(created(1, "https://app.example", frame: "main"))
+        #expect(recorded)
+        for n in 2...51 {
+            _ = origins.record(event("Page.frameAttached", "s1", ["frameId": .string("f\(n)"), "parentFrameId": .string("main")]))
+            _ = origins.record(created(n, "https://ads.example", frame: "f\(n)"))
+            #expect(origins.context(n, session: "s1") == "https://ads.example")
+            _ = origins.record(event("Runtime.executionContextDestroyed", "s1", ["executionContextId": .number(Double(n))]))
+            _ = origins.record(event("Page.frameDetached", "s1", ["frameId": .string("f\(n)"), "reason": .string("remove")]))
+        }
+        #expect(origins.contexts.count == 1 && origins.frames.count == 1 && origins.parents.isEmpty)
+        #expect(origins.context(2, session: "s1") == "null")
+        // A frame swapped into a process of its own lives on: its parent is kept.
+        _ = origins.record(event("Page.frameAttached", "s1", ["frameId": .string("oopif"), "parentFrameId": .string("main")]))
+        _ = origins.record(event("Page.frameDetached", "s1", ["frameId": .string("oopif"), "reason": .string("swap")]))
+        #expect(origins.parents["oopif"] == "main")
+        // A child target's contexts go with it; a navigation clears the session's.
+        _ = origins.record(created(1, "https://ads.example", frame: "oopif", session: "s2"))
+        _ = origins.record(event("Target.detachedFromTarget", "s1", ["sessionId": .string("s2")]))
+        #expect(origins.context(1, session: "s2") == "null" && origins.context(1, session: "s1") == "https://app.example")
+        _ = origins.record(event("Runtime.executionContextsCleared", "s1", [:]))
+        #expect(origins.contexts.isEmpty)
+        let binding = origins.record(event("Runtime.bindingCalled", "s1", [:]))
+        #expect(!binding, "not an event of its own")
+    }
+
     @Test("the browser leads a process group its helpers share: a stop ends them all at once, and its profile stays removed")
     func stopEndsHelpers() async throws {
         let browser = try ChromiumProcess()

@@ -109,10 +109,9 @@ public final class WebViewHost: Sendable {
 
     /// The browser's events ``run(bridge:)`` handles, queued whatever their number: they come from the
     /// browser's own work (targets, frames, documents), not from what a script sends.
-    static let browserEvents: Set<String> = [
-        "Target.attachedToTarget", "Runtime.executionContextCreated", "Page.frameAttached",
-        DevToolsPipe.frameTooLargeEvent, DevToolsPipe.closedEvent,
-    ]
+    static let browserEvents: Set<String> = FrameOrigins.events.union([
+        "Target.attachedToTarget", DevToolsPipe.frameTooLargeEvent, DevToolsPipe.closedEvent,
+    ])
 
     private let userAgentOverride = SendableBox<String>("")
 
@@ -147,34 +146,20 @@ public final class WebViewHost: Sendable {
     /// Handles the browser's events in order until the browser goes away: sets up every new target and
     /// hands each bridge message, with the origin of the frame that sent it, to `bridge`.
     public func run(bridge: HybridBridge) async {
-        var contextOrigins: [String: String] = [:]  // "<session>#<context id>" → origin
-        var frameOrigins: [String: String] = [:]  // frame id → origin of its document
-        var frameParents: [String: String] = [:]  // frame id → parent frame id
+        var origins = FrameOrigins()
         for await message in inbox {
             let session = message.sessionID ?? ""
             let body = message.body
+            if origins.record(message) { continue }
             switch message.method {
             case "Target.attachedToTarget":
                 guard let child = body["sessionId"]?.string else { continue }
                 let type = body["targetInfo"]?["type"]?.string ?? ""
                 if type == "page" || type == "iframe" { setUp(session: child) }
                 pipe.send("Runtime.runIfWaitingForDebugger", session: child)
-            case "Runtime.executionContextCreated":
-                guard let context = body["context"], let id = context["id"]?.number else { continue }
-                // Chromium reports an opaque origin (data:, sandboxed frames) as "://"; the web calls it "null".
-                let origin =
-                    context["origin"]?.string.flatMap { BridgeConfiguration.isOpaque($0) ? nil : $0 } ?? "null"
-                contextOrigins["\(session)#\(Int(id))"] = origin
-                if context["auxData"]?["isDefault"] == .bool(true), let frame = context["auxData"]?["frameId"]?.string {
-                    frameOrigins[frame] = origin
-                }
-            case "Page.frameAttached":
-                if let frame = body["frameId"]?.string, let parent = body["parentFrameId"]?.string {
-                    frameParents[frame] = parent
-                }
             case "Runtime.bindingCalled":
                 if body["name"]?.string == Self.bindingName, let id = body["executionContextId"]?.number {
-                    let origin = contextOrigins["\(session)#\(Int(id))"] ?? "null"
+                    let origin = origins.context(Int(id), session: session)
                     await bridge.receive(body["payload"]?.string ?? "", origin: origin, channel: .messageHandler)
                 }
                 queue.release(Self.queuedBytes(message) ?? 0)
@@ -191,7 +176,7 @@ public final class WebViewHost: Sendable {
                     continue
                 }
                 let id = body["executionContextId"]?.number.map { Int($0) }
-                let origin = id.flatMap { contextOrigins["\(session)#\($0)"] } ?? "null"
+                let origin = id.map { origins.context($0, session: session) } ?? "null"
                 bridge.refuseUnread(byteCount: bytes, origin: origin, channel: .messageHandler)
             case "Page.frameRequestedNavigation":
                 // Only sensorsanalytics: navigations are queued (queuedBytes), and counted until handled here.
@@ -201,7 +186,7 @@ public final class WebViewHost: Sendable {
                 }
                 guard let url = body["url"]?.string, let frame = body["frameId"]?.string else { continue }
                 let origin = Self.navigationOrigin(
-                    frame: frame, origins: frameOrigins, parents: frameParents, trusted: configuration.allowedOrigins)
+                    frame: frame, origins: origins.frames, parents: origins.parents, trusted: configuration.allowedOrigins)
                 if await bridge.receiveNavigation(url, origin: origin) == nil {
                     logger.debug("navigation to another sensorsanalytics:// action ignored")
                 }
@@ -250,6 +235,70 @@ public final class WebViewHost: Sendable {
         }
         guard let credited = chain.first else { return "null" }
         return chain.first { !trusted.contains($0) } ?? credited
+    }
+}
+
+/// The origins of the browser's execution contexts and frames, and the frames' parents, as the
+/// browser reports them: what ``WebViewHost/run(bridge:)`` credits a page message to.
+///
+/// Contexts and frames are forgotten when the browser says they are gone: a long-lived page that
+/// keeps creating and removing iframes (rotating ads, say) grew these maps for the life of the app.
+/// The browser's events come in order, so a message is always handled before the end of the context
+/// or frame that sent it.
+struct FrameOrigins {
+    /// "<session>#<context id>" → the context's origin ("null" for an opaque one).
+    private(set) var contexts: [String: String] = [:]
+    /// Frame id → the origin of its document.
+    private(set) var frames: [String: String] = [:]
+    /// Frame id → its parent frame's id.
+    private(set) var parents: [String: String] = [:]
+
+    /// The events ``record(_:)`` takes.
+    static let events: Set<String> = [
+        "Runtime.executionContextCreated", "Runtime.executionContextDestroyed", "Runtime.executionContextsCleared",
+        "Page.frameAttached", "Page.frameDetached", "Target.detachedFromTarget",
+    ]
+
+    /// The origin of context `id` in `session`; "null" for one not known.
+    func context(_ id: Int, session: String) -> String { contexts["\(session)#\(id)"] ?? "null" }
+
+    /// Takes in `message` if it is one of ``events``; returns whether it was.
+    mutating func record(_ message: DevToolsMessage) -> Bool {
+        let session = message.sessionID ?? ""
+        let body = message.body
+        switch message.method {
+        case "Runtime.executionContextCreated":
+            guard let context = body["context"], let id = context["id"]?.number else { return true }
+            // Chromium reports an opaque origin (data:, sandboxed frames) as "://"; the web calls it "null".
+            let origin = context["origin"]?.string.flatMap { BridgeConfiguration.isOpaque($0) ? nil : $0 } ?? "null"
+            contexts["\(session)#\(Int(id))"] = origin
+            if context["auxData"]?["isDefault"] == .bool(true), let frame = context["auxData"]?["frameId"]?.string {
+                frames[frame] = origin
+            }
+        case "Runtime.executionContextDestroyed":
+            if let id = body["executionContextId"]?.number { contexts["\(session)#\(Int(id))"] = nil }
+        case "Runtime.executionContextsCleared":
+            forgetContexts(of: session)
+        case "Target.detachedFromTarget":
+            // Sent on the parent's session, naming the child's.
+            if let child = body["sessionId"]?.string { forgetContexts(of: child) }
+        case "Page.frameAttached":
+            if let frame = body["frameId"]?.string, let parent = body["parentFrameId"]?.string { parents[frame] = parent }
+        case "Page.frameDetached":
+            // A frame swapped into another process is detached with reason "swap" and lives on there.
+            if let frame = body["frameId"]?.string, body["reason"]?.string != "swap" {
+                frames[frame] = nil
+                parents[frame] = nil
+            }
+        default:
+            return false
+        }
+        return true
+    }
+
+    private mutating func forgetContexts(of session: String) {
+        let prefix = session + "#"
+        contexts = contexts.filter { !$0.key.hasPrefix(prefix) }
     }
 }
 
