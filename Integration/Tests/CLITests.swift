@@ -211,6 +211,18 @@ struct CLITests {
 
     /// Runs `tributary-agent` to its end, killed after `limit`: an agent that should have refused to start
     /// and did not would otherwise run on as a daemon (and its status then tells: 9, SIGKILL).
+    @Test("an agent started on a group with no store says it created one (a mistyped --group looks the same); on an existing one it does not")
+    func agentCreatesStore() async throws {
+        try await withTemporaryGroup { group in
+            let arguments = ["--group", group + "/typo", "--outbox", group + "-state/outbox.sqlite", "--server", "http://127.0.0.1:9/sa", "--once"]
+            let first = try await Self.runAgent(arguments)
+            #expect(first.status == 0, "\(first.stderr)")
+            #expect(first.stderr.contains("created an empty one"), "\(first.stderr)")
+            let second = try await Self.runAgent(arguments)
+            #expect(second.status == 0 && !second.stderr.contains("created an empty one"), "\(second.stderr)")
+        }
+    }
+
     static func runAgent(_ arguments: [String], killedAfter limit: Duration = .seconds(30))
         async throws -> (status: Int32, stdout: String, stderr: String)
     {

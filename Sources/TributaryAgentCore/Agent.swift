@@ -53,7 +53,16 @@ public final class Agent: Service, Sendable {
         self.configuration = configuration
         self.logger = logger
         deletes = StoreDeletes(logger: logger)
+        let storeFile = configuration.groupDirectory + "/" + SharedStore.fileName
+        let storeExisted = access(storeFile, F_OK) == 0
         store = try SharedStore(groupDirectory: configuration.groupDirectory)
+        if !storeExisted {
+            // Intended when the agent starts before the app; a mistyped --group looks the same, and the
+            // agent would wait on it for ever, quietly.
+            logger.notice(
+                "no shared store in the group directory: created an empty one, which producers will fill (check --group if events were expected here)",
+                metadata: ["tributary.group": "\(store.groupDirectory)"])
+        }
         lock = try AgentLock.group(store.groupDirectory)
         do {
             outboxLock = try AgentLock.outbox(configuration.outboxPath, groupDirectory: store.groupDirectory)
