@@ -93,22 +93,28 @@ struct CLITests {
             var existing = SharedStore.Options()
             existing.create = false
             #expect(try SharedStore(groupDirectory: group, options: existing).status().pendingEvents == 1)
-            // A reader that went away (a pipe whose read end is closed), with SIGPIPE ignored as systemd's
-            // units do by default: a listing changed nothing, and ends quietly.
+            // A reader that went away (a pipe whose read end is closed): a listing changed nothing, and ends
+            // quietly, whether the caller ignores SIGPIPE (systemd's units do by default) or not (a shell
+            // pipeline: the signal ended it, 141; the CLI ignores it itself).
             var ends: [Int32] = [0, 0]
             #expect(pipe(&ends) == 0)
             close(ends[0])
-            let listing = Process()
-            listing.executableURL = URL(fileURLWithPath: "/bin/sh")
-            listing.arguments = ["-c", #"trap '' PIPE; exec "$0" inspect --group "$1""#, tributary, group]
-            listing.standardOutput = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
-            let errors = Pipe()
-            listing.standardError = errors
-            try listing.run()
-            let stderr = errors.fileHandleForReading.readDataToEndOfFile()
-            listing.waitUntilExit()
-            #expect(listing.terminationReason == .exit && listing.terminationStatus == 0, "\(String(decoding: stderr, as: UTF8.self))")
-            #expect(stderr.isEmpty, "\(String(decoding: stderr, as: UTF8.self))")
+            let output = FileHandle(fileDescriptor: ends[1], closeOnDealloc: true)
+            for script in [#"trap '' PIPE; exec "$0" inspect --group "$1""#, #"trap - PIPE; exec "$0" inspect --group "$1""#] {
+                let listing = Process()
+                listing.executableURL = URL(fileURLWithPath: "/bin/sh")
+                listing.arguments = ["-c", script, tributary, group]
+                listing.standardOutput = output
+                let errors = Pipe()
+                listing.standardError = errors
+                try listing.run()
+                let stderr = errors.fileHandleForReading.readDataToEndOfFile()
+                listing.waitUntilExit()
+                #expect(
+                    listing.terminationReason == .exit && listing.terminationStatus == 0,
+                    "\(script): \(listing.terminationReason == .exit ? "exit" : "signal") \(listing.terminationStatus) \(String(decoding: stderr, as: UTF8.self))")
+                #expect(stderr.isEmpty, "\(String(decoding: stderr, as: UTF8.self))")
+            }
         }
     }
 

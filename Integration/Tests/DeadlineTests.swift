@@ -368,8 +368,12 @@ struct DeadlineTests {
                 try await Self.produce(group, 30)
                 let agent = try ChildProcess("tributary-agent", Self.args(group, collector.url, ["--flush-interval", "0.1"]))
                 _ = try await HybridBrowserTests.delivered(collector, count: 30, within: 30)
-                // An app reinstalled: the group's files go, a producer creates a new store.
-                try FileManager.default.removeItem(atPath: group)
+                // An app reinstalled: the group's files go, a producer creates a new store. The agent may notice
+                // while the removal runs and remove its agent.sock first: the removal then meets a file gone.
+                for _ in 0..<10 where FileManager.default.fileExists(atPath: group) {
+                    try? FileManager.default.removeItem(atPath: group)
+                }
+                #expect(!FileManager.default.fileExists(atPath: group))
                 try await Self.produce(group, 20)
                 // An agent that does not notice would run on, draining the deleted file: stop it after 20 s.
                 let guardStop = Task {

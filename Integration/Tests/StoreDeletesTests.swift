@@ -12,14 +12,14 @@ struct StoreDeletesTests {
     static let logger = Logger(label: "test.store-deletes")
 
     /// A store of `events` events (written by `tributary-sim`), an outbox, and a drain of 20-event chunks
-    /// whose deletes wait 100 ms.
+    /// whose deletes wait up to 1 s (a durable delete under the whole suite may take a few hundred ms).
     static func drain(_ group: String, events: Int) async throws -> (SharedStore, Outbox, StoreDeletes, Drainer) {
         try await DeadlineTests.produce(group, events)
         var existing = SharedStore.Options()
         existing.create = false
         let store = try SharedStore(groupDirectory: group, options: existing)
         let outbox = try Outbox(path: group + "-outbox.sqlite")
-        let deletes = StoreDeletes(patience: .milliseconds(100), logger: logger)
+        let deletes = StoreDeletes(patience: .seconds(1), logger: logger)
         return (
             store, outbox, deletes,
             Drainer(store: store, outbox: outbox, chunkSize: 20, logger: logger, deletes: deletes)

@@ -31,7 +31,8 @@ public struct Enricher: Sendable {
         {
             presets = object.compactMapValues { Self.sendable($0) }
         }
-        self.init(appPresets: presets, identity: try store.identity())
+        // Read only: creating the identity would wait for the writer lock, on the agent's loop.
+        self.init(appPresets: presets, identity: try store.existingIdentity())
     }
 
     /// Enriches one stored event (read in place) into `chunk`: its fields, and its body with

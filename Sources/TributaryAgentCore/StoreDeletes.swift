@@ -1,5 +1,8 @@
 import Dispatch
 import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import TributaryStore
 
@@ -27,6 +30,7 @@ public final class StoreDeletes: Sendable {
     private let queue = DispatchQueue(label: "tributary.agent.store-deletes")
     private let state = Mutex(State())
     private let logger: Logger
+    private let onFinished: @Sendable () -> Void
 
     private struct State {
         /// The delete in flight: the last seq it deletes through, and when it started.
@@ -39,10 +43,27 @@ public final class StoreDeletes: Sendable {
         var failure: (any Error)?
     }
 
-    public init(patience: Duration = .milliseconds(250), reportAfter: Duration = .seconds(5), logger: Logger) {
+    /// `onFinished` is called when a delete the drain stopped waiting for has ended (the agent wakes
+    /// its loop with it, which otherwise would find out at its next poll).
+    public init(
+        patience: Duration = .milliseconds(250), reportAfter: Duration = .seconds(5), logger: Logger,
+        onFinished: @escaping @Sendable () -> Void = {}
+    ) {
         self.patience = patience
         self.reportAfter = reportAfter
         self.logger = logger
+        self.onFinished = onFinished
+    }
+
+    /// Waits up to `limit` for a delete still waiting; returns whether none is waiting any more.
+    public func awaitPending(upTo limit: Duration) -> Bool {
+        let clock = ContinuousClock()
+        let end = clock.now + limit
+        while state.withLock({ $0.inFlight != nil }) {
+            guard clock.now < end else { return false }
+            usleep(5_000)
+        }
+        return true
     }
 
     /// Whether a delete is still waiting for the store's writer lock. Logs, once per wait, a wait
@@ -76,8 +97,13 @@ public final class StoreDeletes: Sendable {
     /// waits after ``patience`` (it then goes on by itself: see ``isWaiting``); throws its failure if it
     /// failed within that time.
     public func delete(through seq: UInt64, in store: SharedStore) throws -> Bool {
-        precondition(state.withLock { $0.inFlight == nil }, "a delete is already in flight: check isWaiting first")
-        state.withLock { $0 = State(inFlight: (seq, .now)) }
+        state.withLock { state in
+            precondition(state.inFlight == nil, "a delete is already in flight: check isWaiting first")
+            // A late failure not yet taken stays for rethrowLateFailure().
+            state.inFlight = (seq, .now)
+            state.leftWaiting = false
+            state.reported = false
+        }
         let outcome = Mutex<Result<Int, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         queue.async { [self] in
@@ -98,6 +124,7 @@ public final class StoreDeletes: Sendable {
             }
             outcome.withLock { $0 = result }
             done.signal()
+            if leftWaiting { onFinished() }
         }
         let nanos = Int(min(patience.seconds, 3600) * 1e9)
         if done.wait(timeout: .now() + .nanoseconds(nanos)) == .timedOut {

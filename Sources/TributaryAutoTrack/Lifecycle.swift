@@ -191,6 +191,7 @@ public struct LifecycleMachine: Sendable {
             phase = .background
             backgroundSince = now
             resigned = false
+            sessionRenewed = false
             return effects + [.pauseTimers, .flush]
 
         case .willEnterForeground:

@@ -349,6 +349,12 @@ public final class SharedStore: Sendable {
         return try producerWrite { txn in try self.identity(in: txn, creating: true)! }
     }
 
+    /// The group's identity, or nil when no producer has created it yet. Read only: never waits for
+    /// the writer lock (the agent reads it to drain).
+    public func existingIdentity() throws -> Identity? {
+        try environment.read { txn in try self.identity(in: txn, creating: false) }
+    }
+
     /// Binds the group to a login id (shared by every process of the group).
     public func login(_ loginID: String) throws -> Identity {
         try updateIdentity { $0.loginID = loginID }

@@ -22,6 +22,14 @@ struct TributaryCLI: ParsableCommand {
             """,
         subcommands: [Track.self, Status.self, Inspect.self, Flush.self, DeadLetters.self, Login.self, Logout.self, Identify.self]
     )
+
+    static func main() {
+        // A reader that went away is an EPIPE the output handles (say): ends a listing quietly, and tells
+        // a command that changed something what it did. The signal killed it silently (141), after the
+        // event was stored.
+        signal(SIGPIPE, SIG_IGN)
+        main(nil)
+    }
 }
 
 struct GroupOption: ParsableArguments {

@@ -70,6 +70,13 @@ struct LifecycleTests {
                 at(50_200, .didBecomeActive, hotStart),
             ]),
         Scenario(
+            name: "back in front after 40 s, then in the background again, then active 40 s later without willEnterForeground: a new session each time",
+            steps: coldLaunch + toBackground(10_000, 9.6) + [
+                at(50_100, .willEnterForeground, [.newSession]),
+                at(50_200, .didEnterBackground, [.pauseTimers, .flush]),
+                at(90_300, .didBecomeActive, [.newSession] + hotStart),
+            ]),
+        Scenario(
             name: "notification centre pulled down and up: no $AppStart",
             steps: coldLaunch + [
                 at(5000, .willResignActive), at(7000, .didBecomeActive),

@@ -136,6 +136,9 @@ struct DevToolsPipeTests {
         for event in ["Target.attachedToTarget", "Runtime.executionContextCreated", "Page.frameAttached", DevToolsPipe.closedEvent] {
             #expect(WebViewHost.admit(message(event), to: queue))
         }
+        // A frame over the limit only as a binding call, which the bridge refuses for its size.
+        #expect(WebViewHost.admit(message(DevToolsPipe.frameTooLargeEvent, ["method": .string("Runtime.bindingCalled")]), to: queue))
+        #expect(!WebViewHost.admit(message(DevToolsPipe.frameTooLargeEvent, ["method": .string("Runtime.consoleAPICalled")]), to: queue))
         // A legacy navigation counts its URL against the bound, as a binding call counts its payload.
         let legacy = message("Page.frameRequestedNavigation", ["url": .string("sensorsanalytics://trackEvent?event=" + String(repeating: "a", count: 40))])
         #expect(WebViewHost.admit(legacy, to: queue))
@@ -202,7 +205,9 @@ struct DevToolsPipeTests {
         #expect(Self.stat(browser.pid)?.group == browser.pid, "the browser leads no process group of its own")
         #expect(helpers.allSatisfy { Self.stat($0)?.group == browser.pid }, "a helper left the browser's process group")
         browser.terminate()
-        // At once, not once they notice the browser has gone: they wrote into the removed profile meanwhile.
+        // At once (the second a SIGKILLed process may take to go, on a loaded machine), not once they notice
+        // the browser has gone: they wrote into the removed profile meanwhile.
+        for _ in 0..<40 where !Self.running(helpers).isEmpty { try await Task.sleep(for: .milliseconds(25)) }
         #expect(Self.running(helpers).isEmpty, "helpers outlived the stop: \(Self.running(helpers))")
         try await Task.sleep(for: .milliseconds(500))
         #expect(!FileManager.default.fileExists(atPath: browser.userDataDirectory), "the profile came back")

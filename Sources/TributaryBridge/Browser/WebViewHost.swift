@@ -104,6 +104,11 @@ public final class WebViewHost: Sendable {
     /// likes, and they piled up, uncounted, while `run` waited on a commit.
     static func admit(_ message: DevToolsMessage, to queue: MessageQueueGauge) -> Bool {
         if let bytes = queuedBytes(message) { return queue.admit(bytes) }
+        // A frame over the limit matters only as a binding call (refused as message_too_large); a page
+        // logging multi-MB strings in a loop made one of these per console message.
+        if message.method == DevToolsPipe.frameTooLargeEvent {
+            return message.body["method"]?.string == "Runtime.bindingCalled"
+        }
         return browserEvents.contains(message.method ?? "")
     }
 
