@@ -27,6 +27,9 @@ public final class HybridBridge: Sendable {
     public struct Counts: Sendable, Equatable {
         /// Messages received, by origin (accepted and rejected), counted when their handling starts:
         /// a message still being verified or committed is here, not yet in ``accepted`` or ``rejected``.
+        /// Past ``HybridBridge/maxCountedOrigins`` origins, the messages of origins not yet counted and
+        /// not trusted go under ``HybridBridge/otherOrigins``: a page making frames on random
+        /// subdomains grew this for the life of the app.
         public var received: [String: Int] = [:]
         /// Events accepted and durably recorded.
         public var accepted = 0
@@ -37,6 +40,11 @@ public final class HybridBridge: Sendable {
         /// to reach the number of messages sent, not ``received``, before reading ``accepted``.
         public var handled: Int { accepted + rejected.values.reduce(0, +) }
     }
+
+    /// How many origins ``Counts/received`` counts by name, beyond the trusted ones.
+    public static let maxCountedOrigins = 256
+    /// The key of ``Counts/received`` for the messages of the origins past ``maxCountedOrigins``.
+    public static let otherOrigins = "other"
 
     /// The call type of an event message.
     public static let trackCallType = "app_h5_track"
@@ -84,7 +92,7 @@ public final class HybridBridge: Sendable {
         -> Result<TrackReceipt, BridgeRejection>
     {
         let origin = BridgeConfiguration.normalizedOrigin(origin)
-        counts.withLock { $0.received[origin, default: 0] += 1 }
+        countReceived(origin)
         let result: Result<TrackReceipt, BridgeRejection>
         do {
             let page = try verify(message, origin: origin, channel: channel)
@@ -96,6 +104,14 @@ public final class HybridBridge: Sendable {
         }
         count(result, channel: channel)
         return result
+    }
+
+    private func countReceived(_ origin: String) {
+        counts.withLock { counts in
+            let named = counts.received[origin] != nil || configuration.allowedOrigins.contains(origin)
+                || counts.received.count < Self.maxCountedOrigins
+            counts.received[named ? origin : Self.otherOrigins, default: 0] += 1
+        }
     }
 
     /// Handles a navigation a frame of `origin` requested. Returns nil when `url` is not the legacy
@@ -115,7 +131,7 @@ public final class HybridBridge: Sendable {
     /// ``BridgeRejection/Reason/foreignOrigin`` when the frame's origin is not trusted (the first rule).
     func refuseUnread(byteCount: Int, origin: String, channel: Channel) {
         let origin = BridgeConfiguration.normalizedOrigin(origin)
-        counts.withLock { $0.received[origin, default: 0] += 1 }
+        countReceived(origin)
         do throws(BridgeRejection) {
             try checkOrigin(origin)
             count(

@@ -68,6 +68,21 @@ struct HybridBridgeTests {
         }
     }
 
+    @Test("received counts at most maxCountedOrigins origins by name; the rest go under other, trusted origins always by name")
+    func receivedOriginsBounded() async throws {
+        try await Self.withBridge { bridge, _ in
+            let extra = HybridBridge.maxCountedOrigins + 44
+            for n in 0..<extra {
+                _ = await bridge.receive(Self.message(Self.pageEvent()), origin: "https://f\(n).ads.example")
+            }
+            _ = try await bridge.receive(Self.message(Self.pageEvent()), origin: Self.origin).get()
+            let received = bridge.snapshot.received
+            #expect(received.count <= HybridBridge.maxCountedOrigins + 2, "\(received.count) origins counted by name")
+            #expect(received.values.reduce(0, +) == extra + 1)
+            #expect(received[HybridBridge.otherOrigins] ?? 0 > 0 && received[Self.origin] == 1)
+        }
+    }
+
     @Test("\"login_id\": null from a logged-out page claims no login: the event is accepted, with no login_id")
     func nullLoginID() async throws {
         try await Self.withBridge { bridge, store in
