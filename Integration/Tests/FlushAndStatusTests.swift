@@ -118,6 +118,39 @@ struct FlushAndStatusTests {
         }
     }
 
+    @Test("tributary_events_drained_total counts the events new to the outbox, not those a crash left in both the outbox and the store")
+    func drainedCountAfterCrash() async throws {
+        try await withTemporaryGroup { group in
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "30"]).status == 0)
+                let arguments = ["--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite", "--log-level", "warning"]
+                // Killed after the outbox commit, before the store delete: the 30 are in both.
+                let crashed = try await ChildProcess.run(
+                    "tributary-agent", arguments + ["--once"], environment: ["TRIBUTARY_CRASH_AT": "drain.after-outbox-commit"])
+                #expect(crashed.status == 9, "\(crashed.stderr)")
+                #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
+                let metricsPort = Self.freePort()
+                let agent = try ChildProcess(
+                    "tributary-agent", arguments + ["--flush-interval", "0.2", "--metrics-address", "127.0.0.1:\(metricsPort)"])
+                let limit = agent.killAfter(.seconds(60))
+                defer { limit.cancel() }
+                _ = try await HybridBrowserTests.delivered(collector, count: 35, within: 30)
+                let url = try #require(URL(string: "http://127.0.0.1:\(metricsPort)/metrics"))
+                // The agent counts an upload once it has taken the collector's answer in: a moment after the collector.
+                var metrics = ""
+                for _ in 0..<100 {
+                    metrics = String(decoding: try await URLSession.shared.data(from: url).0, as: UTF8.self)
+                    if Self.sample(metrics, "tributary_events_uploaded_total") == 35 { break }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                #expect(Self.sample(metrics, "tributary_events_drained_total") == 5, "\(metrics)")
+                #expect(Self.sample(metrics, "tributary_events_uploaded_total") == 35)
+                agent.send(SIGTERM)
+                #expect(await agent.finish().status == 0)
+            }
+        }
+    }
+
     /// The agent's own backoff is long (`--backoff-base 60`: a first wait of 0–60 s), so what ends it early
     /// is the flush alone.
     @Test(

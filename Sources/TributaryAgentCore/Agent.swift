@@ -677,12 +677,15 @@ public final class Agent: Service, Sendable {
         if loop.uploadsAnswered { limit = min(limit, ahead - count) }
         // The quota is checked again before every chunk: the outbox goes past it by one chunk at most.
         let quota = configuration.outboxQuotaBytes
+        let before = try outbox.counters().drained
         let drained = try drainer.drainAvailable(maxEvents: limit) {
             guard self.mayDrain() else { return false }
             guard let held = try? self.outbox.pending() else { return true }
             return held.bytes + held.deadLetterBytes < quota
         }
-        metrics.drained.increment(by: drained)
+        // The events new to the outbox: not the records skipped as drained already (a drain stopped
+        // between its outbox commit and its store delete), nor corrupt ones (counted as dead letters).
+        if drained > 0 { metrics.drained.increment(by: Int(try outbox.counters().drained - before)) }
         return drained
     }
 
