@@ -34,8 +34,8 @@ struct DrainWorker: ParsableCommand {
         var logger = Logger(label: "tributary-bench.drain")
         logger.logLevel = .warning
         // The agent's drain: each chunk's store delete on the deletes' own thread, waited for.
-        let drainer = Drainer(
-            store: store, outbox: outbox, chunkSize: chunk, logger: logger, deletes: StoreDeletes(logger: logger))
+        let deletes = StoreDeletes(logger: logger)
+        let drainer = Drainer(store: store, outbox: outbox, chunkSize: chunk, logger: logger, deletes: deletes)
 
         writeLine("READY \(getpid())")
         guard readLine() == "GO" else {
@@ -48,7 +48,7 @@ struct DrainWorker: ParsableCommand {
         // A delete slower than the deletes' patience (a slow fsync) pauses the drain: wait for it, as
         // the agent's next loop would, and go on.
         while drainer.isPaused {
-            while drainer.isPaused { usleep(1000) }
+            _ = deletes.awaitPending(upTo: .seconds(3600))
             moved += try drainer.drainAvailable()
         }
         let end = Monotonic.nanos()

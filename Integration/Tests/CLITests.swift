@@ -74,9 +74,7 @@ struct CLITests {
             let badProperty = try await ChildProcess.run(
                 "tributary", ["track", "--group", group, "Ok", "--app-version", "9.9.9", "--properties", #"{"a": null}"#])
             #expect(badProperty.status == 65, "\(badProperty.stderr)")
-            var existing = SharedStore.Options()
-            existing.create = false
-            let presets = try #require(try SharedStore(groupDirectory: group, options: existing).configuration()[ConfigurationKey.appPresets])
+            let presets = try #require(try openExistingStore(group).configuration()[ConfigurationKey.appPresets])
             #expect(presets.contains(#""$app_version":"1.0.0""#), "\(presets)")
         }
     }
@@ -90,9 +88,7 @@ struct CLITests {
             let full = try await ChildProcess(path: "/bin/sh", ["-c", #""$0" track --group "$1" Paid > /dev/full"#, tributary, group]).finish()
             #expect(full.status == 74, "\(full.stderr)")
             #expect(full.stderr.contains("is stored: do not do it again"), "\(full.stderr)")
-            var existing = SharedStore.Options()
-            existing.create = false
-            #expect(try SharedStore(groupDirectory: group, options: existing).status().pendingEvents == 1)
+            #expect(try openExistingStore(group).status().pendingEvents == 1)
             // A reader that went away (a pipe whose read end is closed): a listing changed nothing, and ends
             // quietly, whether the caller ignores SIGPIPE (systemd's units do by default) or not (a shell
             // pipeline: the signal ended it, 141; the CLI ignores it itself).
@@ -215,8 +211,6 @@ struct CLITests {
         }
     }
 
-    /// Runs `tributary-agent` to its end, killed after `limit`: an agent that should have refused to start
-    /// and did not would otherwise run on as a daemon (and its status then tells: 9, SIGKILL).
     @Test("an agent started on a group with no store says it created one (a mistyped --group looks the same); on an existing one it does not")
     func agentCreatesStore() async throws {
         try await withTemporaryGroup { group in
@@ -229,6 +223,8 @@ struct CLITests {
         }
     }
 
+    /// Runs `tributary-agent` to its end, killed after `limit`: an agent that should have refused to start
+    /// and did not would otherwise run on as a daemon (and its status then tells: 9, SIGKILL).
     static func runAgent(_ arguments: [String], killedAfter limit: Duration = .seconds(30))
         async throws -> (status: Int32, stdout: String, stderr: String)
     {
@@ -509,6 +505,11 @@ struct CLITests {
             defer { chmod(group, 0o2770) }
             return try await ChildProcess.run("tributary", arguments)
         }
+        return try await runAsNobody(arguments)
+    }
+
+    /// Runs `tributary` as `nobody` (uid 65534) in group `nogroup` (gid 65534) alone, through setpriv.
+    static func runAsNobody(_ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
         let tributary = productsDirectory.appendingPathComponent("tributary").path
         return try await ChildProcess(
             path: "/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", tributary] + arguments
@@ -557,11 +558,7 @@ struct CLITests {
             }
             chmod(group, 0o2750)
             for file in [SharedStore.fileName, SharedStore.fileName + "-lock"] { chmod(group + "/" + file, 0o660) }
-            let tributary = productsDirectory.appendingPathComponent("tributary").path
-            let result = try await ChildProcess(
-                path: "/usr/bin/setpriv",
-                ["--reuid=65534", "--regid=\(nogroup)", "--clear-groups", tributary, "status", "--group", group, "--json"]
-            ).finish()
+            let result = try await Self.runAsNobody(["status", "--group", group, "--json"])
             // Writing to the directory is needed only to create a missing file: this member was refused (77).
             #expect(result.status == 0, "stderr: \(result.stderr)")
             #expect(result.stdout.contains("pending_events"), "\(result.stdout)")

@@ -185,10 +185,8 @@ struct DeadlineTests {
                 let producer = try ChildProcess("tributary-sim", ["load", "--group", group, "--count", "1000000", "--interval-ms", "1"])
                 // The producer has written before the agent starts (a --once run over an empty store sends
                 // nothing: under the whole suite's load, 300 ms were not always enough for it to begin).
-                var existing = SharedStore.Options()
-                existing.create = false
                 let waitedFrom = Date()
-                while ((try? SharedStore(groupDirectory: group, options: existing).status().pendingEvents) ?? 0) < 100,
+                while ((try? openExistingStore(group).status().pendingEvents) ?? 0) < 100,
                     Date().timeIntervalSince(waitedFrom) < 20
                 {
                     try await Task.sleep(for: .milliseconds(50))
@@ -254,9 +252,7 @@ struct DeadlineTests {
                 #expect(next.status == 0, "\(next.stderr)")
                 let stats = try await collector.stats()
                 #expect(stats.unique == 300 && stats.requests == requests)
-                var existing = SharedStore.Options()
-                existing.create = false
-                #expect(try SharedStore(groupDirectory: group, options: existing).status().pendingEvents == 0)
+                #expect(try openExistingStore(group).status().pendingEvents == 0)
             }
         }
     }

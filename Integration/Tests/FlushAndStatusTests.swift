@@ -137,12 +137,7 @@ struct FlushAndStatusTests {
                 _ = try await HybridBrowserTests.delivered(collector, count: 35, within: 30)
                 let url = try #require(URL(string: "http://127.0.0.1:\(metricsPort)/metrics"))
                 // The agent counts an upload once it has taken the collector's answer in: a moment after the collector.
-                var metrics = ""
-                for _ in 0..<100 {
-                    metrics = String(decoding: try await URLSession.shared.data(from: url).0, as: UTF8.self)
-                    if Self.sample(metrics, "tributary_events_uploaded_total") == 35 { break }
-                    try await Task.sleep(for: .milliseconds(100))
-                }
+                let metrics = try await Self.scrape(url, within: 10) { Self.sample($0, "tributary_events_uploaded_total") == 35 }
                 #expect(Self.sample(metrics, "tributary_events_drained_total") == 5, "\(metrics)")
                 #expect(Self.sample(metrics, "tributary_events_uploaded_total") == 35)
                 agent.send(SIGTERM)
@@ -160,13 +155,7 @@ struct FlushAndStatusTests {
         try await withTemporaryGroup { group in
             let faults = FaultConfiguration(retryAfter: retryAfter, forcedStatus: 429)
             try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
-                let agent = try ChildProcess("tributary-agent", [
-                    "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
-                    "--bulk-size", "1", "--flush-interval", "600", "--backoff-base", "60", "--backoff-cap", "60",
-                    "--stop-timeout", "2", "--log-level", "warning",
-                ])
-                #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
-                try await Self.awaitFirstRequest(collector)
+                let agent = try await Self.agentInBackoff(group, collector, stopTimeout: 2)
                 // Every producer entering the background sends one: each was answered with a request at
                 // once, whatever the 429 said. Retry-After: 0 asks for no wait: the backoff is the agent's.
                 for _ in 0..<3 {
@@ -190,15 +179,9 @@ struct FlushAndStatusTests {
         try await withTemporaryGroup { group in
             try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(forcedStatus: 503))) { collector in
                 // A first wait of 0–60 s after the 503: the stop comes during it.
-                let agent = try ChildProcess("tributary-agent", [
-                    "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
-                    "--bulk-size", "1", "--flush-interval", "600", "--backoff-base", "60", "--backoff-cap", "60",
-                    "--stop-timeout", "20", "--log-level", "warning",
-                ])
+                let agent = try await Self.agentInBackoff(group, collector, stopTimeout: 20)
                 let limit = agent.killAfter(.seconds(60))
                 defer { limit.cancel() }
-                #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
-                try await Self.awaitFirstRequest(collector)
                 // The outage is over: the stop's one attempt delivers everything.
                 try await collector.setFaults(.none)
                 let stopped = ContinuousClock.now
@@ -279,6 +262,31 @@ struct FlushAndStatusTests {
         #expect(try await collector.stats().requests == 1, "the first upload never came")
     }
 
+    /// An agent with a long backoff of its own (a first wait of 0–60 s), 5 events stored and its first
+    /// request sent.
+    static func agentInBackoff(_ group: String, _ collector: RunningCollector, stopTimeout: Int) async throws -> ChildProcess {
+        let agent = try ChildProcess("tributary-agent", [
+            "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
+            "--bulk-size", "1", "--flush-interval", "600", "--backoff-base", "60", "--backoff-cap", "60",
+            "--stop-timeout", "\(stopTimeout)", "--log-level", "warning",
+        ])
+        #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
+        try await awaitFirstRequest(collector)
+        return agent
+    }
+
+    /// Scrapes `url` every 100 ms until `done` holds of the metrics text or `seconds` have passed; returns
+    /// the last text.
+    static func scrape(_ url: URL, within seconds: Double, until done: (String) -> Bool) async throws -> String {
+        var metrics = ""
+        let began = Date()
+        repeat {
+            try await Task.sleep(for: .milliseconds(100))
+            if let (data, _) = try? await URLSession.shared.data(from: url) { metrics = String(decoding: data, as: UTF8.self) }
+        } while !done(metrics) && Date().timeIntervalSince(began) < seconds
+        return metrics
+    }
+
     /// One sample's value in Prometheus' text format (`name value`), or nil.
     static func sample(_ metrics: String, _ name: String) -> Double? {
         metrics.split(separator: "\n").lazy.compactMap { line -> Double? in
@@ -306,15 +314,12 @@ struct FlushAndStatusTests {
                         "--log-level", "error", "--metrics-address", "127.0.0.1:\(metricsPort)",
                     ], environment: ["NOTIFY_SOCKET": notify.path])
                 let url = try #require(URL(string: "http://127.0.0.1:\(metricsPort)/metrics"))
-                var metrics = ""
-                let began = Date()
                 // Until everything is answered: 40 delivered, the poison dead-lettered, nothing queued.
-                repeat {
-                    try await Task.sleep(for: .milliseconds(100))
-                    if let (data, _) = try? await URLSession.shared.data(from: url) { metrics = String(decoding: data, as: UTF8.self) }
-                } while !(Self.sample(metrics, "tributary_events_uploaded_total") == 40
-                    && Self.sample(metrics, "tributary_dead_letters_total") == 1
-                    && Self.sample(metrics, "tributary_backlog_events") == 0) && Date().timeIntervalSince(began) < 60
+                let metrics = try await Self.scrape(url, within: 60) { metrics in
+                    Self.sample(metrics, "tributary_events_uploaded_total") == 40
+                        && Self.sample(metrics, "tributary_dead_letters_total") == 1
+                        && Self.sample(metrics, "tributary_backlog_events") == 0
+                }
                 let stats = try await collector.stats()
                 #expect(stats.unique == 40)
                 #expect(Self.sample(metrics, "tributary_events_drained_total") == 41, "\(metrics)")

@@ -15,9 +15,7 @@ struct StoreDeletesTests {
     /// whose deletes wait up to 1 s (a durable delete under the whole suite may take a few hundred ms).
     static func drain(_ group: String, events: Int) async throws -> (SharedStore, Outbox, StoreDeletes, Drainer) {
         try await DeadlineTests.produce(group, events)
-        var existing = SharedStore.Options()
-        existing.create = false
-        let store = try SharedStore(groupDirectory: group, options: existing)
+        let store = try openExistingStore(group)
         let outbox = try Outbox(path: group + "-outbox.sqlite")
         let deletes = StoreDeletes(patience: .seconds(1), logger: logger)
         return (

@@ -182,6 +182,7 @@ public final class Agent: Service, Sendable {
         do {
             listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
             let pending = try outbox.pending().count
+            loop.outboxDrained = try outbox.counters().drained
             notifier.ready(status: "draining \(store.groupDirectory); \(pending) events in the outbox")
             logger.info("agent started", metadata: [
                 "tributary.group": "\(store.groupDirectory)", "tributary.outbox": "\(outbox.path)",
@@ -302,6 +303,9 @@ public final class Agent: Service, Sendable {
         var state = "idle"
         var report = Report()
         var outboxFullLogged = false
+        /// The outbox's count of events drained into it, as last read: the drained metric grows by what
+        /// a drain adds to it.
+        var outboxDrained: Int64 = 0
         /// `--once`: a run that ends, rather than waits, when nothing it could do would make progress.
         var once = false
         /// Whether the last upload was answered (not backing off, not halted): the drain-ahead bound
@@ -677,7 +681,6 @@ public final class Agent: Service, Sendable {
         if loop.uploadsAnswered { limit = min(limit, ahead - count) }
         // The quota is checked again before every chunk: the outbox goes past it by one chunk at most.
         let quota = configuration.outboxQuotaBytes
-        let before = try outbox.counters().drained
         let drained = try drainer.drainAvailable(maxEvents: limit) {
             guard self.mayDrain() else { return false }
             guard let held = try? self.outbox.pending() else { return true }
@@ -685,7 +688,11 @@ public final class Agent: Service, Sendable {
         }
         // The events new to the outbox: not the records skipped as drained already (a drain stopped
         // between its outbox commit and its store delete), nor corrupt ones (counted as dead letters).
-        if drained > 0 { metrics.drained.increment(by: Int(try outbox.counters().drained - before)) }
+        if drained > 0 {
+            let total = try outbox.counters().drained
+            metrics.drained.increment(by: Int(total - loop.outboxDrained))
+            loop.outboxDrained = total
+        }
         return drained
     }
 

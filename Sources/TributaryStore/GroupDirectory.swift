@@ -150,6 +150,19 @@ extension StoreError {
     }
 }
 
+/// Writes all of `bytes` to `fd`, again after `EINTR`; returns nil, or the `errno` of the write that
+/// failed (`EPIPE` for one that wrote nothing).
+package func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Int32? {
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        if n < 0 && errno == EINTR { continue }
+        if n <= 0 { return n < 0 ? errno : EPIPE }
+        offset += n
+    }
+    return nil
+}
+
 /// The directory `path` is in: `/` for a file at the root, `.` for a relative name without a slash.
 package func parentDirectory(of path: String) -> String {
     guard let slash = path.lastIndex(of: "/") else { return "." }

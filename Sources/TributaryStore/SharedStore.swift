@@ -342,10 +342,7 @@ public final class SharedStore: Sendable {
 
     /// Reads the group's identity, creating the anonymous and device ids on first use.
     public func identity() throws -> Identity {
-        let existing: Identity? = try environment.read { txn in try self.identity(in: txn, creating: false) }
-        if let existing {
-            return existing
-        }
+        if let existing = try existingIdentity() { return existing }
         return try producerWrite { txn in try self.identity(in: txn, creating: true)! }
     }
 

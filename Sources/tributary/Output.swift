@@ -33,20 +33,6 @@ func warn(_ message: String) {
     _ = writeAll(STDERR_FILENO, Array(("tributary: " + message + "\n").utf8))
 }
 
-/// Writes every byte to `fd`; returns the errno of a failed write, nil when all went out.
-private func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Int32? {
-    var offset = 0
-    while offset < bytes.count {
-        let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        if n < 0 {
-            if errno == EINTR { continue }
-            return errno
-        }
-        offset += n
-    }
-    return nil
-}
-
 /// Runs `body`, turning Tributary's errors into a message on stderr and a documented exit code.
 func reportingErrors(_ body: () throws -> Void) throws {
     do {

@@ -199,7 +199,7 @@ public struct Oracle: Sendable {
         }
         if let group {
             do {
-                let store = try SharedStore(groupDirectory: group, options: { var o = SharedStore.Options(); o.create = false; return o }())
+                let store = try openExistingStore(group)
                 let stale = staleReaderSlots(store)
                 if !stale.isEmpty { problems.append("stale LMDB reader slots of dead processes: \(stale)") }
                 let size = try store.status().fileSize
@@ -233,4 +233,11 @@ public struct Oracle: Sendable {
             return kill(pid, 0) != 0 && errno == ESRCH
         }
     }
+}
+
+/// Opens the group's store without creating anything (a missing store is an error, not a new one).
+public func openExistingStore(_ group: String) throws -> SharedStore {
+    var options = SharedStore.Options()
+    options.create = false
+    return try SharedStore(groupDirectory: group, options: options)
 }

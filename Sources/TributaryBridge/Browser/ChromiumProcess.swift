@@ -1,6 +1,7 @@
 import CTributaryBridge
 import Foundation
 import Synchronization
+import TributaryStore
 
 #if canImport(Glibc)
     import Glibc
@@ -270,17 +271,7 @@ final class CommandPipe: Sendable {
         sigpending(&pending)
         let pendingBefore = sigismember(&pending, SIGPIPE) == 1
 
-        var failure: Int32 = 0
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 {
-                failure = n < 0 ? errno : EPIPE
-                break
-            }
-            offset += n
-        }
+        let failure = TributaryStore.writeAll(fd, bytes) ?? 0
         if failure == EPIPE && !pendingBefore {
             var noWait = timespec(tv_sec: 0, tv_nsec: 0)
             while sigtimedwait(&pipeSignal, nil, &noWait) < 0 && errno == EINTR {}

@@ -114,9 +114,7 @@ public final class WebViewHost: Sendable {
 
     /// The browser's events ``run(bridge:)`` handles, queued whatever their number: they come from the
     /// browser's own work (targets, frames, documents), not from what a script sends.
-    static let browserEvents: Set<String> = FrameOrigins.events.union([
-        "Target.attachedToTarget", DevToolsPipe.frameTooLargeEvent, DevToolsPipe.closedEvent,
-    ])
+    static let browserEvents: Set<String> = FrameOrigins.events.union(["Target.attachedToTarget", DevToolsPipe.closedEvent])
 
     private let userAgentOverride = SendableBox<String>("")
 
