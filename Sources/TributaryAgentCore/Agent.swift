@@ -173,7 +173,7 @@ public final class Agent: Service, Sendable {
         }
         let client = HTTPClientFactory.make(readTimeout: configuration.upload.requestTimeout)
         let session = UploadSession(outbox: outbox, client: client, configuration: configuration.upload, logger: logger)
-        var loop = LoopState(clock: ContinuousClock(), interval: configuration.flushInterval)
+        var loop = LoopState(clock: ContinuousClock(), settings: configuration.effective(AgentSettings()))
         loop.flushing = once
         loop.once = once
         var listener: FlushListener?
@@ -181,12 +181,20 @@ public final class Agent: Service, Sendable {
         let result: Result<Report, any Error>
         do {
             listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
+            applyGroupSettings(session: session, loop: &loop)
+            if once && loop.settings.serverURL == nil {
+                throw AgentError(
+                    .configuration,
+                    "No collector URL: give --server, or have the app set the group's server_url (`tributary config set "
+                        + "--group \(store.groupDirectory) server_url=URL`)."
+                        + (loop.settingsProblem.map { " The group's settings are not used: \($0)" } ?? ""))
+            }
             let pending = try outbox.pending().count
             loop.outboxDrained = try outbox.counters().drained
             notifier.ready(status: "draining \(store.groupDirectory); \(pending) events in the outbox")
             logger.info("agent started", metadata: [
                 "tributary.group": "\(store.groupDirectory)", "tributary.outbox": "\(outbox.path)",
-                "tributary.server": "\(configuration.upload.serverURL)", "tributary.format": "\(configuration.upload.format)",
+                "tributary.server": "\(loop.settings.serverURL ?? "none")", "tributary.format": "\(loop.settings.format)",
                 "tributary.outbox.pending": "\(pending)",
             ])
             if store.isMemoryBacked {
@@ -283,7 +291,12 @@ public final class Agent: Service, Sendable {
 
     private struct LoopState {
         let clock: ContinuousClock
-        let interval: Duration
+        /// The settings in force: the command line's, and the group's where it leaves them to the group.
+        var settings: EffectiveSettings
+        /// The group's settings as last read (their JSON text; nil: none), once read.
+        var settingsText: String??
+        /// Why the group's settings as stored are not used, while they are not.
+        var settingsProblem: String?
         var flushing = false
         var flushUntil: ContinuousClock.Instant?
         var notBefore: ContinuousClock.Instant?
@@ -318,10 +331,10 @@ public final class Agent: Service, Sendable {
         /// and `rowsSent` then; the run is over when that many more rows have been sent.
         var onceMark: (waiting: Int, sentBefore: Int)?
 
-        init(clock: ContinuousClock, interval: Duration) {
+        init(clock: ContinuousClock, settings: EffectiveSettings) {
             self.clock = clock
-            self.interval = interval
-            nextIntervalFlush = clock.now.advanced(by: interval)
+            self.settings = settings
+            nextIntervalFlush = clock.now.advanced(by: settings.flushInterval)
             lastStatusWrite = clock.now.advanced(by: .seconds(-10))
         }
     }
@@ -335,6 +348,7 @@ public final class Agent: Service, Sendable {
         let started = loop.clock.now
         while !Task.isCancelled {
             heartbeat.beat()
+            applyGroupSettings(session: session, loop: &loop)
             if let stallAfter, loop.clock.now - started > .milliseconds(stallAfter) {
                 // Test hook: freeze the main loop (as a deadlock would) so the watchdog stops.
                 while true { usleep(1_000_000) }
@@ -381,20 +395,21 @@ public final class Agent: Service, Sendable {
                 loop.stopSeen = true
                 loop.cutOwnBackoff(now: now)
             }
-            if pending >= configuration.bulkSize || (pending > 0 && now >= loop.nextIntervalFlush) || isStopping {
+            if pending >= loop.settings.bulkSize || (pending > 0 && now >= loop.nextIntervalFlush) || isStopping {
                 loop.flushing = true
             }
             if let until = loop.flushUntil, now >= until {
                 loop.flushUntil = nil
-                if !(pending >= configuration.bulkSize || once || isStopping) { loop.flushing = false }
+                if !(pending >= loop.settings.bulkSize || once || isStopping) { loop.flushing = false }
             }
-            if now >= loop.nextIntervalFlush { loop.nextIntervalFlush = now.advanced(by: loop.interval) }
+            if now >= loop.nextIntervalFlush { loop.nextIntervalFlush = now.advanced(by: loop.settings.flushInterval) }
 
             // A drain that caught up with the store (its last chunk partial) is no reason to come round at
             // once: with a producer appending steadily, that is a commit (two fsyncs) every few events.
             // What arrives meanwhile is durable in the store, and the next poll drains it in one chunk.
             var progressed = drainedMore(drained)
-            if loop.flushing && pending > 0 && (loop.notBefore.map { now >= $0 } ?? true) {
+            // With no collector URL (none given, and none in the group's settings yet) the events wait.
+            if loop.flushing && pending > 0 && loop.settings.serverURL != nil && (loop.notBefore.map { now >= $0 } ?? true) {
                 let (maxEvents, timeout, remaining) = plan(loop.planner, task: task, at: now)
                 if maxEvents == 0 {
                     // Not even one event would make it before the deadline: stop here.
@@ -442,7 +457,7 @@ public final class Agent: Service, Sendable {
                     // which a producer appending steadily never lets happen, sent a request (and committed
                     // a drain) every few events. Stopping, one-shot runs and flush requests send everything.
                     if delivered && !once && !isStopping && loop.flushUntil == nil,
-                        try outbox.pending().count < configuration.bulkSize
+                        try outbox.pending().count < loop.settings.bulkSize
                     {
                         loop.flushing = false
                     }
@@ -639,6 +654,54 @@ public final class Agent: Service, Sendable {
         return loop.rowsSent - mark.sentBefore >= mark.waiting
     }
 
+    /// Reads the group's agent settings (``AgentSettings``, written by the main app) and applies what
+    /// changed: where batches go, their format, the bulk size, the flush interval. Settings that are not
+    /// valid are logged once, shown in the status, and leave what is in force.
+    private func applyGroupSettings(session: UploadSession, loop: inout LoopState) {
+        let text: String?
+        do {
+            text = try store.configuration()[AgentSettings.configurationKey]
+        } catch {
+            logger.debug("could not read the group's settings", metadata: ["tributary.reason": "\(error)"])
+            return
+        }
+        if let seen = loop.settingsText, seen == text { return }
+        let first = loop.settingsText == nil
+        loop.settingsText = .some(text)
+        let settings: AgentSettings
+        do throws(StoreError) {
+            settings = try text.map { json throws(StoreError) in try AgentSettings(json: json) } ?? AgentSettings()
+            loop.settingsProblem = nil
+        } catch {
+            loop.settingsProblem = error.message
+            logger.error("the group's agent settings are not valid; the settings in force stay", metadata: [
+                "tributary.reason": "\(error.message)", "tributary.group": "\(store.groupDirectory)",
+            ])
+            return
+        }
+        let effective = configuration.effective(settings)
+        let old = loop.settings
+        if effective.serverURL == nil && (first || old.serverURL != nil) && !loop.once {
+            logger.warning(
+                "no collector URL yet: events wait in the store and the outbox until --server or the group's server_url gives one")
+        }
+        guard effective != old else { return }
+        loop.settings = effective
+        session.destination = (effective.serverURL, effective.format)
+        if effective.serverURL != old.serverURL {
+            // Another collector: the old one's backoff or refusal says nothing about it.
+            loop.notBefore = nil
+            loop.collectorsWaitUntil = nil
+        }
+        if effective.flushInterval != old.flushInterval {
+            loop.nextIntervalFlush = min(loop.nextIntervalFlush, loop.clock.now.advanced(by: effective.flushInterval))
+        }
+        logger.notice(first ? "using the agent settings the app set for the group" : "the app changed the group's agent settings", metadata: [
+            "tributary.server": "\(effective.serverURL ?? "none")", "tributary.format": "\(effective.format)",
+            "tributary.bulk_size": "\(effective.bulkSize)", "tributary.flush_interval_s": "\(effective.flushInterval.seconds)",
+        ])
+    }
+
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in
     /// the store for the next run) nor past the deadline.
     private func mayDrain() -> Bool {
@@ -650,7 +713,7 @@ public final class Agent: Service, Sendable {
     /// the deadline passes or the outbox reaches its quota.
     private func drainRespectingQuota(_ loop: inout LoopState, maxEvents: Int? = nil) throws -> Int {
         let (count, bytes, deadBytes) = try outbox.pending()
-        let ahead = configuration.effectiveDrainAhead
+        let ahead = max(configuration.effectiveDrainAhead, loop.settings.bulkSize)
         if loop.uploadsAnswered && count >= ahead { return 0 }
         if bytes + deadBytes >= configuration.outboxQuotaBytes {
             // Dead letters alone fill the quota: no upload can make room, and a --once run would wait
@@ -709,6 +772,8 @@ public final class Agent: Service, Sendable {
             status.outboxBytes = pending.bytes
             status.deadLetterBytes = pending.deadLetterBytes
             status.outboxQuota = configuration.outboxQuotaBytes
+            status.serverURL = loop.settings.serverURL
+            status.settingsProblem = loop.settingsProblem
             try status.write(groupDirectory: store.groupDirectory)
             var line = "\(state): \(status.outboxPending) events queued, \(status.delivered) delivered"
             if status.deadLetters > 0 { line += ", \(status.deadLetters) dead letters" }

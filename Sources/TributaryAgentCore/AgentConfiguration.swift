@@ -1,4 +1,5 @@
 import Foundation
+import TributaryStore
 import TributaryWire
 
 /// Everything the agent needs to run. Defaults follow the iOS SDK (flush at 100 events or every 15 s).
@@ -45,9 +46,14 @@ public struct AgentConfiguration: Sendable {
     public var backgroundBudget: Duration = .seconds(30)
     /// A file holding the bearer token; re-read after a 401/403 so a fixed token takes effect.
     public var authTokenFile: String?
+    /// The settings the group's own (``AgentSettings``, written by the main app) may set, over this
+    /// configuration's values: `tributary-agent` gives those its command line left out. Default none.
+    /// The group's `server_url` applies whenever ``UploadConfiguration/serverURL`` is nil.
+    public var settingsFromGroup: Set<AgentSettings.Key> = []
 
-    /// A configuration with defaults for everything but the group and the server.
-    public init(groupDirectory: String, serverURL: String, outboxPath: String? = nil) {
+    /// A configuration with defaults for everything but the group and the server. With no server
+    /// URL, the agent uploads once the group's settings give one (`--once` requires one).
+    public init(groupDirectory: String, serverURL: String?, outboxPath: String? = nil) {
         self.groupDirectory = groupDirectory
         self.upload = UploadConfiguration(serverURL: serverURL)
         self.outboxPath = outboxPath ?? Self.defaultOutboxPath(groupDirectory: groupDirectory)
@@ -69,12 +75,29 @@ public struct AgentConfiguration: Sendable {
         return "\(base)/tributary/\(name)-\(fnv1a(absolute))/outbox.sqlite"
     }
 
+    /// What the agent runs with, given the group's `settings`: each one this configuration leaves to
+    /// the group (``settingsFromGroup``) and the group gives, else this configuration's.
+    func effective(_ settings: AgentSettings) -> EffectiveSettings {
+        func follows(_ key: AgentSettings.Key) -> Bool { settingsFromGroup.contains(key) }
+        var effective = EffectiveSettings(
+            serverURL: upload.serverURL, format: upload.format, bulkSize: bulkSize, flushInterval: flushInterval)
+        if let url = settings.serverURL, follows(.serverURL) || upload.serverURL == nil { effective.serverURL = url }
+        if let format = settings.format, follows(.format) { effective.format = format == .ndjson ? .ndjson : .sensors }
+        if let size = settings.flushBulkSize, follows(.flushBulkSize) { effective.bulkSize = size }
+        if let seconds = settings.flushIntervalSeconds, follows(.flushIntervalSeconds) {
+            effective.flushInterval = .milliseconds(Int64((seconds * 1000).rounded()))
+        }
+        return effective
+    }
+
     /// Checks values a user may have mistyped.
     public func validate() throws {
-        guard let url = URL(string: upload.serverURL), let scheme = url.scheme?.lowercased(),
-            scheme == "http" || scheme == "https", url.host != nil
-        else {
-            throw AgentError(.configuration, "The server URL \(upload.serverURL) is not an http:// or https:// URL.")
+        if let serverURL = upload.serverURL {
+            do throws(StoreError) {
+                try AgentSettings.validateServerURL(serverURL)
+            } catch {
+                throw AgentError(.configuration, "The server URL \(serverURL) is not an http:// or https:// URL with a host.")
+            }
         }
         guard bulkSize > 0, upload.batchSize > 0, upload.maxBatchBytes > 0, drainChunk > 0 else {
             throw AgentError(.configuration, "Bulk size, batch size, batch bytes and drain chunk must be positive.")
@@ -86,6 +109,14 @@ public struct AgentConfiguration: Sendable {
             throw AgentError(.configuration, "The flush interval and backoff base must be positive, and the cap ≥ the base.")
         }
     }
+}
+
+/// The settings the group's may change while the agent runs, as they are in force.
+struct EffectiveSettings: Equatable {
+    var serverURL: String?
+    var format: WireFormat
+    var bulkSize: Int
+    var flushInterval: Duration
 }
 
 /// FNV-1a 64-bit, hex: a short stable name for a path.

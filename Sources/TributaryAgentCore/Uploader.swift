@@ -8,8 +8,9 @@ import TributaryWire
 
 /// How the agent talks to the collector.
 public struct UploadConfiguration: Sendable {
-    /// Where batches are POSTed.
-    public var serverURL: String
+    /// Where batches are POSTed; nil until one is known (the group's settings may give it later:
+    /// nothing is sent meanwhile).
+    public var serverURL: String?
     /// The body format. Default `.sensors`.
     public var format: WireFormat = .sensors
     /// Most events per batch. Default 500.
@@ -30,7 +31,7 @@ public struct UploadConfiguration: Sendable {
     var readAheadMaxAge: Duration = .seconds(1)
 
     /// A configuration for `serverURL` with defaults for the rest.
-    public init(serverURL: String) { self.serverURL = serverURL }
+    public init(serverURL: String?) { self.serverURL = serverURL }
 }
 
 /// What one request to the collector came to.
@@ -152,6 +153,20 @@ final class UploadSession: @unchecked Sendable {
 
     /// Replaces the bearer token (re-read from its file after a 401/403).
     func updateToken(_ token: String?) { configuration.bearerToken = token }
+
+    /// Where batches go and in what format. A change drops the batch read ahead (built in the old
+    /// format) and the halt (the old collector's refusal): the batch in flight goes to the new
+    /// collector with the same `Idempotency-Key`.
+    var destination: (serverURL: String?, format: WireFormat) {
+        get { (configuration.serverURL, configuration.format) }
+        set {
+            guard newValue.serverURL != configuration.serverURL || newValue.format != configuration.format else { return }
+            (configuration.serverURL, configuration.format) = newValue
+            ready = nil
+            readAheadBatch = nil
+            haltReason = nil
+        }
+    }
 
     /// Sends at most one request (of at most `maxEvents` events, ending within `timeout`) and applies
     /// its outcome. A request still running at `timeout` is cancelled; its batch stays in the outbox.
@@ -334,7 +349,11 @@ final class UploadSession: @unchecked Sendable {
     private func post(
         _ encoded: EncodedBatch, batchID: String, sentAt nowWall: Int64, timeout: Duration, whileWaiting: () -> Void
     ) async -> UploadOutcome {
-        var request = HTTPClientRequest(url: configuration.serverURL)
+        guard let serverURL = configuration.serverURL else {
+            // The loop uploads only with a server URL; this is the same rule where the request is made.
+            return .retry(reason: "no collector URL is configured", retryAfter: nil)
+        }
+        var request = HTTPClientRequest(url: serverURL)
         request.method = .POST
         for header in encoded.headers { request.headers.add(name: header.name, value: header.value) }
         request.headers.add(name: "Idempotency-Key", value: batchID)

@@ -113,6 +113,10 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var outboxBytes: Int?
     public var deadLetterBytes: Int?
     public var outboxQuota: Int?
+    /// Where batches go (nil: no collector URL yet), and why the group's agent settings are not used,
+    /// while they are not (nil in a report of an agent before these were reported).
+    public var serverURL: String?
+    public var settingsProblem: String?
     /// When the last batch was acknowledged (wall clock ms), if ever.
     public var lastUploadMillis: Int64?
     /// When this report was written (wall clock ms).

@@ -37,6 +37,9 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         /// nothing was written, since no other process would ever read it. Open the store again (a new
         /// `SharedStore` or `Tracker`; when one of its two files was kept, only once every old one is gone).
         public static let storeReplaced = Code(rawValue: "storeReplaced")
+        /// The group's agent settings (``AgentSettings``) are not a JSON object, name an unknown key,
+        /// or hold a value of the wrong type or out of range; when writing, nothing was written.
+        public static let invalidSettings = Code(rawValue: "invalidSettings")
     }
 
     /// What kind of failure this is.

@@ -17,6 +17,10 @@ struct AgentCommand: AsyncParsableCommand {
             collector; nothing is dropped: rejected events go to the outbox's dead-letter table \
             (see `tributary dead-letters`).
 
+            The app may set the group's server_url, format, flush_bulk_size and flush_interval_seconds \
+            (`tributary config`, or SharedStore.setAgentSettings): each applies, within a poll interval, \
+            where its option (--server, --format, --bulk-size, --flush-interval) is not given.
+
             Exit codes: 0 success; 64 bad usage; 69 another agent is draining the group; 70 internal \
             error; 74 I/O error on the store or outbox (a full disk too); 75 the group's store was \
             deleted or created anew while running (a restart drains the new one); 77 the group directory is \
@@ -30,11 +34,13 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The app group directory.", valueName: "dir"))
     var group: String
 
-    @Option(help: ArgumentHelp("Collector URL the batches are POSTed to.", valueName: "url"))
-    var server: String
+    @Option(help: ArgumentHelp(
+        "Collector URL the batches are POSTed to (default: the group's server_url, set by the app; until there is one, events wait).",
+        valueName: "url"))
+    var server: String?
 
-    @Option(help: "Wire format: sensors (form, base64 gzip JSON array) or ndjson (gzip NDJSON).")
-    var format: WireFormat = .sensors
+    @Option(help: "Wire format: sensors (form, base64 gzip JSON array; the default) or ndjson (gzip NDJSON).")
+    var format: WireFormat?
 
     @Option(help: ArgumentHelp("The outbox file (default: $STATE_DIRECTORY/outbox.sqlite, else under ~/.local/state/tributary).", valueName: "path"))
     var outbox: String?
@@ -57,11 +63,11 @@ struct AgentCommand: AsyncParsableCommand {
     @Option(name: .customLong("metrics-address"), help: ArgumentHelp("Serve Prometheus metrics at http://HOST:PORT/metrics.", valueName: "host:port"))
     var metricsAddress: String?
 
-    @Option(name: .customLong("bulk-size"), help: "Upload as soon as this many events are pending.")
-    var bulkSize = 100
+    @Option(name: .customLong("bulk-size"), help: "Upload as soon as this many events are pending (default 100).")
+    var bulkSize: Int?
 
-    @Option(name: .customLong("flush-interval"), help: "Upload pending events at least this often, in seconds.")
-    var flushInterval: Double = 15
+    @Option(name: .customLong("flush-interval"), help: "Upload pending events at least this often, in seconds (default 15).")
+    var flushInterval: Double?
 
     @Option(name: .customLong("batch-size"), help: "Most events per request.")
     var batchSize = 500
@@ -101,7 +107,7 @@ struct AgentCommand: AsyncParsableCommand {
     var logLevel: String = "info"
 
     func validate() throws {
-        guard bulkSize > 0, batchSize > 0, maxBatchBytes > 0, drainAhead > 0 else {
+        guard bulkSize ?? 1 > 0, batchSize > 0, maxBatchBytes > 0, drainAhead > 0 else {
             throw ValidationError("--bulk-size, --batch-size, --max-batch-bytes and --drain-ahead must be positive.")
         }
         guard (1...9).contains(gzipLevel) else { throw ValidationError("--gzip-level must be 1 … 9.") }
@@ -154,7 +160,12 @@ struct AgentCommand: AsyncParsableCommand {
         let logger = Logger(label: "tributary-agent")
 
         var config = AgentConfiguration(groupDirectory: group, serverURL: server, outboxPath: outbox)
-        config.upload.format = format
+        // What the command line leaves out, the group's settings (written by the app) may set.
+        if server == nil { config.settingsFromGroup.insert(.serverURL) }
+        if format == nil { config.settingsFromGroup.insert(.format) }
+        if bulkSize == nil { config.settingsFromGroup.insert(.flushBulkSize) }
+        if flushInterval == nil { config.settingsFromGroup.insert(.flushIntervalSeconds) }
+        config.upload.format = format ?? config.upload.format
         config.upload.batchSize = batchSize
         config.upload.maxBatchBytes = maxBatchBytes
         config.upload.gzipLevel = gzipLevel
@@ -162,8 +173,8 @@ struct AgentCommand: AsyncParsableCommand {
         config.upload.backoff = Backoff(
             base: .seconds(backoffBase), cap: .seconds(backoffCap), maxRetryAfter: .seconds(maxRetryAfter))
         config.upload.requestTimeout = .seconds(requestTimeout)
-        config.bulkSize = bulkSize
-        config.flushInterval = .seconds(flushInterval)
+        config.bulkSize = bulkSize ?? config.bulkSize
+        config.flushInterval = flushInterval.map { .seconds($0) } ?? config.flushInterval
         config.once = once
         config.authTokenFile = authTokenFile
         config.deadline = deadline.map { .seconds($0) }

@@ -45,7 +45,7 @@ func reportingErrors(_ body: () throws -> Void) throws {
         case .insecureDirectory, .permissionDenied: fail(Exit.noPermission, error.message)
         case .notADirectory: fail(Exit.usage, error.message)
         case .directoryUnavailable: fail(Exit.noStore, error.message)
-        case .valueTooLarge: fail(Exit.rejected, error.message)
+        case .valueTooLarge, .invalidSettings: fail(Exit.rejected, error.message)
         default: fail(Exit.ioError, error.description)
         }
     } catch let error as AgentError {
@@ -101,6 +101,9 @@ struct StatusReport: Encodable {
     var identity: Identity?
     var producers: [Producer]
     var agent: AgentStatus?
+    /// The group's agent settings, as the app wrote them, or why they are not valid.
+    var agentSettings: AgentSettings?
+    var agentSettingsProblem: String?
 
     init(_ s: SharedStore.Status, group: String, agent: AgentStatus?) {
         self.agent = agent
@@ -142,8 +145,15 @@ struct StatusReport: Encodable {
         for p in producers.sorted(by: { $0.id < $1.id }) {
             lines.append("  \(p.id) (\(p.kind)): last seq \(p.lastSeq), pid \(p.pid)")
         }
+        if let settings = agentSettings {
+            lines.append("agent settings: " + (settings.isEmpty ? "none" : settingsText(settings, separator: ", ")))
+        } else if let problem = agentSettingsProblem {
+            lines.append("agent settings: NOT VALID, not used: \(problem)")
+        }
         if let a = agent {
             lines.append("agent:          \(a.state) (pid \(a.pid), reported \(ageText(a.updatedMillis)))")
+            if let server = a.serverURL { lines.append("  server:       \(server)") }
+            if let problem = a.settingsProblem { lines.append("  SETTINGS:     not used: \(problem)") }
             lines.append("  outbox:       \(a.outboxPending) pending in \(a.outboxPath)")
             if let bytes = a.outboxBytes, let dead = a.deadLetterBytes, let quota = a.outboxQuota {
                 let full = bytes + dead >= quota ? "; FULL: the drain waits (see tributary dead-letters)" : ""
@@ -158,6 +168,18 @@ struct StatusReport: Encodable {
         }
         return lines.joined(separator: "\n")
     }
+}
+
+/// The settings given, one `key=value` each, in the keys' order; "none" when none is.
+func settingsText(_ settings: AgentSettings, separator: String = "\n") -> String {
+    var parts: [String] = []
+    if let url = settings.serverURL { parts.append("server_url=\(url)") }
+    if let format = settings.format { parts.append("format=\(format.rawValue)") }
+    if let size = settings.flushBulkSize { parts.append("flush_bulk_size=\(size)") }
+    if let seconds = settings.flushIntervalSeconds {
+        parts.append("flush_interval_seconds=\(seconds == seconds.rounded() ? String(Int(seconds)) : String(seconds))")
+    }
+    return parts.isEmpty ? "none" : parts.joined(separator: separator)
 }
 
 private func mib(_ bytes: Int) -> String {

@@ -20,7 +20,10 @@ struct TributaryCLI: ParsableCommand {
             (world-writable), or this user may not use it or the outbox (permission denied: join the group \
             that owns it, or run as its owner). A --group path that is not a directory is bad usage (64).
             """,
-        subcommands: [Track.self, Status.self, Inspect.self, Flush.self, DeadLetters.self, Login.self, Logout.self, Identify.self]
+        subcommands: [
+            Track.self, Status.self, Inspect.self, Flush.self, DeadLetters.self, Login.self, Logout.self, Identify.self,
+            Config.self,
+        ]
     )
 
     static func main() {
@@ -112,8 +115,13 @@ struct Status: ParsableCommand {
         try reportingErrors {
             let store = try openExisting(options.group)
             let status = try store.status()
-            let report = StatusReport(
+            var report = StatusReport(
                 status, group: store.groupDirectory, agent: AgentChannel.readStatus(groupDirectory: store.groupDirectory))
+            do {
+                report.agentSettings = try store.agentSettings()
+            } catch let error as StoreError where error.code == .invalidSettings {
+                report.agentSettingsProblem = error.message
+            }
             say(json ? try encodeJSON(report) : report.text)
         }
     }
@@ -314,6 +322,117 @@ struct DeadLetters: ParsableCommand {
             if total > letters.count {
                 warn("\(total - letters.count) more dead letter(s) not listed (\(total) in all); --limit \(total) lists them all.")
             }
+        }
+    }
+}
+
+struct Config: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show or change the group's agent settings: where the agent uploads, and how often.",
+        discussion: """
+            The settings the app writes into the group's store for its agent (SharedStore.setAgentSettings): \
+            server_url (an http:// or https:// URL), format (sensors or ndjson), flush_bulk_size (50 … \
+            1000000 events) and flush_interval_seconds (5 … 86400). A running agent applies them within \
+            a poll interval, each one whose option it was not started with (--server, --format, --bulk-size, \
+            --flush-interval). The group's store must exist (a producer creates it). An unknown key or a value \
+            out of range is exit 65, and nothing is written.
+            """,
+        subcommands: [ConfigShow.self, ConfigSet.self, ConfigUnset.self],
+        defaultSubcommand: ConfigShow.self)
+}
+
+struct ConfigShow: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "show", abstract: "Print the group's agent settings.")
+    @OptionGroup var options: GroupOption
+    @Flag(help: "Print the settings as stored: a JSON object ({} when there are none).")
+    var json = false
+
+    func run() throws {
+        try reportingErrors {
+            let store = try openExisting(options.group)
+            do {
+                let settings = try store.agentSettings()
+                say(json ? settings.json : settingsText(settings))
+            } catch let error as StoreError where error.code == .invalidSettings {
+                // What is stored, so that it can be looked at before it is replaced.
+                let stored = try store.configuration()[AgentSettings.configurationKey] ?? ""
+                say(json ? stored : "stored (not valid, the agent does not use it): \(stored)")
+                throw StoreError(
+                    .invalidSettings, error.message + " `tributary config unset --all` removes them.")
+            }
+        }
+    }
+}
+
+struct ConfigSet: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "set", abstract: "Set agent settings; prints the group's settings as they now are.")
+    @OptionGroup var options: GroupOption
+    @Argument(help: ArgumentHelp("KEY=VALUE, e.g. server_url=https://collector.example.com/sa?project=default.", valueName: "key=value"))
+    var assignments: [String] = []
+
+    func validate() throws {
+        guard !assignments.isEmpty else { throw ValidationError("Give at least one KEY=VALUE.") }
+    }
+
+    func run() throws {
+        try reportingErrors {
+            // Every assignment is checked before the store is opened: a refused one writes nothing.
+            var changes = AgentSettings()
+            var keys: [AgentSettings.Key] = []
+            for assignment in assignments {
+                guard let equals = assignment.firstIndex(of: "=") else {
+                    throw StoreError(.invalidSettings, "\"\(assignment)\" is not KEY=VALUE.")
+                }
+                let name = String(assignment[..<equals])
+                guard let key = AgentSettings.Key(rawValue: name) else {
+                    throw StoreError(
+                        .invalidSettings,
+                        "Unknown setting \"\(name)\"; the known ones are "
+                            + AgentSettings.Key.allCases.map(\.rawValue).joined(separator: ", ") + ".")
+                }
+                try changes.set(key, to: String(assignment[assignment.index(after: equals)...]))
+                keys.append(key)
+            }
+            let store = try openExisting(options.group)
+            var settings = try store.agentSettings()
+            for key in keys { settings.merge(key, from: changes) }
+            try store.setAgentSettings(settings)
+            say(settingsText(settings), done: "the agent settings are stored")
+        }
+    }
+}
+
+struct ConfigUnset: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "unset", abstract: "Remove agent settings (the agent's own options apply again).")
+    @OptionGroup var options: GroupOption
+    @Argument(help: ArgumentHelp("Setting names, e.g. flush_bulk_size.", valueName: "key"))
+    var keys: [String] = []
+    @Flag(help: "Remove every setting, valid or not.")
+    var all = false
+
+    func validate() throws {
+        guard keys.isEmpty == all else { throw ValidationError("Give setting names or --all (one of the two).") }
+        for name in keys where AgentSettings.Key(rawValue: name) == nil {
+            throw ValidationError(
+                "Unknown setting \"\(name)\"; the known ones are "
+                    + AgentSettings.Key.allCases.map(\.rawValue).joined(separator: ", ") + ".")
+        }
+    }
+
+    func run() throws {
+        try reportingErrors {
+            let store = try openExisting(options.group)
+            if all {
+                let removed = try store.removeConfiguration(AgentSettings.configurationKey)
+                say(removed ? "removed the agent settings" : "no agent settings", done: "the agent settings are removed")
+                return
+            }
+            var settings = try store.agentSettings()
+            for name in keys { settings.remove(AgentSettings.Key(rawValue: name)!) }
+            try store.setAgentSettings(settings)
+            say(settingsText(settings), done: "the agent settings are stored")
         }
     }
 }
