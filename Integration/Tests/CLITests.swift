@@ -54,6 +54,15 @@ struct CLITests {
         (["track", "--group", "{g}", "X", "--app-version", ""], 64, "--app-version"),
         (["track", "--group", "{g}", "X", "--app-version", "1.0\t2"], 64, "--app-version"),
         (["track", "--group", "{g}", "X", "--app-version", String(repeating: "9", count: 9000)], 64, "--app-version"),
+        (["config", "set", "--group", "{g}", "retries=3"], 65, #"Unknown setting "retries""#),
+        (["config", "set", "--group", "{g}", "server_url"], 65, "is not KEY=VALUE"),
+        (["config", "set", "--group", "{g}", "flush_bulk_size=5"], 65, "from 50 to 1000000"),
+        (["config", "set", "--group", "{g}", "server_url=collector.example.com"], 65, "http:// or https://"),
+        (["config", "set", "--group", "{g}"], 64, "at least one KEY=VALUE"),
+        (["config", "set", "--group", "{g}/missing", "format=ndjson"], 66, "missing"),
+        (["config", "unset", "--group", "{g}"], 64, "--all"),
+        (["config", "unset", "--group", "{g}", "retries"], 64, #"Unknown setting "retries""#),
+        (["config", "--group", "{g}/missing"], 66, "missing"),
     ])
     func exitCodes(arguments: [String], code: Int32, message: String) async throws {
         try await withTemporaryGroup { group in
@@ -271,6 +280,64 @@ struct CLITests {
                 #expect(stats.unique == 20 && stats.duplicates == 0, "\(stats.unique) delivered, \(stats.duplicates) duplicates")
                 #expect(stats.orderViolations.values.reduce(0, +) == 0 && stats.seqViolations == 0)
             }
+        }
+    }
+
+    @Test("tributary config sets, shows and removes the agent settings; a refused change leaves them; the agent uses them")
+    func agentSettings() async throws {
+        try await withTemporaryGroup { group in
+            #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "Ordinary"]).status == 0)
+            #expect(try await ChildProcess.run("tributary", ["config", "--group", group]).stdout == "none\n")
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let set = try await ChildProcess.run(
+                    "tributary", ["config", "set", "--group", group, "server_url=\(collector.url)/ingest", "format=ndjson"])
+                #expect(set.status == 0, "\(set.stderr)")
+                #expect(set.stdout == "server_url=\(collector.url)/ingest\nformat=ndjson\n")
+                let refused = try await ChildProcess.run(
+                    "tributary", ["config", "set", "--group", group, "flush_bulk_size=60", "flush_interval_seconds=1"])
+                #expect(refused.status == 65 && refused.stderr.contains("flush_interval_seconds"), "\(refused.stderr)")
+                let shown = try await ChildProcess.run("tributary", ["config", "show", "--group", group, "--json"])
+                #expect(shown.stdout == #"{"format":"ndjson","server_url":"\#(collector.url)/ingest"}"# + "\n")
+                let status = try await ChildProcess.run("tributary", ["status", "--group", group])
+                #expect(status.stdout.contains("agent settings: server_url=\(collector.url)/ingest, format=ndjson"), "\(status.stdout)")
+
+                // No --server and no --format: the group's. The run says where it sent them.
+                let run = try await Self.runAgent(["--group", group, "--outbox", group + "-state/outbox.sqlite", "--once"])
+                #expect(run.status == 0, "\(run.stderr)")
+                #expect(try await collector.stats().unique == 1)
+                #expect(try await collector.stats().requests == 1)
+
+                // The systemd units' environment files: TRIBUTARY_SERVER and TRIBUTARY_FORMAT win over the group's.
+                try await Collector.withRunning(CollectorConfiguration()) { operators in
+                    #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "Ordinary"]).status == 0)
+                    let arguments = ["--group", group, "--outbox", group + "-state/outbox.sqlite", "--once"]
+                    let badFormat = try await ChildProcess.run("tributary-agent", arguments, environment: ["TRIBUTARY_FORMAT": "xml"])
+                    #expect(badFormat.status == 64 && badFormat.stderr.contains("TRIBUTARY_FORMAT must be sensors or ndjson"), "\(badFormat.stderr)")
+                    let run = try await ChildProcess.run(
+                        "tributary-agent", arguments, environment: ["TRIBUTARY_SERVER": operators.url + "/sa", "TRIBUTARY_FORMAT": "sensors"])
+                    #expect(run.status == 0, "\(run.stderr)")
+                    #expect(try await operators.stats().unique == 1)
+                    #expect(try await collector.stats().unique == 1)
+                }
+            }
+
+            // Settings another program stored that are not valid: shown as stored, exit 65; --all removes them.
+            try openExistingStore(group).setConfiguration(AgentSettings.configurationKey, json: #"{"server":"x"}"#)
+            let invalid = try await ChildProcess.run("tributary", ["config", "--group", group])
+            #expect(invalid.status == 65 && invalid.stdout.contains(#"{"server":"x"}"#), "\(invalid.stderr)")
+            #expect(invalid.stderr.contains("unset --all"), "\(invalid.stderr)")
+            let status = try await ChildProcess.run("tributary", ["status", "--group", group])
+            #expect(status.stdout.contains("agent settings: NOT VALID"), "\(status.stdout)")
+            let cannotMerge = try await ChildProcess.run("tributary", ["config", "set", "--group", group, "format=sensors"])
+            #expect(cannotMerge.status == 65, "\(cannotMerge.stderr)")
+            #expect(try openExistingStore(group).configuration()[AgentSettings.configurationKey] == #"{"server":"x"}"#)
+            #expect(try await ChildProcess.run("tributary", ["config", "unset", "--group", group, "--all"]).status == 0)
+            #expect(try openExistingStore(group).configuration()[AgentSettings.configurationKey] == nil)
+
+            // No collector URL anywhere: a --once run has nowhere to go.
+            let nowhere = try await Self.runAgent(["--group", group, "--outbox", group + "-state/outbox.sqlite", "--once"])
+            #expect(nowhere.status == 78, "\(nowhere.stderr)")
+            #expect(nowhere.stderr.contains("No collector URL: give --server"), "\(nowhere.stderr)")
         }
     }
 

@@ -19,7 +19,8 @@ struct AgentCommand: AsyncParsableCommand {
 
             The app may set the group's server_url, format, flush_bulk_size and flush_interval_seconds \
             (`tributary config`, or SharedStore.setAgentSettings): each applies, within a poll interval, \
-            where its option (--server, --format, --bulk-size, --flush-interval) is not given.
+            where its option (--server, --format, --bulk-size, --flush-interval) is not given, nor \
+            TRIBUTARY_SERVER or TRIBUTARY_FORMAT set in the environment.
 
             Exit codes: 0 success; 64 bad usage; 69 another agent is draining the group; 70 internal \
             error; 74 I/O error on the store or outbox (a full disk too); 75 the group's store was \
@@ -35,11 +36,17 @@ struct AgentCommand: AsyncParsableCommand {
     var group: String
 
     @Option(help: ArgumentHelp(
-        "Collector URL the batches are POSTed to (default: the group's server_url, set by the app; until there is one, events wait).",
+        """
+            Collector URL the batches are POSTed to (default: $TRIBUTARY_SERVER, else the group's server_url, \
+            set by the app; until there is one, events wait).
+            """,
         valueName: "url"))
     var server: String?
 
-    @Option(help: "Wire format: sensors (form, base64 gzip JSON array; the default) or ndjson (gzip NDJSON).")
+    @Option(help: """
+        Wire format: sensors (form, base64 gzip JSON array) or ndjson (gzip NDJSON) (default: $TRIBUTARY_FORMAT, \
+        else the group's format, else sensors).
+        """)
     var format: WireFormat?
 
     @Option(help: ArgumentHelp("The outbox file (default: $STATE_DIRECTORY/outbox.sqlite, else under ~/.local/state/tributary).", valueName: "path"))
@@ -111,6 +118,9 @@ struct AgentCommand: AsyncParsableCommand {
             throw ValidationError("--bulk-size, --batch-size, --max-batch-bytes and --drain-ahead must be positive.")
         }
         guard (1...9).contains(gzipLevel) else { throw ValidationError("--gzip-level must be 1 … 9.") }
+        if format == nil, let text = Self.environment("TRIBUTARY_FORMAT"), WireFormat(rawValue: text) == nil {
+            throw ValidationError("TRIBUTARY_FORMAT must be sensors or ndjson, not '\(text)'.")
+        }
         for (flag, seconds, zeroAllowed) in durationOptions {
             try Self.validateSeconds(seconds, flag: flag, zeroAllowed: zeroAllowed)
         }
@@ -122,6 +132,12 @@ struct AgentCommand: AsyncParsableCommand {
         guard Logger.Level(rawValue: logLevel) != nil else {
             throw ValidationError("--log-level must be one of trace, debug, info, notice, warning, error, critical.")
         }
+    }
+
+    /// An environment variable's value; nil when it is unset or empty (systemd's `VAR=` in an
+    /// environment file).
+    static func environment(_ name: String) -> String? {
+        ProcessInfo.processInfo.environment[name].flatMap { $0.isEmpty ? nil : $0 }
     }
 
     /// Every option given in seconds: its flag, its value, and whether 0 means something.
@@ -159,8 +175,11 @@ struct AgentCommand: AsyncParsableCommand {
         }
         let logger = Logger(label: "tributary-agent")
 
+        // The systemd units' environment files set these; an option given on the command line wins.
+        let server = self.server ?? Self.environment("TRIBUTARY_SERVER")
+        let format = self.format ?? Self.environment("TRIBUTARY_FORMAT").flatMap(WireFormat.init(rawValue:))
         var config = AgentConfiguration(groupDirectory: group, serverURL: server, outboxPath: outbox)
-        // What the command line leaves out, the group's settings (written by the app) may set.
+        // What the command line and the environment leave out, the group's settings (written by the app) may set.
         if server == nil { config.settingsFromGroup.insert(.serverURL) }
         if format == nil { config.settingsFromGroup.insert(.format) }
         if bulkSize == nil { config.settingsFromGroup.insert(.flushBulkSize) }

@@ -36,8 +36,14 @@ struct UploadTests {
 
     static func agent(_ group: String, _ collector: RunningCollector, format: WireFormat = .sensors,
                       _ adjust: (inout AgentConfiguration) -> Void = { _ in }) throws -> Agent {
+        try agent(group, serverURL: collector.url + "/sa", format: format, adjust)
+    }
+
+    /// An agent for `group` with fast backoff and polls, sending to `serverURL` (nil: none given).
+    static func agent(_ group: String, serverURL: String?, format: WireFormat = .sensors,
+                      _ adjust: (inout AgentConfiguration) -> Void = { _ in }) throws -> Agent {
         var config = AgentConfiguration(
-            groupDirectory: group, serverURL: collector.url + "/sa", outboxPath: group + "-state/outbox.sqlite")
+            groupDirectory: group, serverURL: serverURL, outboxPath: group + "-state/outbox.sqlite")
         config.upload.format = format
         config.upload.backoff = Backoff(base: .milliseconds(5), cap: .milliseconds(40), maxRetryAfter: .milliseconds(50))
         config.upload.requestTimeout = .seconds(5)  // generous: a loaded 2-core machine must not cause resends
