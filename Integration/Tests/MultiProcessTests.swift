@@ -228,6 +228,38 @@ struct MultiProcessTests {
         }
     }
 
+    @Test("enqueue suspends once the queued events' bytes reach maxQueuedBytes; each event is stored once the writer is gone")
+    func queueBoundedByBytes() async throws {
+        try await withTemporaryGroup { group in
+            var config = Tracker.Configuration(groupDirectory: group)
+            config.maxQueuedBytes = 16 << 10
+            let tracker = try Tracker(configuration: config)
+            // The first commit waits for the stopped writer's lock: what follows stays queued.
+            let writer = try await Self.stoppedWriter(group)
+            defer { writer.send(SIGKILL) }
+            let admitted = Atomic<Int>(0)
+            let padding = String(repeating: "x", count: 1000)
+            let producing = Task {
+                var window: [PendingTrack] = []
+                for i in 0..<100 {
+                    window.append(try await tracker.enqueue("Big", properties: ["pad": .string(padding), "i": .int(Int64(i))]))
+                    admitted.add(1, ordering: .relaxed)
+                }
+                for pending in window { _ = try await pending.receipt() }
+            }
+            try await Task.sleep(for: .milliseconds(500))
+            // About 1.1 KB each: those the waiting commit took (queued before it started), and the dozen or
+            // so that fit 16 KiB. Without the byte bound all 100 are admitted (maxQueuedEvents is 10,000).
+            let held = admitted.load(ordering: .relaxed)
+            #expect((5...40).contains(held), "\(held) of 100 events were admitted while nothing could commit")
+            // Killed, the writer's transaction is aborted and its lock released.
+            writer.send(SIGKILL)
+            _ = await writer.finish()
+            try await producing.value
+            #expect(try tracker.store.status().pendingEvents == 100)
+        }
+    }
+
     /// Waits up to 10 s for `child` to exit; one still running then is an issue (`problem`), and is killed.
     static func finish(
         _ child: ChildProcess, orRecord problem: Comment

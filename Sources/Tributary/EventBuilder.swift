@@ -21,6 +21,9 @@ struct PreparedEvent: Sendable {
     /// replaces, which a Sensors collector links to the new login id (as the iOS SDK sends it).
     var isSignUp = false
 
+    /// The encoded bytes held for the event (what a queued event costs in memory, less its identity).
+    var byteCount: Int { prefix.count + suffix.count }
+
     /// The full body with `identity` spliced in.
     func body(with identity: Identity) -> [UInt8] {
         var w = JSONWriter(capacity: prefix.count + suffix.count + 128)

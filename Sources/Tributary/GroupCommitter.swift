@@ -11,8 +11,9 @@ import TributaryStore
 /// durable. A batch the store has no room for as a whole is split, so that only the events that do not
 /// fit get `storeFull` (``commit(_:)``).
 ///
-/// The queue is bounded (`maxQueued` events): ``enqueue(_:)`` suspends while it is full, so callers
-/// that queue faster than the disk commits are slowed to the disk's pace rather than growing memory.
+/// The queue is bounded (`maxQueued` events and `maxQueuedBytes` of them): ``enqueue(_:)`` suspends
+/// while it is full, so callers that queue faster than the disk commits are slowed to the disk's pace
+/// rather than growing memory. An event larger than the byte bound is admitted to an empty queue.
 ///
 /// Gathering: callers that wait for each event (`track`) usually come straight back with their next
 /// one, but they need a few tens of microseconds to prepare it, while the callers that queued during
@@ -25,6 +26,8 @@ import TributaryStore
 final class GroupCommitter: Sendable {
     private struct State {
         var queued: [PendingTrack] = []
+        /// The encoded bytes of the events in `queued`.
+        var queuedBytes = 0
         var draining = false
         /// While the drain loop gathers: wake it when `queued` reaches this count.
         var gatherUntil: Int?
@@ -38,16 +41,23 @@ final class GroupCommitter: Sendable {
     private let producer: SharedStore.Producer
     private let maxBatch: Int
     private let maxQueued: Int
+    private let maxQueuedBytes: Int
     private let state = Mutex(State())
     private let queue = DispatchQueue(label: "tributary.group-commit")
     /// Signalled (once) when `queued` reaches `gatherUntil`.
     private let gathered = DispatchSemaphore(value: 0)
 
-    init(store: SharedStore, producer: SharedStore.Producer, maxBatch: Int, maxQueued: Int) {
+    init(store: SharedStore, producer: SharedStore.Producer, maxBatch: Int, maxQueued: Int, maxQueuedBytes: Int) {
         self.store = store
         self.producer = producer
         self.maxBatch = maxBatch
         self.maxQueued = max(maxQueued, maxBatch)
+        self.maxQueuedBytes = maxQueuedBytes
+    }
+
+    /// Whether the queue has room for an event of `bytes`: under both bounds, or empty.
+    private func hasRoom(for bytes: Int, in state: State) -> Bool {
+        state.queued.isEmpty || (state.queued.count < maxQueued && state.queuedBytes + bytes <= maxQueuedBytes)
     }
 
     /// Queues `event` for the next transaction and resumes once the transaction holding it is durable.
@@ -61,7 +71,7 @@ final class GroupCommitter: Sendable {
         while !tryEnqueue(pending) {
             await withCheckedContinuation { (room: CheckedContinuation<Void, Never>) in
                 let full = state.withLock { state in
-                    guard state.queued.count >= maxQueued else { return false }
+                    guard !hasRoom(for: pending.event.byteCount, in: state) else { return false }
                     state.waitingForRoom.append(room)
                     return true
                 }
@@ -97,8 +107,9 @@ final class GroupCommitter: Sendable {
     /// Appends `pending` unless the queue is full; starts the drain loop or ends its gathering.
     private func tryEnqueue(_ pending: PendingTrack) -> Bool {
         let (admitted, startDrain, wake) = state.withLock { state in
-            guard state.queued.count < maxQueued else { return (false, false, false) }
+            guard hasRoom(for: pending.event.byteCount, in: state) else { return (false, false, false) }
             state.queued.append(pending)
+            state.queuedBytes += pending.event.byteCount
             state.lastQueued = pending
             if let target = state.gatherUntil, state.queued.count >= target {
                 state.gatherUntil = nil
@@ -125,6 +136,7 @@ final class GroupCommitter: Sendable {
                 let take = min(state.queued.count, maxBatch)
                 let batch = Array(state.queued.prefix(take))
                 state.queued.removeFirst(take)
+                state.queuedBytes -= batch.reduce(0) { $0 + $1.event.byteCount }
                 defer { state.waitingForRoom.removeAll() }
                 return (batch, state.waitingForRoom)
             }

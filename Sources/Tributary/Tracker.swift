@@ -47,8 +47,12 @@ public final class Tracker: Sendable {
         /// Most events one group commit writes in a transaction. Default 1,000.
         public var maxGroupCommit: Int = 1000
         /// Most events waiting for a group commit; `enqueue` suspends while that many wait. Default
-        /// 10,000 (a few MiB), never less than `maxGroupCommit`.
+        /// 10,000 (a few MiB of typical events), never less than `maxGroupCommit`.
         public var maxQueuedEvents: Int = 10_000
+        /// Most encoded bytes of the events waiting for a group commit; `enqueue` suspends while the
+        /// next event would take the queue past it (one event larger than it is taken when nothing
+        /// waits). Default 32 MiB: 10,000 events of 256 KiB would otherwise hold 2.5 GiB.
+        public var maxQueuedBytes: Int = 32 << 20
         /// Whether an `.app` tracker publishes its preset properties to the group, where the agent
         /// adds them to extension events and the bridge to page events. Default true: the app knows its
         /// version. A short-lived tool that tracks as the app without knowing it (the `tributary` CLI
@@ -101,7 +105,7 @@ public final class Tracker: Sendable {
         try EventRules.validateID(producerID, what: "producer id")
         for (name, value) in [
             ("maxEventBytes", configuration.maxEventBytes), ("maxGroupCommit", configuration.maxGroupCommit),
-            ("maxQueuedEvents", configuration.maxQueuedEvents),
+            ("maxQueuedEvents", configuration.maxQueuedEvents), ("maxQueuedBytes", configuration.maxQueuedBytes),
         ] where value < 1 {
             throw TrackingError(.invalidConfiguration, field: name, "Tracker.Configuration.\(name) must be at least 1, not \(value).")
         }
@@ -120,7 +124,7 @@ public final class Tracker: Sendable {
         state = Mutex(State(base: BaseProperties(presets: presets, superProperties: [:])))
         committer = GroupCommitter(
             store: store, producer: producer, maxBatch: configuration.maxGroupCommit,
-            maxQueued: configuration.maxQueuedEvents)
+            maxQueued: configuration.maxQueuedEvents, maxQueuedBytes: configuration.maxQueuedBytes)
         if configuration.producerKind == .app && configuration.publishesAppPresets { try publishAppPresets() }
     }
 
@@ -165,7 +169,8 @@ public final class Tracker: Sendable {
     }
 
     /// Queues an event for the next group commit and returns without waiting for it to be durable;
-    /// `receipt()` on the result resumes once it is. Suspends only while `maxQueuedEvents` events wait.
+    /// `receipt()` on the result resumes once it is. Suspends only while the queue is full
+    /// (`maxQueuedEvents` events, or `maxQueuedBytes` of them).
     ///
     /// For callers that track faster than one commit per event allows: keep a window of pending
     /// events and await the oldest, and every transaction carries many events at the cost of one

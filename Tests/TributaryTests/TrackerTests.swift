@@ -282,13 +282,14 @@ struct TrackerTests {
     }
 
     @Test("a configuration value below 1 is a typed error, not a tracker that hangs or traps",
-          arguments: ["maxGroupCommit", "maxQueuedEvents", "maxEventBytes"], [0, -1])
+          arguments: ["maxGroupCommit", "maxQueuedEvents", "maxQueuedBytes", "maxEventBytes"], [0, -1])
     func invalidConfiguration(field: String, value: Int) throws {
         try withTemporaryGroup { group in
             var config = Tracker.Configuration(groupDirectory: group)
             switch field {
             case "maxGroupCommit": config.maxGroupCommit = value
             case "maxQueuedEvents": config.maxQueuedEvents = value
+            case "maxQueuedBytes": config.maxQueuedBytes = value
             default: config.maxEventBytes = value
             }
             let error = #expect(throws: TrackingError.self) { try Tracker(configuration: config) }
