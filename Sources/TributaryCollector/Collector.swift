@@ -143,6 +143,11 @@ public final class Collector: Service, Sendable {
         return router
     }
 
+    /// The events one `GET /events` returns without a `limit`, and the most it returns with one: the
+    /// answer is built in memory, and a collector holding millions of events must not build them all.
+    public static let eventsPageDefault = 10_000
+    public static let eventsPageMax = 100_000
+
     /// `GET /events?after=<arrival>&limit=<n>`.
     private static func listEvents(_ request: Request, store: EventStore) async -> Response {
         let query = request.uri.queryParameters
@@ -157,10 +162,11 @@ public final class Collector: Service, Sendable {
             }
             after = value
         }
-        var limit: Int?
+        var limit = eventsPageDefault
         if let text = query["limit"] {
-            guard let value = Int(String(text)), value > 0 else {
-                return JSONResponse.error(.badRequest, code: "bad_query", "limit must be a positive integer.")
+            guard let value = Int(String(text)), (1...eventsPageMax).contains(value) else {
+                return JSONResponse.error(
+                    .badRequest, code: "bad_query", "limit must be an integer from 1 to \(eventsPageMax); page with after.")
             }
             limit = value
         }

@@ -349,7 +349,23 @@ struct IngestTests {
             #expect(try await client.get("/events?after=5").array.isEmpty)
             #expect(try await client.get("/events?after=-1").status == 400)
             #expect(try await client.get("/events?limit=zero").status == 400)
+            #expect(try await client.get("/events?limit=100001").status == 400)
         }
+    }
+
+    @Test("GET /events without a limit returns a page of 10,000, not everything")
+    func defaultPage() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let client = Client(collector)
+            let first = try await client.post(Events.run(6_000))
+            let second = try await client.post(Events.run(4_005, firstSeq: 6_001))
+            #expect(first.status == 200 && second.status == 200)
+            let page = try await client.get("/events").array
+            #expect(page.count == 10_000)
+            let rest = try await client.get("/events?after=10000").array
+            #expect(rest.count == 5)
+        }
+        #expect(Collector.eventsPageDefault == 10_000)
     }
 
     @Test("A database file keeps events, dedup state and counters across restarts")
