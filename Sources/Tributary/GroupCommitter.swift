@@ -11,9 +11,11 @@ import TributaryStore
 /// durable. A batch the store has no room for as a whole is split, so that only the events that do not
 /// fit get `storeFull` (``commit(_:)``).
 ///
-/// The queue is bounded (`maxQueued` events and `maxQueuedBytes` of them): ``enqueue(_:)`` suspends
+/// The queue is bounded (`maxQueued` events, and `maxQueuedBytes` of them): ``enqueue(_:)`` suspends
 /// while it is full, so callers that queue faster than the disk commits are slowed to the disk's pace
-/// rather than growing memory. An event larger than the byte bound is admitted to an empty queue.
+/// rather than growing memory. The byte bound admits an event while the queue holds less than it, so
+/// the last one admitted may take the queue past it by its own size: a large event waits no longer for
+/// room than a small one (with room only for what fits, small events could keep it out for ever).
 ///
 /// Gathering: callers that wait for each event (`track`) usually come straight back with their next
 /// one, but they need a few tens of microseconds to prepare it, while the callers that queued during
@@ -55,9 +57,9 @@ final class GroupCommitter: Sendable {
         self.maxQueuedBytes = maxQueuedBytes
     }
 
-    /// Whether the queue has room for an event of `bytes`: under both bounds, or empty.
-    private func hasRoom(for bytes: Int, in state: State) -> Bool {
-        state.queued.isEmpty || (state.queued.count < maxQueued && state.queuedBytes + bytes <= maxQueuedBytes)
+    /// Whether the queue has room for another event: under both bounds.
+    private func hasRoom(in state: State) -> Bool {
+        state.queued.count < maxQueued && state.queuedBytes < maxQueuedBytes
     }
 
     /// Queues `event` for the next transaction and resumes once the transaction holding it is durable.
@@ -71,7 +73,7 @@ final class GroupCommitter: Sendable {
         while !tryEnqueue(pending) {
             await withCheckedContinuation { (room: CheckedContinuation<Void, Never>) in
                 let full = state.withLock { state in
-                    guard !hasRoom(for: pending.event.byteCount, in: state) else { return false }
+                    guard !hasRoom(in: state) else { return false }
                     state.waitingForRoom.append(room)
                     return true
                 }
@@ -107,7 +109,7 @@ final class GroupCommitter: Sendable {
     /// Appends `pending` unless the queue is full; starts the drain loop or ends its gathering.
     private func tryEnqueue(_ pending: PendingTrack) -> Bool {
         let (admitted, startDrain, wake) = state.withLock { state in
-            guard hasRoom(for: pending.event.byteCount, in: state) else { return (false, false, false) }
+            guard hasRoom(in: state) else { return (false, false, false) }
             state.queued.append(pending)
             state.queuedBytes += pending.event.byteCount
             state.lastQueued = pending
@@ -178,7 +180,8 @@ final class GroupCommitter: Sendable {
     private func gather(_ count: Int, limitNanos: UInt64) {
         let waiting = state.withLock { state in
             let target = min(state.queued.count + count, maxBatch)
-            guard state.queued.count < target, limitNanos > 0 else { return false }
+            // A full queue (callers waiting for room) gets no more events until this loop takes some.
+            guard state.queued.count < target, limitNanos > 0, hasRoom(in: state) else { return false }
             state.gatherUntil = target
             return true
         }

@@ -50,8 +50,8 @@ public final class Tracker: Sendable {
         /// 10,000 (a few MiB of typical events), never less than `maxGroupCommit`.
         public var maxQueuedEvents: Int = 10_000
         /// Most encoded bytes of the events waiting for a group commit; `enqueue` suspends while the
-        /// next event would take the queue past it (one event larger than it is taken when nothing
-        /// waits). Default 32 MiB: 10,000 events of 256 KiB would otherwise hold 2.5 GiB.
+        /// queued events hold that many (the last one admitted may take them past it by its size).
+        /// Default 32 MiB: 10,000 events of 256 KiB would otherwise hold 2.5 GiB.
         public var maxQueuedBytes: Int = 32 << 20
         /// Whether an `.app` tracker publishes its preset properties to the group, where the agent
         /// adds them to extension events and the bridge to page events. Default true: the app knows its

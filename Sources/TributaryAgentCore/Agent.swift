@@ -377,9 +377,22 @@ public final class Agent: Service, Sendable {
                         + "stopping so that the next start drains the new one (events already in the outbox stay "
                         + "and go first).")
             }
-            let pending = try outbox.pending().count
+            let (pending, pendingBytes, deadLetterBytes) = try outbox.pending()
             metrics.backlog.record(pending)
             let now = loop.clock.now
+            if pending > 0 && loop.settings.serverURL == nil {
+                // Nowhere to send them: a stop does not wait for a URL (the events wait in the outbox), and
+                // a one-shot run has nothing it could do.
+                if isStopping {
+                    logger.notice("stopping with no collector URL; the events stay in the outbox for the next start")
+                    break
+                }
+                if once {
+                    throw AgentError(
+                        .configuration,
+                        "No collector URL any more: the group's server_url was removed during the run (the events stay in the outbox).")
+                }
+            }
 
             if flushRequested.exchange(false, ordering: .acquiringAndReleasing) {
                 loop.flushing = true
@@ -395,7 +408,9 @@ public final class Agent: Service, Sendable {
                 loop.stopSeen = true
                 loop.cutOwnBackoff(now: now)
             }
-            if pending >= loop.settings.bulkSize || (pending > 0 && now >= loop.nextIntervalFlush) || isStopping {
+            // An outbox at its quota drains no more, so a bulk size it cannot hold would never be reached.
+            let outboxFull = pendingBytes + deadLetterBytes >= configuration.outboxQuotaBytes
+            if pending >= loop.settings.bulkSize || (pending > 0 && (now >= loop.nextIntervalFlush || outboxFull)) || isStopping {
                 loop.flushing = true
             }
             if let until = loop.flushUntil, now >= until {
@@ -462,6 +477,8 @@ public final class Agent: Service, Sendable {
                         loop.flushing = false
                     }
                 }
+            } else if pending > 0 && loop.settings.serverURL == nil {
+                loop.state = "waiting"
             } else if pending == 0 {
                 loop.state = isStopping ? "stopping" : "idle"
                 if loop.flushing && !once && !isStopping { loop.flushing = false }
@@ -660,7 +677,7 @@ public final class Agent: Service, Sendable {
     private func applyGroupSettings(session: UploadSession, loop: inout LoopState) {
         let text: String?
         do {
-            text = try store.configuration()[AgentSettings.configurationKey]
+            text = try store.configurationValue(AgentSettings.configurationKey)
         } catch {
             logger.debug("could not read the group's settings", metadata: ["tributary.reason": "\(error)"])
             return
@@ -687,11 +704,13 @@ public final class Agent: Service, Sendable {
         }
         guard effective != old else { return }
         loop.settings = effective
-        session.destination = (effective.serverURL, effective.format)
-        if effective.serverURL != old.serverURL {
-            // Another collector: the old one's backoff or refusal says nothing about it.
+        if effective.serverURL != old.serverURL || effective.format != old.format {
+            // Another collector, or another format: the old destination's backoff or refusal says nothing
+            // about the new one.
+            session.destination = (effective.serverURL, effective.format)
             loop.notBefore = nil
             loop.collectorsWaitUntil = nil
+            if loop.state == "halted" || loop.state == "backoff" { loop.state = "idle" }
         }
         if effective.flushInterval != old.flushInterval {
             loop.nextIntervalFlush = min(loop.nextIntervalFlush, loop.clock.now.advanced(by: effective.flushInterval))

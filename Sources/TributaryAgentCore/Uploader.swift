@@ -154,9 +154,11 @@ final class UploadSession: @unchecked Sendable {
     /// Replaces the bearer token (re-read from its file after a 401/403).
     func updateToken(_ token: String?) { configuration.bearerToken = token }
 
-    /// Where batches go and in what format. A change drops the batch read ahead (built in the old
-    /// format) and the halt (the old collector's refusal): the batch in flight goes to the new
-    /// collector with the same `Idempotency-Key`.
+    /// Where batches go and in what format. A change forgets what the old destination's answers
+    /// taught: the batch read ahead (built in the old format), the halt, the retry count, a wait it
+    /// asked for, the batch size its 413s imposed, and that an event it refused alone is to be
+    /// dead-lettered (the new destination is asked first). The batch in flight goes to the new one with
+    /// the same `Idempotency-Key`.
     var destination: (serverURL: String?, format: WireFormat) {
         get { (configuration.serverURL, configuration.format) }
         set {
@@ -165,6 +167,11 @@ final class UploadSession: @unchecked Sendable {
             ready = nil
             readAheadBatch = nil
             haltReason = nil
+            attempt = 0
+            waitAskedByCollector = nil
+            batchLimit = configuration.batchSize
+            sizeCeiling = nil
+            suspectRefusedAlone = false
         }
     }
 

@@ -91,7 +91,8 @@ public enum AgentChannel {
 public struct AgentStatus: Codable, Sendable, Equatable {
     /// The agent's pid.
     public var pid: Int32
-    /// `idle`, `uploading`, `backoff`, `halted`, `stopping` or `stopped`.
+    /// `idle`, `uploading`, `backoff`, `halted`, `waiting` (events, and no collector URL to send them
+    /// to), `stopping` or `stopped`.
     public var state: String
     /// Why uploads are halted (401/403/404…), when they are.
     public var haltReason: String?

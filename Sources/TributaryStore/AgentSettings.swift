@@ -199,19 +199,39 @@ extension SharedStore {
     /// ``StoreError/Code/invalidSettings`` when what is stored is not valid settings (written by
     /// something other than ``setAgentSettings(_:)``, or by a newer version that knows more keys).
     public func agentSettings() throws -> AgentSettings {
-        guard let text = try configuration()[AgentSettings.configurationKey] else { return AgentSettings() }
-        return try AgentSettings(json: text)
+        try Self.agentSettings(stored: configurationValue(AgentSettings.configurationKey))
     }
 
     /// Replaces the group's agent settings, after checking them (``StoreError/Code/invalidSettings``,
-    /// nothing written); empty settings remove them. A running agent applies them within a poll
-    /// interval (200 ms).
+    /// nothing written); empty settings remove them. A running agent applies them at its next turn:
+    /// within a poll interval (200 ms), or once the request it is waiting for ends.
     public func setAgentSettings(_ settings: AgentSettings) throws {
         try settings.validate()
-        if settings.isEmpty {
-            try removeConfiguration(AgentSettings.configurationKey)
-        } else {
-            try setConfiguration(AgentSettings.configurationKey, json: settings.json)
+        try updateConfiguration(AgentSettings.configurationKey) { _ in settings.isEmpty ? nil : settings.json }
+    }
+
+    /// Changes the group's agent settings in one write transaction (another process's change between
+    /// reading and writing them is not lost): `change` gets the stored ones, and what it leaves is
+    /// checked and written (empty: removed). Throws ``StoreError/Code/invalidSettings``, writing
+    /// nothing, when the stored settings or the changed ones are not valid.
+    public func updateAgentSettings(_ change: (inout AgentSettings) throws -> Void) throws {
+        try updateConfiguration(AgentSettings.configurationKey) { stored in
+            var settings = try Self.agentSettings(stored: stored)
+            try change(&settings)
+            try settings.validate()
+            return settings.isEmpty ? nil : settings.json
+        }
+    }
+
+    private static func agentSettings(stored: String?) throws(StoreError) -> AgentSettings {
+        guard let stored else { return AgentSettings() }
+        do {
+            return try AgentSettings(json: stored)
+        } catch {
+            throw StoreError(
+                .invalidSettings,
+                "The group's stored agent settings are not valid: \(error.message) SharedStore.setAgentSettings "
+                    + "replaces them; `tributary config unset --all` removes them.")
         }
     }
 }

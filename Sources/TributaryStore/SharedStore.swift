@@ -426,6 +426,32 @@ public final class SharedStore: Sendable {
         return try producerWrite { txn in try withKey(key) { k in try txn.delete(dbi, &k) } }
     }
 
+    /// One configuration value (JSON text), or nil.
+    public func configurationValue(_ key: String) throws -> String? {
+        let dbi = environment.tables.config
+        return try environment.read { txn in try Self.configurationValue(key, dbi: dbi, in: txn) }
+    }
+
+    private static func configurationValue(_ key: String, dbi: MDB_dbi, in txn: Transaction) throws -> String? {
+        try withKey(key) { k in try txn.withValue(dbi, &k) { $0.map { String(decoding: $0, as: UTF8.self) } } }
+    }
+
+    /// Reads a configuration value and writes what `change` makes of it (nil: removes it) in one write
+    /// transaction, so that no other process's change between the two is lost.
+    package func updateConfiguration(_ key: String, _ change: (String?) throws -> String?) throws {
+        let dbi = environment.tables.config
+        try producerWrite { txn in
+            let old = try Self.configurationValue(key, dbi: dbi, in: txn)
+            let new = try change(old)
+            guard new != old else { return }
+            if let new {
+                try withKey(key) { k in try Array(new.utf8).withUnsafeBytes { try txn.put(dbi, &k, $0) } }
+            } else {
+                _ = try withKey(key) { k in try txn.delete(dbi, &k) }
+            }
+        }
+    }
+
     /// Every configuration value (key → JSON text).
     public func configuration() throws -> [String: String] {
         let dbi = environment.tables.config

@@ -121,6 +121,13 @@ struct AgentCommand: AsyncParsableCommand {
         if format == nil, let text = Self.environment("TRIBUTARY_FORMAT"), WireFormat(rawValue: text) == nil {
             throw ValidationError("TRIBUTARY_FORMAT must be sensors or ndjson, not '\(text)'.")
         }
+        if server == nil, let text = Self.environment("TRIBUTARY_SERVER") {
+            do throws(StoreError) {
+                try AgentSettings.validateServerURL(text)
+            } catch {
+                throw ValidationError("TRIBUTARY_SERVER must be an http:// or https:// URL with a host, not '\(text)'.")
+            }
+        }
         for (flag, seconds, zeroAllowed) in durationOptions {
             try Self.validateSeconds(seconds, flag: flag, zeroAllowed: zeroAllowed)
         }

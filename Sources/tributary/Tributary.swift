@@ -13,7 +13,8 @@ struct TributaryCLI: ParsableCommand {
             Every command takes --group DIR, the app group directory that holds the shared store \
             (tributary.mdb). Producers append to it; the sync agent (tributary-agent) drains it.
 
-            Exit codes: 0 success; 64 bad usage; 65 the event or id was rejected (nothing written); \
+            Exit codes: 0 success; 64 bad usage; 65 the event, id or setting was rejected, or the stored \
+            settings are not valid (nothing written); \
             66 no store in the group directory; 69 no agent is listening (flush); 74 store or outbox \
             I/O error, corrupt data, or a stdout that cannot be written (stderr says what was done); 75 the store is full (retry once the agent has drained it) or \
             was deleted or created anew during the call (retry); 77 the group directory is unsafe \
@@ -334,8 +335,8 @@ struct Config: ParsableCommand {
             server_url (an http:// or https:// URL), format (sensors or ndjson), flush_bulk_size (50 … \
             1000000 events) and flush_interval_seconds (5 … 86400). A running agent applies them within \
             a poll interval, each one whose option it was not started with (--server, --format, --bulk-size, \
-            --flush-interval). The group's store must exist (a producer creates it). An unknown key or a value \
-            out of range is exit 65, and nothing is written.
+            --flush-interval). The group's store must exist (a producer creates it). An unknown key is exit 64, \
+            a value out of range (or stored settings that are not valid) exit 65, and nothing is written.
             """,
         subcommands: [ConfigShow.self, ConfigSet.self, ConfigUnset.self],
         defaultSubcommand: ConfigShow.self)
@@ -357,8 +358,7 @@ struct ConfigShow: ParsableCommand {
                 // What is stored, so that it can be looked at before it is replaced.
                 let stored = try store.configuration()[AgentSettings.configurationKey] ?? ""
                 say(json ? stored : "stored (not valid, the agent does not use it): \(stored)")
-                throw StoreError(
-                    .invalidSettings, error.message + " `tributary config unset --all` removes them.")
+                throw error
             }
         }
     }
@@ -373,31 +373,30 @@ struct ConfigSet: ParsableCommand {
 
     func validate() throws {
         guard !assignments.isEmpty else { throw ValidationError("Give at least one KEY=VALUE.") }
+        for assignment in assignments {
+            guard let equals = assignment.firstIndex(of: "=") else {
+                throw ValidationError("\"\(assignment)\" is not KEY=VALUE.")
+            }
+            _ = try settingKey(String(assignment[..<equals]))
+        }
     }
 
     func run() throws {
         try reportingErrors {
-            // Every assignment is checked before the store is opened: a refused one writes nothing.
+            // Every value is checked before the store is opened: a refused one writes nothing.
             var changes = AgentSettings()
             var keys: [AgentSettings.Key] = []
             for assignment in assignments {
-                guard let equals = assignment.firstIndex(of: "=") else {
-                    throw StoreError(.invalidSettings, "\"\(assignment)\" is not KEY=VALUE.")
-                }
-                let name = String(assignment[..<equals])
-                guard let key = AgentSettings.Key(rawValue: name) else {
-                    throw StoreError(
-                        .invalidSettings,
-                        "Unknown setting \"\(name)\"; the known ones are "
-                            + AgentSettings.Key.allCases.map(\.rawValue).joined(separator: ", ") + ".")
-                }
+                let equals = assignment.firstIndex(of: "=")!
+                let key = try settingKey(String(assignment[..<equals]))
                 try changes.set(key, to: String(assignment[assignment.index(after: equals)...]))
                 keys.append(key)
             }
-            let store = try openExisting(options.group)
-            var settings = try store.agentSettings()
-            for key in keys { settings.merge(key, from: changes) }
-            try store.setAgentSettings(settings)
+            var settings = AgentSettings()
+            try openExisting(options.group).updateAgentSettings { stored in
+                for key in keys { stored.merge(key, from: changes) }
+                settings = stored
+            }
             say(settingsText(settings), done: "the agent settings are stored")
         }
     }
@@ -414,11 +413,7 @@ struct ConfigUnset: ParsableCommand {
 
     func validate() throws {
         guard keys.isEmpty == all else { throw ValidationError("Give setting names or --all (one of the two).") }
-        for name in keys where AgentSettings.Key(rawValue: name) == nil {
-            throw ValidationError(
-                "Unknown setting \"\(name)\"; the known ones are "
-                    + AgentSettings.Key.allCases.map(\.rawValue).joined(separator: ", ") + ".")
-        }
+        for name in keys { _ = try settingKey(name) }
     }
 
     func run() throws {
@@ -429,10 +424,22 @@ struct ConfigUnset: ParsableCommand {
                 say(removed ? "removed the agent settings" : "no agent settings", done: "the agent settings are removed")
                 return
             }
-            var settings = try store.agentSettings()
-            for name in keys { settings.remove(AgentSettings.Key(rawValue: name)!) }
-            try store.setAgentSettings(settings)
+            var settings = AgentSettings()
+            try store.updateAgentSettings { stored in
+                for name in keys { stored.remove(try settingKey(name)) }
+                settings = stored
+            }
             say(settingsText(settings), done: "the agent settings are stored")
         }
     }
+}
+
+/// The setting a command line names; an unknown name is bad usage (64).
+func settingKey(_ name: String) throws -> AgentSettings.Key {
+    guard let key = AgentSettings.Key(rawValue: name) else {
+        throw ValidationError(
+            "Unknown setting \"\(name)\"; the known ones are "
+                + AgentSettings.Key.allCases.map(\.rawValue).joined(separator: ", ") + ".")
+    }
+    return key
 }

@@ -12,9 +12,13 @@ import TributaryWire
 @Suite("The agent follows the app's settings")
 struct GroupSettingsTests {
     /// An agent as `tributary-agent` makes it when its command line gives only what `given` names.
-    static func agent(_ group: String, serverURL: String? = nil, given: Set<AgentSettings.Key> = []) throws -> Agent {
+    static func agent(
+        _ group: String, serverURL: String? = nil, given: Set<AgentSettings.Key> = [],
+        _ adjust: (inout AgentConfiguration) -> Void = { _ in }
+    ) throws -> Agent {
         try UploadTests.agent(group, serverURL: serverURL) { config in
             config.settingsFromGroup = Set(AgentSettings.Key.allCases).subtracting(given)
+            adjust(&config)
         }
     }
 
@@ -105,6 +109,71 @@ struct GroupSettingsTests {
                     agent.requestStop()
                     try await running.value
                 }
+            }
+        }
+    }
+
+    @Test("an agent waiting for a collector URL stops at once when asked, keeping the events")
+    func stopsWithoutServer() async throws {
+        try await withTemporaryGroup { group in
+            try await UploadTests.produce(group, count: 50)
+            let agent = try Self.agent(group) { $0.stopTimeout = .seconds(20) }
+            let running = Task { try await agent.run() }
+            defer { running.cancel() }
+            #expect(try await UploadTests.eventually { AgentChannel.readStatus(groupDirectory: group)?.state == "waiting" })
+            let asked = ContinuousClock.now
+            agent.requestStop()
+            try await running.value
+            // Before, the loop polled for a URL until the stop timeout ran out.
+            #expect(ContinuousClock.now - asked < .seconds(10), "the stop took \(ContinuousClock.now - asked)")
+            #expect(try agent.outbox.pending().count == 50)
+        }
+    }
+
+    @Test("a new server ends the wait the old one imposed: a halt and a long backoff do not hold the first request to the new one")
+    func newServerEndsHalt() async throws {
+        try await withTemporaryGroup { group in
+            try await UploadTests.produce(group, count: 60)
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(forcedStatus: 401))) { refusing in
+                try await Collector.withRunning(CollectorConfiguration()) { accepting in
+                    let store = try SharedStore(groupDirectory: group)
+                    try store.setAgentSettings(AgentSettings(serverURL: refusing.url + "/sa", flushBulkSize: 50))
+                    let agent = try Self.agent(group) {
+                        $0.upload.backoff = Backoff(base: .seconds(60), cap: .seconds(60))
+                        $0.flushInterval = .seconds(60)
+                    }
+                    let running = Task { try await agent.run() }
+                    defer { running.cancel() }
+                    #expect(try await UploadTests.eventually { AgentChannel.readStatus(groupDirectory: group)?.state == "halted" })
+                    try store.setAgentSettings(AgentSettings(serverURL: accepting.url + "/sa", flushBulkSize: 50))
+                    // Well under the 60 s the halt and the backoff would hold it.
+                    #expect(try await UploadTests.eventually(within: 20) { try await accepting.stats().unique == 60 })
+                    try await UploadTests.expectDelivered(accepting, count: 60)
+                    agent.requestStop()
+                    try await running.value
+                }
+            }
+        }
+    }
+
+    @Test("a bulk size the outbox cannot hold does not stall uploads: an outbox at its quota is flushed")
+    func bulkSizeBeyondQuota() async throws {
+        try await withTemporaryGroup { group in
+            try await UploadTests.produce(group, count: 300)
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                try SharedStore(groupDirectory: group).setAgentSettings(AgentSettings(
+                    serverURL: collector.url + "/sa", flushBulkSize: 1_000_000, flushIntervalSeconds: 86_400))
+                let agent = try Self.agent(group) {
+                    $0.outboxQuotaBytes = 32 << 10
+                    $0.flushInterval = .seconds(60)  // the first interval flush, before the group's interval applies
+                }
+                let running = Task { try await agent.run() }
+                defer { running.cancel() }
+                // Well before any interval: without the quota's flush nothing went for 60 s.
+                #expect(try await UploadTests.eventually(within: 20) { try await collector.stats().unique == 300 })
+                try await UploadTests.expectDelivered(collector, count: 300)
+                agent.requestStop()
+                try await running.value
             }
         }
     }
