@@ -22,6 +22,15 @@ struct GroupSettingsTests {
         }
     }
 
+    /// Runs `agent` while `body` runs, then stops it and waits for its end.
+    static func whileRunning(_ agent: Agent, _ body: () async throws -> Void) async throws {
+        let running = Task { try await agent.run() }
+        defer { running.cancel() }
+        try await body()
+        agent.requestStop()
+        try await running.value
+    }
+
     @Test("the group's settings apply where the command line left them, and the command line's win")
     func precedence() {
         var config = AgentConfiguration(groupDirectory: "/g", serverURL: "http://flag.example/sa")
@@ -51,24 +60,22 @@ struct GroupSettingsTests {
             try await UploadTests.produce(group, count: 300)
             try await Collector.withRunning(CollectorConfiguration()) { collector in
                 let agent = try Self.agent(group)
-                let running = Task { try await agent.run() }
-                defer { running.cancel() }
-                // Drained into the outbox, and nothing sent: there is nowhere to send it.
-                #expect(try await UploadTests.eventually { try agent.outbox.pending().count == 300 })
-                agent.requestFlush()
-                try await Task.sleep(for: .milliseconds(300))
-                #expect(try await collector.stats().requests == 0)
-                #expect(AgentChannel.readStatus(groupDirectory: group).map { $0.serverURL == nil } ?? true)
+                try await Self.whileRunning(agent) {
+                    // Drained into the outbox, and nothing sent: there is nowhere to send it.
+                    #expect(try await UploadTests.eventually { try agent.outbox.pending().count == 300 })
+                    agent.requestFlush()
+                    try await Task.sleep(for: .milliseconds(300))
+                    #expect(try await collector.stats().requests == 0)
+                    #expect(AgentChannel.readStatus(groupDirectory: group).map { $0.serverURL == nil } ?? true)
 
-                let store = try SharedStore(groupDirectory: group)
-                try store.setAgentSettings(AgentSettings(serverURL: collector.url + "/sa", flushBulkSize: 50))
-                #expect(try await UploadTests.eventually { try await collector.stats().unique == 300 })
-                try await UploadTests.expectDelivered(collector, count: 300)
-                #expect(try await UploadTests.eventually {
-                    AgentChannel.readStatus(groupDirectory: group)?.serverURL == collector.url + "/sa"
-                })
-                agent.requestStop()
-                try await running.value
+                    let store = try SharedStore(groupDirectory: group)
+                    try store.setAgentSettings(AgentSettings(serverURL: collector.url + "/sa", flushBulkSize: 50))
+                    #expect(try await UploadTests.eventually { try await collector.stats().unique == 300 })
+                    try await UploadTests.expectDelivered(collector, count: 300)
+                    #expect(try await UploadTests.eventually {
+                        AgentChannel.readStatus(groupDirectory: group)?.serverURL == collector.url + "/sa"
+                    })
+                }
             }
         }
     }
@@ -81,33 +88,31 @@ struct GroupSettingsTests {
                     let store = try SharedStore(groupDirectory: group)
                     try store.setAgentSettings(AgentSettings(serverURL: first.url + "/sa", flushBulkSize: 50))
                     let agent = try Self.agent(group)
-                    let running = Task { try await agent.run() }
-                    defer { running.cancel() }
-                    let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .app))
-                    for i in 0..<50 { try await tracker.track("First", properties: ["i": .int(Int64(i))]) }
-                    #expect(try await UploadTests.eventually { try await first.stats().unique == 50 })
+                    try await Self.whileRunning(agent) {
+                        let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .app))
+                        for i in 0..<50 { try await tracker.track("First", properties: ["i": .int(Int64(i))]) }
+                        #expect(try await UploadTests.eventually { try await first.stats().unique == 50 })
 
-                    // An unknown key: refused as a whole, reported, and the first collector stays.
-                    try store.setConfiguration(
-                        AgentSettings.configurationKey, json: #"{"server_url":"\#(second.url)/ingest","retries":3}"#)
-                    #expect(try await UploadTests.eventually {
-                        AgentChannel.readStatus(groupDirectory: group)?.settingsProblem?.contains("\"retries\"") == true
-                    })
-                    for i in 0..<50 { try await tracker.track("StillFirst", properties: ["i": .int(Int64(i))]) }
-                    #expect(try await UploadTests.eventually { try await first.stats().unique == 100 })
+                        // An unknown key: refused as a whole, reported, and the first collector stays.
+                        try store.setConfiguration(
+                            AgentSettings.configurationKey, json: #"{"server_url":"\#(second.url)/ingest","retries":3}"#)
+                        #expect(try await UploadTests.eventually {
+                            AgentChannel.readStatus(groupDirectory: group)?.settingsProblem?.contains("\"retries\"") == true
+                        })
+                        for i in 0..<50 { try await tracker.track("StillFirst", properties: ["i": .int(Int64(i))]) }
+                        #expect(try await UploadTests.eventually { try await first.stats().unique == 100 })
 
-                    try store.setAgentSettings(AgentSettings(serverURL: second.url + "/ingest", format: .ndjson, flushBulkSize: 50))
-                    #expect(try await UploadTests.eventually {
-                        let status = AgentChannel.readStatus(groupDirectory: group)
-                        return status?.settingsProblem == nil && status?.serverURL == second.url + "/ingest"
-                    })
-                    for i in 0..<50 { try await tracker.track("Second", properties: ["i": .int(Int64(i))]) }
-                    #expect(try await UploadTests.eventually { try await second.stats().unique == 50 })
-                    #expect(try await first.stats().unique == 100)
-                    let names = Set(try await second.events(limit: 100).compactMap(\.event))
-                    #expect(names == ["Second"])
-                    agent.requestStop()
-                    try await running.value
+                        try store.setAgentSettings(AgentSettings(serverURL: second.url + "/ingest", format: .ndjson, flushBulkSize: 50))
+                        #expect(try await UploadTests.eventually {
+                            let status = AgentChannel.readStatus(groupDirectory: group)
+                            return status?.settingsProblem == nil && status?.serverURL == second.url + "/ingest"
+                        })
+                        for i in 0..<50 { try await tracker.track("Second", properties: ["i": .int(Int64(i))]) }
+                        #expect(try await UploadTests.eventually { try await second.stats().unique == 50 })
+                        #expect(try await first.stats().unique == 100)
+                        let names = Set(try await second.events(limit: 100).compactMap(\.event))
+                        #expect(names == ["Second"])
+                    }
                 }
             }
         }
@@ -142,15 +147,13 @@ struct GroupSettingsTests {
                         $0.upload.backoff = Backoff(base: .seconds(60), cap: .seconds(60))
                         $0.flushInterval = .seconds(60)
                     }
-                    let running = Task { try await agent.run() }
-                    defer { running.cancel() }
-                    #expect(try await UploadTests.eventually { AgentChannel.readStatus(groupDirectory: group)?.state == "halted" })
-                    try store.setAgentSettings(AgentSettings(serverURL: accepting.url + "/sa", flushBulkSize: 50))
-                    // Well under the 60 s the halt and the backoff would hold it.
-                    #expect(try await UploadTests.eventually(within: 20) { try await accepting.stats().unique == 60 })
-                    try await UploadTests.expectDelivered(accepting, count: 60)
-                    agent.requestStop()
-                    try await running.value
+                    try await Self.whileRunning(agent) {
+                        #expect(try await UploadTests.eventually { AgentChannel.readStatus(groupDirectory: group)?.state == "halted" })
+                        try store.setAgentSettings(AgentSettings(serverURL: accepting.url + "/sa", flushBulkSize: 50))
+                        // Well under the 60 s the halt and the backoff would hold it.
+                        #expect(try await UploadTests.eventually(within: 20) { try await accepting.stats().unique == 60 })
+                        try await UploadTests.expectDelivered(accepting, count: 60)
+                    }
                 }
             }
         }
@@ -167,13 +170,11 @@ struct GroupSettingsTests {
                     $0.outboxQuotaBytes = 32 << 10
                     $0.flushInterval = .seconds(60)  // the first interval flush, before the group's interval applies
                 }
-                let running = Task { try await agent.run() }
-                defer { running.cancel() }
-                // Well before any interval: without the quota's flush nothing went for 60 s.
-                #expect(try await UploadTests.eventually(within: 20) { try await collector.stats().unique == 300 })
-                try await UploadTests.expectDelivered(collector, count: 300)
-                agent.requestStop()
-                try await running.value
+                try await Self.whileRunning(agent) {
+                    // Well before any interval: without the quota's flush nothing went for 60 s.
+                    #expect(try await UploadTests.eventually(within: 20) { try await collector.stats().unique == 300 })
+                    try await UploadTests.expectDelivered(collector, count: 300)
+                }
             }
         }
     }
