@@ -56,7 +56,7 @@ struct CrashTests {
                 "tributary-sim",
                 [
                     "app", "--group", group, "--events", "500", "--seed", "7", "--crash-after", "30", "--crash-kind",
-                    kind,
+                    kind, "--app-version", "1.0.0",
                     "--foreign-handler", trace, "--ledger", ledger,
                 ], environment: quiet)
             let crashedPID = app.pid
@@ -74,7 +74,7 @@ struct CrashTests {
             let before = try Self.events(group)
             #expect(!before.map(\.name).contains("$AppCrashed"))
             let restart = try await ChildProcess.run(
-                "tributary-sim", ["app", "--group", group, "--events", "5", "--seed", "8", "--ledger", ledger],
+                "tributary-sim", ["app", "--group", group, "--events", "5", "--seed", "8", "--ledger", ledger, "--app-version", "1.1.0"],
                 environment: quiet)
             #expect(restart.status == 0, "\(restart.stderr)")
 
@@ -84,6 +84,8 @@ struct CrashTests {
             let reason = crashed[0].properties["app_crashed_reason"] as? String ?? ""
             #expect(reason.hasPrefix("\(name) (signal \(signal)"), "\(reason)")
             #expect(reason.contains("tributary-sim + 0x"), "the backtrace names the executable: \(reason)")
+            // Reported by 1.1.0, the crash was 1.0.0's.
+            #expect(crashed[0].properties["$app_version"] as? String == "1.0.0")
             let frames = reason.split(separator: "\n").count - 1
             #expect(frames >= 3, "\(reason)")
 

@@ -48,6 +48,7 @@ typedef struct {
     char screen_name[TRIBUTARY_CRASH_SCREEN_NAME];
 } crash_context;
 static crash_context g_context[2];
+static char g_app_version[TRIBUTARY_CRASH_APP_VERSION];
 static atomic_uint g_context_index = 0;
 static pthread_mutex_t g_context_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -79,6 +80,12 @@ void tributary_crash_set_context(uint32_t foreground, uint64_t active_since_ns, 
     copy_string(c->session_id, sizeof(c->session_id), session_id);
     copy_string(c->screen_name, sizeof(c->screen_name), screen_name);
     atomic_store(&g_context_index, next);
+    pthread_mutex_unlock(&g_context_lock);
+}
+
+void tributary_crash_set_app_version(const char *app_version) {
+    pthread_mutex_lock(&g_context_lock);
+    copy_string(g_app_version, sizeof(g_app_version), app_version);
     pthread_mutex_unlock(&g_context_lock);
 }
 
@@ -158,6 +165,8 @@ static void write_record(int sig, siginfo_t *info, void *uctx) {
     memcpy(r->screen_name, c->screen_name, sizeof(r->screen_name));
     r->session_id[sizeof(r->session_id) - 1] = 0;
     r->screen_name[sizeof(r->screen_name) - 1] = 0;
+    memcpy(r->app_version, g_app_version, sizeof(r->app_version));
+    r->app_version[sizeof(r->app_version) - 1] = 0;
 
     uint64_t pc = 0, fp = 0, sp = 0;
     if (uctx) {

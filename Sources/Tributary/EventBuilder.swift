@@ -126,7 +126,13 @@ enum EventEncoder {
         tail.raw(",\"$lib_method\":\"")
         tail.raw(libMethod)
         tail.raw("\"")
-        if let version = base.appVersion {
+        // The event's own `$app_version` (a crash reported by the next run: the crashed run's) wins here
+        // too, as it does in `properties`.
+        var ownVersion: String?
+        if let own = properties.first(where: { $0.key == "$app_version" }), case .string(let version) = own.value {
+            ownVersion = version
+        }
+        if let version = ownVersion ?? base.appVersion {
             tail.raw(",\"$app_version\":")
             tail.string(version)
         }

@@ -92,7 +92,7 @@ public final class Tracker: Sendable {
     public let store: SharedStore
     /// The producer identity written into every record.
     public let producer: SharedStore.Producer
-    let configuration: Configuration
+    package let configuration: Configuration
     let presets: [String: PropertyValue]
     private let state: Mutex<State>
     let committer: GroupCommitter

@@ -136,7 +136,7 @@ public final class AutoTracker: Sendable {
         // tracked at a later start, under the same event ids.
         let setAside = Result { try crashLog.setAside() }
         if configuration.captureCrashes {
-            try crashLog.install(bootID: .current)
+            try crashLog.install(bootID: .current, appVersion: tracker.configuration.appVersion)
             publishCrashContext()
         }
         try setAside.get()
@@ -148,6 +148,8 @@ public final class AutoTracker: Sendable {
                 var properties: [String: PropertyValue] = [:]
                 if !record.sessionID.isEmpty { properties["$session_id"] = .string(record.sessionID) }
                 if !record.screenName.isEmpty { properties["$screen_name"] = .string(record.screenName) }
+                // The crashed run's version, not this one's: the app may have been updated since.
+                if let version = record.appVersion, !version.isEmpty { properties["$app_version"] = .string(version) }
                 let event: String
                 switch effect {
                 case .appEnd(let duration, let reason):

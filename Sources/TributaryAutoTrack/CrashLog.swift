@@ -45,6 +45,8 @@ public struct CrashRecord: Sendable, Hashable {
     public var sessionID: String
     /// The page on screen at the crash (empty if none).
     public var screenName: String
+    /// The crashed run's `$app_version`; nil in a record written before records carried it (version 1).
+    public var appVersion: String?
     /// The backtrace: the program counter, then return addresses.
     public var frames: [Frame]
 
@@ -136,6 +138,11 @@ public struct CrashLog: Sendable {
     public var pendingPath: String { path + ".pending" }
     /// Size of one record.
     public static let recordSize = MemoryLayout<tributary_crash_record>.size
+    /// Where a record's `app_version` begins: where a version 1 record's checksum is.
+    static let appVersionOffset = MemoryLayout<tributary_crash_record>.offset(of: \.app_version)!
+    static let checksumOffset = MemoryLayout<tributary_crash_record>.offset(of: \.checksum)!
+    /// The size of a version 1 record (before records carried the app version).
+    static let v1RecordSize = appVersionOffset + MemoryLayout<UInt64>.size
 
     /// The crash file of `producerID` in `groupDirectory`.
     public init(groupDirectory: String, producerID: String) {
@@ -186,10 +193,11 @@ public struct CrashLog: Sendable {
         return data.withUnsafeBytes { raw in
             var records: [CrashRecord] = []
             var offset = 0
-            while offset + recordSize <= raw.count {
-                if let record = decode(UnsafeRawBufferPointer(rebasing: raw[offset..<offset + recordSize])) {
+            while offset + v1RecordSize <= raw.count {
+                let rest = UnsafeRawBufferPointer(rebasing: raw[offset...])
+                if let record = decode(rest) {
                     records.append(record)
-                    offset += recordSize
+                    offset += record.appVersion == nil ? v1RecordSize : recordSize
                 } else {
                     // A torn record: resynchronise on the next magic number (a record starts with it).
                     offset = nextMagic(in: raw, after: offset) ?? raw.count
@@ -203,7 +211,7 @@ public struct CrashLog: Sendable {
     private static func nextMagic(in raw: UnsafeRawBufferPointer, after offset: Int) -> Int? {
         let magic = withUnsafeBytes(of: TRIBUTARY_CRASH_MAGIC) { Array($0) }
         var candidate = offset + 1
-        while candidate + recordSize <= raw.count {
+        while candidate + v1RecordSize <= raw.count {
             guard let hit = raw[candidate...].firstIndex(of: magic[0]) else { return nil }
             if hit + magic.count <= raw.count, raw[hit..<hit + magic.count].elementsEqual(magic) { return hit }
             candidate = hit + 1
@@ -215,15 +223,24 @@ public struct CrashLog: Sendable {
         chunk.withUnsafeBytes { decode($0) }
     }
 
+    /// Decodes the record at the start of `raw` (it may go on past the record), version 2 or 1.
     static func decode(_ raw: UnsafeRawBufferPointer) -> CrashRecord? {
-        guard raw.count >= recordSize else { return nil }
-        let r = raw.loadUnaligned(as: tributary_crash_record.self)
-        guard r.magic == TRIBUTARY_CRASH_MAGIC, r.version == TRIBUTARY_CRASH_VERSION,
-            Int(r.size) == recordSize,
-            r.checksum
-                == tributary_crash_checksum(
-                    raw.baseAddress, UInt64(MemoryLayout<tributary_crash_record>.offset(of: \.checksum)!))
-        else { return nil }
+        guard raw.count >= v1RecordSize, raw.loadUnaligned(as: UInt32.self) == TRIBUTARY_CRASH_MAGIC else { return nil }
+        let version = raw.loadUnaligned(fromByteOffset: 4, as: UInt32.self)
+        let size = Int(raw.loadUnaligned(fromByteOffset: 8, as: UInt32.self))
+        var r = tributary_crash_record()
+        switch (version, size) {
+        case (TRIBUTARY_CRASH_VERSION, recordSize) where raw.count >= recordSize:
+            r = raw.loadUnaligned(as: tributary_crash_record.self)
+            guard r.checksum == tributary_crash_checksum(raw.baseAddress, UInt64(checksumOffset)) else { return nil }
+        case (1, v1RecordSize):
+            // The same fields up to app_version, which a version 1 record does not have: its checksum is there.
+            let checksum = raw.loadUnaligned(fromByteOffset: appVersionOffset, as: UInt64.self)
+            guard checksum == tributary_crash_checksum(raw.baseAddress, UInt64(appVersionOffset)) else { return nil }
+            withUnsafeMutableBytes(of: &r) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: raw[..<appVersionOffset])) }
+        default:
+            return nil
+        }
         var r2 = r
         let modules: [(bias: UInt64, start: UInt64, end: UInt64, name: String)] = withUnsafeBytes(of: &r2.modules) {
             m in
@@ -246,7 +263,7 @@ public struct CrashLog: Sendable {
             instruction: r.instruction, wallTimeMillis: r.wall_ms, bootTimeNanos: r.boot_ns,
             bootID: withUnsafeBytes(of: &r2.boot_id) { BootID(bytes: $0) }, foreground: r.foreground != 0,
             activeSince: r.active_since_ns, sessionID: cString(&r2.session_id),
-            screenName: cString(&r2.screen_name),
+            screenName: cString(&r2.screen_name), appVersion: version == 1 ? nil : cString(&r2.app_version),
             frames: frames)
     }
 
@@ -302,7 +319,7 @@ public struct CrashLog: Sendable {
     }
 
     /// Opens the file for appending and installs the signal handlers that write to it.
-    func install(bootID: BootID) throws {
+    func install(bootID: BootID, appVersion: String) throws {
         let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o660)
         guard fd >= 0 else {
             throw CrashLogError(
@@ -310,6 +327,7 @@ public struct CrashLog: Sendable {
             )
         }
         syncDirectory()  // the file's directory entry must survive a power cut too
+        tributary_crash_set_app_version(appVersion)
         let rc = bootID.bytes.withUnsafeBufferPointer { tributary_crash_install(fd, $0.baseAddress) }
         guard rc == 0 else {
             close(fd)

@@ -9,7 +9,7 @@ import TributaryTestSupport
 /// A record as the signal handler writes it (the real multi-process crash is in Integration/CrashTests).
 func crashRecordBytes(
     signal: Int32, foreground: Bool, activeSince: UInt64, crashedAt: UInt64, wallMillis: Int64,
-    session: String, screen: String
+    session: String, screen: String, appVersion: String = "1.0.0"
 ) -> [UInt8] {
     var r = tributary_crash_record()
     r.magic = TRIBUTARY_CRASH_MAGIC
@@ -37,13 +37,61 @@ func crashRecordBytes(
     r.modules.0.start = 0x5555_0000_0000
     r.modules.0.end = 0x5555_0010_0000
     withUnsafeMutableBytes(of: &r.modules.0.name) { $0.copyBytes(from: Array("tributary-sim".utf8)) }
+    withUnsafeMutableBytes(of: &r.app_version) { $0.copyBytes(from: Array(appVersion.utf8)) }
     let offset = MemoryLayout<tributary_crash_record>.offset(of: \.checksum)!
     r.checksum = withUnsafeBytes(of: &r) { tributary_crash_checksum($0.baseAddress, UInt64(offset)) }
     return withUnsafeBytes(of: &r) { Array($0) }
 }
 
+/// The same record as a version 1 handler wrote it: no `app_version`, the checksum where it begins.
+func crashRecordV1Bytes(_ v2: [UInt8]) -> [UInt8] {
+    var bytes = Array(v2.prefix(CrashLog.appVersionOffset))
+    withUnsafeBytes(of: UInt32(1)) { bytes.replaceSubrange(4..<8, with: $0) }
+    withUnsafeBytes(of: UInt32(CrashLog.v1RecordSize)) { bytes.replaceSubrange(8..<12, with: $0) }
+    let checksum = bytes.withUnsafeBytes { tributary_crash_checksum($0.baseAddress, UInt64($0.count)) }
+    withUnsafeBytes(of: checksum) { bytes.append(contentsOf: $0) }
+    return bytes
+}
+
 @Suite("Crash records", .serialized)
 struct CrashRecordTests {
+    @Test("a crash carries the crashed run's $app_version, in properties and lib, after an update; a version 1 record, this run's")
+    func crashedRunsVersion() throws {
+        try withTemporaryGroup { group in
+            let clock = ManualClock()
+            var config = Tracker.Configuration(groupDirectory: group)
+            config.appVersion = "1.1.0"
+            let auto = try AutoTracker(tracker: try Tracker(configuration: config), configuration: {
+                var c = AutoTracker.Configuration()
+                c.captureCrashes = false
+                c.flushOnBackground = false
+                c.monotonicNanos = { clock.now() }
+                return c
+            }())
+            let crashedAt = BootClock.nowNanos()
+            let current = crashRecordBytes(
+                signal: SIGSEGV, foreground: true, activeSince: crashedAt - 5_000_000_000, crashedAt: crashedAt,
+                wallMillis: 1_700_000_000_000, session: "s1", screen: "home", appVersion: "1.0.0")
+            let old = crashRecordV1Bytes(crashRecordBytes(
+                signal: SIGABRT, foreground: false, activeSince: 0, crashedAt: crashedAt, wallMillis: 1_700_000_000_500,
+                session: "s0", screen: "", appVersion: "ignored"))
+            #expect(old.count == CrashLog.v1RecordSize && current.count == CrashLog.recordSize)
+            try Data(old + current + old).write(to: URL(fileURLWithPath: auto.crashLog.path))
+            let records = try auto.crashLog.read()
+            #expect(records.map(\.appVersion) == [nil, "1.0.0", nil])
+
+            try auto.start()
+            let events = try storedEvents(group).filter { $0.event == "$AppCrashed" || $0.event == "$AppEnd" }
+            #expect(events.map(\.event) == ["$AppCrashed", "$AppCrashed", "$AppEnd", "$AppCrashed"])
+            #expect(events.map { $0["$app_version"] as? String } == ["1.1.0", "1.0.0", "1.0.0", "1.1.0"])
+            let libVersions = try events.map { event in
+                let body = try JSONSerialization.jsonObject(with: Data(event.record.body)) as? [String: Any]
+                return (body?["lib"] as? [String: Any])?["$app_version"] as? String
+            }
+            #expect(libVersions == ["1.1.0", "1.0.0", "1.0.0", "1.1.0"])
+        }
+    }
+
     @Test(
         "the next start turns a record into $AppCrashed and the missing $AppEnd, dated at the crash; torn records are skipped"
     )

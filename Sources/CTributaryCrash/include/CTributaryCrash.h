@@ -12,12 +12,13 @@ extern "C" {
 #endif
 
 #define TRIBUTARY_CRASH_MAGIC 0x52435254u   /* "TRCR" little-endian */
-#define TRIBUTARY_CRASH_VERSION 1u
+#define TRIBUTARY_CRASH_VERSION 2u   /* 1: the same without app_version */
 #define TRIBUTARY_CRASH_MAX_FRAMES 64
 #define TRIBUTARY_CRASH_MAX_MODULES 32
 #define TRIBUTARY_CRASH_MODULE_NAME 96
 #define TRIBUTARY_CRASH_SESSION_ID 40
 #define TRIBUTARY_CRASH_SCREEN_NAME 128
+#define TRIBUTARY_CRASH_APP_VERSION 256
 
 /// One loaded object (executable or shared library), captured when the handlers are installed.
 typedef struct {
@@ -49,8 +50,12 @@ typedef struct {
     uint32_t module_count;
     uint64_t frames[TRIBUTARY_CRASH_MAX_FRAMES];
     tributary_crash_module modules[TRIBUTARY_CRASH_MAX_MODULES];
+    char app_version[TRIBUTARY_CRASH_APP_VERSION];   // the crashed run's $app_version, NUL-terminated (version 2)
     uint64_t checksum;              // FNV-1a 64 of every byte before this field
 } tributary_crash_record;
+
+// A version 1 record (written by Tributary before app_version) is a version 2 record without
+// app_version: its checksum is where app_version begins, and it ends 8 bytes later. Readers take both.
 
 /// Installs the handlers for SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL and SIGTRAP, keeping the
 /// previously installed actions to chain to. `fd` is the crash file, opened for appending; it stays
@@ -65,6 +70,10 @@ int tributary_crash_uninstall(void);
 /// Publishes what a crash record needs to know about the app (safe to call from any thread).
 void tributary_crash_set_context(uint32_t foreground, uint64_t active_since_ns, const char *session_id,
                                  const char *screen_name);
+
+/// Sets the app version every later record carries (call it before the handlers can run; a
+/// longer version is cut at 255 bytes).
+void tributary_crash_set_app_version(const char *app_version);
 
 /// FNV-1a 64 of `length` bytes (the record checksum).
 uint64_t tributary_crash_checksum(const void *bytes, uint64_t length);
