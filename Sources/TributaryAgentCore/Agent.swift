@@ -182,7 +182,8 @@ public final class Agent: Service, Sendable {
         do {
             listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
             applyGroupSettings(session: session, loop: &loop)
-            if once && loop.settings.serverURL == nil {
+            // Nothing to send needs no URL: a fetch timer's run on a device whose app has not set one yet.
+            if once && loop.settings.serverURL == nil, try outbox.pending().count + store.status().pendingEvents > 0 {
                 throw AgentError(
                     .configuration,
                     "No collector URL: give --server, or have the app set the group's server_url (`tributary config set "
@@ -390,7 +391,8 @@ public final class Agent: Service, Sendable {
                 if once {
                     throw AgentError(
                         .configuration,
-                        "No collector URL any more: the group's server_url was removed during the run (the events stay in the outbox).")
+                        "No collector URL for the events this run found: give --server, or have the app set the group's "
+                            + "server_url (the events stay in the outbox).")
                 }
             }
 
@@ -710,6 +712,7 @@ public final class Agent: Service, Sendable {
             session.destination = (effective.serverURL, effective.format)
             loop.notBefore = nil
             loop.collectorsWaitUntil = nil
+            loop.uploadsAnswered = true
             if loop.state == "halted" || loop.state == "backoff" { loop.state = "idle" }
         }
         if effective.flushInterval != old.flushInterval {

@@ -76,13 +76,18 @@ public struct AgentConfiguration: Sendable {
     }
 
     /// What the agent runs with, given the group's `settings`: each one this configuration leaves to
-    /// the group (``settingsFromGroup``) and the group gives, else this configuration's.
+    /// the group (``settingsFromGroup``) and the group gives, else this configuration's. The group's
+    /// format applies only together with the group's server URL.
     func effective(_ settings: AgentSettings) -> EffectiveSettings {
         func follows(_ key: AgentSettings.Key) -> Bool { settingsFromGroup.contains(key) }
         var effective = EffectiveSettings(
             serverURL: upload.serverURL, format: upload.format, bulkSize: bulkSize, flushInterval: flushInterval)
-        if let url = settings.serverURL, follows(.serverURL) || upload.serverURL == nil { effective.serverURL = url }
-        if let format = settings.format, follows(.format) { effective.format = format == .ndjson ? .ndjson : .sensors }
+        let groupsServer = settings.serverURL != nil && (follows(.serverURL) || upload.serverURL == nil)
+        if groupsServer { effective.serverURL = settings.serverURL }
+        // The app's format goes with the app's server: a body for its collector may be refused by another.
+        if let format = settings.format, follows(.format), groupsServer {
+            effective.format = WireFormat(rawValue: format.rawValue) ?? effective.format
+        }
         if let size = settings.flushBulkSize, follows(.flushBulkSize) { effective.bulkSize = size }
         if let seconds = settings.flushIntervalSeconds, follows(.flushIntervalSeconds) {
             effective.flushInterval = .milliseconds(Int64((seconds * 1000).rounded()))

@@ -157,7 +157,7 @@ final class UploadSession: @unchecked Sendable {
     /// Where batches go and in what format. A change forgets what the old destination's answers
     /// taught: the batch read ahead (built in the old format), the halt, the retry count, a wait it
     /// asked for, the batch size its 413s imposed, and that an event it refused alone is to be
-    /// dead-lettered (the new destination is asked first). The batch in flight goes to the new one with
+    /// dead-lettered (the new destination is asked first), and its last error. The batch in flight goes to the new one with
     /// the same `Idempotency-Key`.
     var destination: (serverURL: String?, format: WireFormat) {
         get { (configuration.serverURL, configuration.format) }
@@ -167,6 +167,7 @@ final class UploadSession: @unchecked Sendable {
             ready = nil
             readAheadBatch = nil
             haltReason = nil
+            lastError = nil
             attempt = 0
             waitAskedByCollector = nil
             batchLimit = configuration.batchSize

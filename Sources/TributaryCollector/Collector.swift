@@ -143,9 +143,10 @@ public final class Collector: Service, Sendable {
         return router
     }
 
-    /// The events one `GET /events` returns without a `limit`, and the most it returns with one: the
-    /// answer is built in memory, and a collector holding millions of events must not build them all.
+    /// The events one `GET /events` returns without a `limit`: the answer is built in memory, and a
+    /// collector holding millions of events must not build them all at once.
     public static let eventsPageDefault = 10_000
+    /// The largest `limit` `GET /events` takes (a larger one is a 400 `bad_query`).
     public static let eventsPageMax = 100_000
 
     /// `GET /events?after=<arrival>&limit=<n>`.

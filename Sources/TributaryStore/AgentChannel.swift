@@ -114,9 +114,9 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var outboxBytes: Int?
     public var deadLetterBytes: Int?
     public var outboxQuota: Int?
-    /// Where batches go (nil: no collector URL yet), and why the group's agent settings are not used,
-    /// while they are not (nil in a report of an agent before these were reported).
+    /// Where batches go (nil: no collector URL yet, or a report of an agent before it reported this).
     public var serverURL: String?
+    /// Why the group's agent settings are not used, while they are not.
     public var settingsProblem: String?
     /// When the last batch was acknowledged (wall clock ms), if ever.
     public var lastUploadMillis: Int64?

@@ -152,7 +152,11 @@ struct StatusReport: Encodable {
         }
         if let a = agent {
             lines.append("agent:          \(a.state) (pid \(a.pid), reported \(ageText(a.updatedMillis)))")
-            lines.append("  server:       " + (a.serverURL ?? "none yet: events wait (tributary config set --group DIR server_url=URL)"))
+            if let server = a.serverURL {
+                lines.append("  server:       \(server)")
+            } else if a.state == "waiting" {
+                lines.append("  server:       none yet: events wait (tributary config set --group DIR server_url=URL)")
+            }
             if let problem = a.settingsProblem { lines.append("  SETTINGS:     not used: \(problem)") }
             lines.append("  outbox:       \(a.outboxPending) pending in \(a.outboxPath)")
             if let bytes = a.outboxBytes, let dead = a.deadLetterBytes, let quota = a.outboxQuota {

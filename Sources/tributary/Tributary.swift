@@ -356,7 +356,7 @@ struct ConfigShow: ParsableCommand {
                 say(json ? settings.json : settingsText(settings))
             } catch let error as StoreError where error.code == .invalidSettings {
                 // What is stored, so that it can be looked at before it is replaced.
-                let stored = try store.configuration()[AgentSettings.configurationKey] ?? ""
+                let stored = try store.configurationValue(AgentSettings.configurationKey) ?? ""
                 say(json ? stored : "stored (not valid, the agent does not use it): \(stored)")
                 throw error
             }

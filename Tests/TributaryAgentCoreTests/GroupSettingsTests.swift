@@ -40,18 +40,22 @@ struct GroupSettingsTests {
         #expect(config.effective(group) == EffectiveSettings(
             serverURL: "http://flag.example/sa", format: .sensors, bulkSize: 300, flushInterval: .seconds(15)))
         config.settingsFromGroup = [.format, .flushIntervalSeconds]
+        // The group's format goes with the group's server only: not to the one given here.
         #expect(config.effective(group) == EffectiveSettings(
-            serverURL: "http://flag.example/sa", format: .ndjson, bulkSize: 300, flushInterval: .milliseconds(7500)))
+            serverURL: "http://flag.example/sa", format: .sensors, bulkSize: 300, flushInterval: .milliseconds(7500)))
+        config.settingsFromGroup = [.serverURL, .format]
+        #expect(config.effective(group) == EffectiveSettings(
+            serverURL: "http://app.example/sa", format: .ndjson, bulkSize: 300, flushInterval: .seconds(15)))
         // A group that leaves a setting out leaves the configuration's.
         config.settingsFromGroup = Set(AgentSettings.Key.allCases)
         #expect(config.effective(AgentSettings(flushBulkSize: 60)).serverURL == "http://flag.example/sa")
         #expect(config.effective(AgentSettings(flushBulkSize: 60)).bulkSize == 60)
         // No server URL of its own: the group's applies whatever else is left to it.
-        var bare = AgentConfiguration(groupDirectory: "/g", serverURL: nil)
+        let bare = AgentConfiguration(groupDirectory: "/g", serverURL: nil)
         #expect(bare.effective(group).serverURL == "http://app.example/sa")
         #expect(bare.effective(group).bulkSize == 100)
-        bare.upload.serverURL = nil
-        #expect(bare.effective(AgentSettings()).serverURL == nil)
+        #expect(bare.effective(AgentSettings(format: .ndjson)) == EffectiveSettings(
+            serverURL: nil, format: .sensors, bulkSize: 100, flushInterval: .seconds(15)))
     }
 
     @Test("an agent with no server URL keeps the events until the app sets one, then delivers them all to it")

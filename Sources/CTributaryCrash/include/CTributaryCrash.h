@@ -2,7 +2,8 @@
 #define CTRIBUTARY_CRASH_H
 
 // Crash capture for Tributary producers: signal handlers that write one fixed-size crash record with
-// async-signal-safe calls only (write, fsync, clock_gettime, sigaction, raise, read on a pre-opened pipe).
+// async-signal-safe calls only (write, fsync, clock_gettime, sigaction, raise, read on a pre-opened pipe,
+// memcpy and memset on static buffers).
 // The record format is documented in docs/autotrack.md ("Crash records").
 
 #include <stdint.h>
