@@ -5,9 +5,9 @@ import Foundation
 ///
 /// The app writes them into the shared store (``SharedStore/setAgentSettings(_:)``, or
 /// `tributary config set`), under the `config` table's key ``configurationKey``, as a JSON object;
-/// the agent reads them at its start and whenever they change, and uses each one its command line
-/// did not set (docs/operations.md, "Settings written by the app"). Every field is optional: an
-/// absent one leaves the agent's own value.
+/// the agent reads them at its start and whenever they change, and uses each one neither its command
+/// line nor its environment sets, the format only with the app's server URL (docs/operations.md,
+/// "Settings written by the app"). Every field is optional: an absent one leaves the agent's own value.
 ///
 /// JSON keys: `server_url`, `format`, `flush_bulk_size`, `flush_interval_seconds`. A key not among
 /// them, a value of the wrong type or out of range is ``StoreError/Code/invalidSettings``, both when

@@ -20,7 +20,8 @@ struct AgentCommand: AsyncParsableCommand {
             The app may set the group's server_url, format, flush_bulk_size and flush_interval_seconds \
             (`tributary config`, or SharedStore.setAgentSettings): each applies, within a poll interval, \
             where its option (--server, --format, --bulk-size, --flush-interval) is not given, nor \
-            TRIBUTARY_SERVER or TRIBUTARY_FORMAT set in the environment.
+            TRIBUTARY_SERVER or TRIBUTARY_FORMAT set in the environment; the format only with the group's \
+            server_url.
 
             Exit codes: 0 success; 64 bad usage; 69 another agent is draining the group; 70 internal \
             error; 74 I/O error on the store or outbox (a full disk too); 75 the group's store was \
@@ -45,7 +46,7 @@ struct AgentCommand: AsyncParsableCommand {
 
     @Option(help: """
         Wire format: sensors (form, base64 gzip JSON array) or ndjson (gzip NDJSON) (default: $TRIBUTARY_FORMAT, \
-        else the group's format, else sensors).
+        else the group's format while the server is the group's, else sensors).
         """)
     var format: WireFormat?
 
