@@ -128,9 +128,11 @@ enum EventEncoder {
         tail.raw("\"")
         // The event's own `$app_version` (a crash reported by the next run: the crashed run's) wins here
         // too, as it does in `properties`.
+        // `properties` is sorted by key: the scan ends at the first key not before it, for most events the first.
         var ownVersion: String?
-        if let own = properties.first(where: { $0.key == "$app_version" }), case .string(let version) = own.value {
-            ownVersion = version
+        for property in properties {
+            guard property.key <= "$app_version" else { break }
+            if property.key == "$app_version", case .string(let version) = property.value { ownVersion = version }
         }
         if let version = ownVersion ?? base.appVersion {
             tail.raw(",\"$app_version\":")

@@ -413,17 +413,18 @@ public final class SharedStore: Sendable {
 
     /// Stores a configuration value (JSON text) under `key`.
     public func setConfiguration(_ key: String, json: String) throws {
-        let dbi = environment.tables.config
-        try producerWrite { txn in
-            try withKey(key) { k in try Array(json.utf8).withUnsafeBytes { try txn.put(dbi, &k, $0) } }
-        }
+        try updateConfiguration(key) { _ in json }
     }
 
     /// Removes a configuration value; returns whether it was there.
     @discardableResult
     public func removeConfiguration(_ key: String) throws -> Bool {
-        let dbi = environment.tables.config
-        return try producerWrite { txn in try withKey(key) { k in try txn.delete(dbi, &k) } }
+        var existed = false
+        try updateConfiguration(key) { old in
+            existed = old != nil
+            return nil
+        }
+        return existed
     }
 
     /// One configuration value (JSON text), or nil.

@@ -373,25 +373,26 @@ struct ConfigSet: ParsableCommand {
 
     func validate() throws {
         guard !assignments.isEmpty else { throw ValidationError("Give at least one KEY=VALUE.") }
-        for assignment in assignments {
+        _ = try parsed()
+    }
+
+    /// Each assignment's setting and value text; a malformed one or an unknown name is bad usage.
+    func parsed() throws -> [(key: AgentSettings.Key, value: String)] {
+        try assignments.map { assignment in
             guard let equals = assignment.firstIndex(of: "=") else {
                 throw ValidationError("\"\(assignment)\" is not KEY=VALUE.")
             }
-            _ = try settingKey(String(assignment[..<equals]))
+            return (try settingKey(String(assignment[..<equals])), String(assignment[assignment.index(after: equals)...]))
         }
     }
 
     func run() throws {
+        let assignments = try parsed()
         try reportingErrors {
             // Every value is checked before the store is opened: a refused one writes nothing.
             var changes = AgentSettings()
-            var keys: [AgentSettings.Key] = []
-            for assignment in assignments {
-                let equals = assignment.firstIndex(of: "=")!
-                let key = try settingKey(String(assignment[..<equals]))
-                try changes.set(key, to: String(assignment[assignment.index(after: equals)...]))
-                keys.append(key)
-            }
+            for (key, value) in assignments { try changes.set(key, to: value) }
+            let keys = assignments.map(\.key)
             var settings = AgentSettings()
             try openExisting(options.group).updateAgentSettings { stored in
                 for key in keys { stored.merge(key, from: changes) }
