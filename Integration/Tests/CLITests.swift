@@ -220,6 +220,29 @@ struct CLITests {
         }
     }
 
+    @Test("--group and --outbox may be relative to the working directory, the outbox a bare file name")
+    func relativePaths() async throws {
+        try await withTemporaryGroup { group in
+            let directory = (group as NSString).deletingLastPathComponent
+            let relative = (group as NSString).lastPathComponent
+            for index in 0..<3 {
+                let track = try await ChildProcess.run("tributary", ["track", "--group", relative, "Relative\(index)"], directory: directory)
+                #expect(track.status == 0, "\(track.stderr)")
+            }
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                // A bare name has no directory to create: it was refused as "Cannot open the outbox" (exit 74).
+                let agent = try await ChildProcess.run(
+                    "tributary-agent", ["--group", relative, "--outbox", "outbox.sqlite", "--server", collector.url + "/sa", "--once"],
+                    directory: directory)
+                #expect(agent.status == 0, "\(agent.stderr)")
+                #expect(try await collector.stats().unique == 3)
+            }
+            #expect(FileManager.default.fileExists(atPath: directory + "/outbox.sqlite"))
+            let listed = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", "outbox.sqlite"], directory: directory)
+            #expect(listed.status == 0, "\(listed.stderr)")
+        }
+    }
+
     @Test("an agent started on a group with no store says it created one (a mistyped --group looks the same); on an existing one it does not")
     func agentCreatesStore() async throws {
         try await withTemporaryGroup { group in

@@ -141,6 +141,36 @@ struct DeadlineTests {
         }
     }
 
+    @Test("a SIGTERM while the agent is still opening its store stops it as one after its start: exit 0, nothing lost")
+    func stopDuringStart() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, 120)
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                // Frozen (SIGSTOP) as it opens the store: its services, signal handling included, not yet running.
+                let agent = try ChildProcess(
+                    "tributary-agent", Self.args(group, collector.url, ["--stop-timeout", "5"]),
+                    environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.open"])
+                let limit = agent.killAfter(.seconds(60))
+                defer { limit.cancel() }
+                #expect(await agent.waitForLine(startingWith: "PAUSED") == "PAUSED store.open")
+                try #require(await MultiProcessTests.waitUntilStopped(agent.pid), "the agent never stopped")
+                // systemd's stop of a unit still starting. A SIGTERM the agent did not handle yet killed it
+                // (status 15 here, the signal; "killed by SIGTERM" in the journal).
+                agent.send(SIGTERM)
+                agent.send(SIGCONT)
+                let run = await agent.finish()
+                #expect(run.status == 0, "\(run.stderr)")
+                #expect(Self.groupLockIsFree(group))
+                // Whatever the stop delivered, the rest is where the next run finds it.
+                let next = try await ChildProcess.run("tributary-agent", Self.args(group, collector.url, ["--once"]))
+                #expect(next.status == 0, "\(next.stderr)")
+                let stats = try await collector.stats()
+                #expect(stats.unique == 120)
+                #expect(stats.orderViolations.values.reduce(0, +) == 0 && stats.seqViolations == 0)
+            }
+        }
+    }
+
     @Test("a SIGTERM stop tries the collector once: a failed upload ends it at once, every event kept")
     func stopDoesNotRetry() async throws {
         try await withTemporaryGroup { group in

@@ -62,9 +62,11 @@ public final class Outbox: Sendable {
 
     /// Creates the directory an outbox at `path` lives in (mode 0700: the outbox is the agent's alone).
     static func createDirectory(of path: String) throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        // A bare file name lives in the working directory, which exists ("" is no path to create).
+        guard !directory.isEmpty else { return }
         try FileManager.default.createDirectory(
-            atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
-            attributes: [.posixPermissions: 0o700])
+            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     }
 
     /// Opens (creating and migrating) the outbox at `path`. `whileMigrating`, when the outbox needs a

@@ -5,6 +5,7 @@ import ServiceLifecycle
 import TributaryAgentCore
 import TributaryStore
 import TributaryWire
+import UnixSignals
 
 @main
 struct AgentCommand: AsyncParsableCommand {
@@ -173,6 +174,10 @@ struct AgentCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // Trapped first: a SIGTERM or SIGINT that comes while the agent opens its store and outbox (a slow
+        // disk, an outbox migration, systemd stopping a unit still starting) waits for the agent's run, which
+        // then stops as it would have a moment later, instead of killing it with the signal's default action.
+        let stopSignals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
         MallocPolicy.reuseLargeBuffers(singleArena: true)
         let level = Logger.Level(rawValue: logLevel) ?? .info
         if metricsAddress != nil { MetricsEndpoint.bootstrap() }
@@ -221,9 +226,19 @@ struct AgentCommand: AsyncParsableCommand {
             services.append(
                 .init(service: agent, successTerminationBehavior: .gracefullyShutdownGroup,
                       failureTerminationBehavior: .gracefullyShutdownGroup))
-            let group = ServiceGroup(configuration: .init(
-                services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-            try await group.run()
+            let group = ServiceGroup(configuration: .init(services: services, logger: logger))
+            try await withThrowingDiscardingTaskGroup { tasks in
+                tasks.addTask {
+                    // A stop requested before the group runs is kept: the group starts its services, then
+                    // shuts them down gracefully.
+                    for await signal in stopSignals {
+                        logger.notice("\(signal): stopping")
+                        await group.triggerGracefulShutdown()
+                    }
+                }
+                try await group.run()
+                tasks.cancelAll()
+            }
         } catch let error as AgentError {
             logger.critical("\(error.message)")
             switch error.code {

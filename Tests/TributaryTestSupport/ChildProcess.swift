@@ -38,15 +38,21 @@ public final class ChildProcess: @unchecked Sendable {
         return Double(span.components.seconds) + Double(span.components.attoseconds) / 1e18
     }
 
-    /// Starts `executable` (a product name such as `tributary-sim`) with `arguments`.
-    public convenience init(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) throws {
-        try self.init(path: productsDirectory.appendingPathComponent(executable).path, arguments, environment: environment)
+    /// Starts `executable` (a product name such as `tributary-sim`) with `arguments`, in `directory`
+    /// (default: the test's own working directory).
+    public convenience init(
+        _ executable: String, _ arguments: [String], environment: [String: String] = [:], directory: String? = nil
+    ) throws {
+        try self.init(
+            path: productsDirectory.appendingPathComponent(executable).path, arguments, environment: environment,
+            directory: directory)
     }
 
     /// Starts the program at `path` (a system tool such as `/usr/bin/strace`) with `arguments`.
-    public init(path: String, _ arguments: [String], environment: [String: String] = [:]) throws {
+    public init(path: String, _ arguments: [String], environment: [String: String] = [:], directory: String? = nil) throws {
         process.executableURL = URL(fileURLWithPath: path)
         process.arguments = arguments
+        if let directory { process.currentDirectoryURL = URL(fileURLWithPath: directory, isDirectory: true) }
         var env = ProcessInfo.processInfo.environment
         env.merge(environment) { _, new in new }
         process.environment = env
@@ -133,10 +139,10 @@ public final class ChildProcess: @unchecked Sendable {
     }
 
     /// Runs an executable to completion.
-    public static func run(_ executable: String, _ arguments: [String], environment: [String: String] = [:]) async throws
-        -> (status: Int32, stdout: String, stderr: String)
-    {
-        try await ChildProcess(executable, arguments, environment: environment).finish()
+    public static func run(
+        _ executable: String, _ arguments: [String], environment: [String: String] = [:], directory: String? = nil
+    ) async throws -> (status: Int32, stdout: String, stderr: String) {
+        try await ChildProcess(executable, arguments, environment: environment, directory: directory).finish()
     }
 }
 
