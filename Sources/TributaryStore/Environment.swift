@@ -510,6 +510,13 @@ final class Environment: @unchecked Sendable {
     // MARK: Transactions
 
     /// Runs `body` in a read-only transaction.
+    ///
+    /// Each one takes a slot of the lock file's reader table (126) while it runs. When none is free,
+    /// `mdb_reader_check` frees those of dead processes and the read begins again; when every slot is
+    /// held by a live process, `body` runs in a write transaction instead, which needs no slot, and that
+    /// transaction is aborted. It waits for the writer lock, but the read does not fail. So a read must
+    /// not be made on a thread in the middle of a write transaction (`append`'s `build`): that thread
+    /// would wait for its own lock.
     func read<T>(_ body: (Transaction) throws -> T) throws -> T {
         while true {
             do {
@@ -520,6 +527,11 @@ final class Environment: @unchecked Sendable {
                     TestPause.hit("store.read")
                     return try body(Transaction(txn: txn!, mdb: mdb))
                 }
+            } catch let failure as LMDBFailure where failure.rc == MDB_READERS_FULL {
+                var dead: Int32 = 0
+                mdb_reader_check(env, &dead)
+                if dead > 0 { continue }
+                return try write(mayNudge: false, commit: false, body)
             } catch let failure as LMDBFailure {
                 try recover(from: failure)
             }
@@ -531,11 +543,12 @@ final class Environment: @unchecked Sendable {
     /// and `body` run again from the start; at the quota, after one ``nudge()``,
     /// ``StoreError/Code/storeFull`` is thrown and nothing is written.
     func write<T>(_ body: (Transaction) throws -> T) throws -> T {
-        try write(mayNudge: true, body)
+        try write(mayNudge: true, commit: true, body)
     }
 
-    /// ``write(_:)``, with or without the ``nudge()`` at the quota (the nudge's own write has none).
-    private func write<T>(mayNudge: Bool, _ body: (Transaction) throws -> T) throws -> T {
+    /// ``write(_:)``, with or without the ``nudge()`` at the quota (the nudge's own write has none), and
+    /// committed or, for a read that no reader slot was left for, aborted.
+    private func write<T>(mayNudge: Bool, commit: Bool, _ body: (Transaction) throws -> T) throws -> T {
         var nudged = !mayNudge
         while true {
             do {
@@ -548,6 +561,10 @@ final class Environment: @unchecked Sendable {
                     } catch {
                         mdb_txn_abort(txn)
                         throw error
+                    }
+                    guard commit else {
+                        mdb_txn_abort(txn)
+                        return value
                     }
                     try check(mdb.txnCommit(txn!), "mdb_txn_commit")
                     return value
@@ -569,7 +586,7 @@ final class Environment: @unchecked Sendable {
     /// store in one commit, the next append would find no page it may use, and fail again and again
     /// while nothing else commits. One small commit makes the freed pages usable.
     private func nudge() throws {
-        try write(mayNudge: false) { txn in
+        try write(mayNudge: false, commit: true) { txn in
             try withKey(MetaKey.schemaVersion) { key in
                 if let version = try txn.withValue(tables.meta, &key, { $0.map(Array.init) }) {
                     try version.withUnsafeBytes { try txn.put(tables.meta, &key, $0) }
@@ -589,14 +606,6 @@ final class Environment: @unchecked Sendable {
             }
         case MDB_MAP_FULL:
             try grow()
-        case MDB_READERS_FULL:
-            var dead: Int32 = 0
-            mdb_reader_check(env, &dead)
-            if dead == 0 {
-                throw StoreError(
-                    .lmdb, "All LMDB reader slots of \(path) are in use by live processes; close some readers.",
-                    lmdbCode: failure.rc)
-            }
         default:
             try Environment.mapError(failure.rc, failure.call, path: path)
         }

@@ -435,6 +435,46 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("every reader slot held by a live process: producers still open the store and write, and readers read, in a write transaction")
+    func readerTableFull() async throws {
+        try await withTemporaryGroup { group in
+            let created = try await ChildProcess.run("tributary", ["track", "--group", group, "Before"])
+            #expect(created.status == 0, "\(created.stderr)")
+            // A lock file of 2 reader slots (LMDB's default is 126; the process that creates the lock file
+            // sizes it, the next ones adopt its size): the one the first process made is removed, with no
+            // process having the store open, and this process opens the store with 2 slots and holds both.
+            let path = group + "/" + SharedStore.fileName
+            try FileManager.default.removeItem(atPath: path + "-lock")
+            var env: OpaquePointer?
+            #expect(mdb_env_create(&env) == MDB_SUCCESS)
+            defer { mdb_env_close(env) }
+            #expect(mdb_env_set_maxreaders(env, 2) == MDB_SUCCESS)
+            #expect(mdb_env_set_maxdbs(env, 8) == MDB_SUCCESS)
+            try #require(mdb_env_open(env, path, UInt32(MDB_NOSUBDIR | MDB_NOTLS), 0o660) == MDB_SUCCESS)
+            var readers: [OpaquePointer?] = [nil, nil]
+            for index in readers.indices {
+                try #require(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &readers[index]) == MDB_SUCCESS)
+            }
+            defer { for reader in readers { mdb_txn_abort(reader) } }
+            var third: OpaquePointer?
+            #expect(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &third) == MDB_READERS_FULL)
+
+            // No slot is stale (this process is alive): a producer's open and its reads (its identity) ran
+            // into MDB_READERS_FULL, and `track` exited 74 ("All LMDB reader slots ... are in use").
+            let track = try await ChildProcess.run("tributary", ["track", "--group", group, "WhileFull"])
+            #expect(track.status == 0, "\(track.stderr)")
+            let status = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
+            #expect(status.status == 0, "\(status.stderr)")
+            let pending = ["\"pending_events\":2", "\"pending_events\" : 2"]
+            #expect(pending.contains { status.stdout.contains($0) }, "\(status.stdout)")
+            let inspect = try await ChildProcess.run("tributary", ["inspect", "--group", group])
+            #expect(inspect.status == 0, "\(inspect.stderr)")
+            #expect(inspect.stdout.contains("Before") && inspect.stdout.contains("WhileFull"), "\(inspect.stdout)")
+            // Still full: what ran in write transactions took no slot and left none behind.
+            #expect(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &third) == MDB_READERS_FULL)
+        }
+    }
+
     @Test("a store from a newer schema is refused and left untouched, one with a table fewer too", arguments: [nil, "config"])
     func newerSchema(dropping table: String?) throws {
         try withTemporaryGroup { group in
