@@ -514,6 +514,9 @@ struct CLITests {
         (["--latency-ms", "-5"], [:], "--latency-ms"),
         (["--poison", "("], [:], "--poison"),
         (["--port", "0"], ["TRIBUTARY_COLLECTOR_TOKEN": ""], "TRIBUTARY_COLLECTOR_TOKEN"),
+        // Accepted, it answered 401 to every request: a presented token is trimmed, a header is ASCII.
+        (["--port", "0"], ["TRIBUTARY_COLLECTOR_TOKEN": "s3cret "], "TRIBUTARY_COLLECTOR_TOKEN"),
+        (["--port", "0", "--token", "s3cr\u{E9}t"], [:], "--token"),
     ])
     func collectorUsage(arguments: [String], environment: [String: String], flag: String) async throws {
         let result = try await ChildProcess.run("tributary-collector", arguments, environment: environment)

@@ -120,30 +120,45 @@ public final class HybridBridge: Sendable {
         guard url.hasPrefix(Self.legacyTrackPrefix) else { return nil }
         let query = url.dropFirst(Self.legacyTrackPrefix.count)
         let item = URLComponents(string: "x:?" + query)?.queryItems?.first { $0.name == "event" }
+        guard let event = item?.value, !event.isEmpty else {
+            // Refused as what it is, not as the message wrapped around nothing ("not a JSON object").
+            return refuse(
+                origin: origin, channel: .legacyNavigation, .malformedMessage,
+                "The navigation has no event query parameter that can be read (\(Self.legacyTrackPrefix)event= and the "
+                    + "event's JSON, percent-encoded).")
+        }
         // The legacy channel carries the bare event; wrap it as the message-handler protocol does.
-        let event = item?.value ?? ""
         return await receive(
             "{\"callType\":\"app_h5_track\",\"data\":\(event)}", origin: origin, channel: .legacyNavigation)
+    }
+
+    /// Counts and returns the refusal of a message from `origin` that was not verified: refused as
+    /// ``BridgeRejection/Reason/foreignOrigin`` when the origin is not trusted (the first rule), else
+    /// for `reason`.
+    private func refuse(
+        origin: String, channel: Channel, _ reason: BridgeRejection.Reason, _ message: String
+    ) -> Result<TrackReceipt, BridgeRejection> {
+        let origin = BridgeConfiguration.normalizedOrigin(origin)
+        countReceived(origin)
+        let rejection: BridgeRejection
+        do throws(BridgeRejection) {
+            try checkOrigin(origin)
+            rejection = BridgeRejection(reason, origin: origin, message)
+        } catch {
+            rejection = error
+        }
+        count(.failure(rejection), channel: channel)
+        return .failure(rejection)
     }
 
     /// Counts a message the host could not read: its DevTools frame was longer than any message the
     /// bridge takes (``WebViewHost``). Refused as ``BridgeRejection/Reason/messageTooLarge``, or as
     /// ``BridgeRejection/Reason/foreignOrigin`` when the frame's origin is not trusted (the first rule).
     func refuseUnread(byteCount: Int, origin: String, channel: Channel) {
-        let origin = BridgeConfiguration.normalizedOrigin(origin)
-        countReceived(origin)
-        do throws(BridgeRejection) {
-            try checkOrigin(origin)
-            count(
-                .failure(
-                    BridgeRejection(
-                        .messageTooLarge, origin: origin,
-                        "The message's DevTools frame has \(byteCount) bytes, more than a message of at most "
-                            + "\(configuration.maxMessageBytes) bytes takes; it was not read.")),
-                channel: channel)
-        } catch {
-            count(.failure(error), channel: channel)
-        }
+        _ = refuse(
+            origin: origin, channel: channel, .messageTooLarge,
+            "The message's DevTools frame has \(byteCount) bytes, more than a message of at most "
+                + "\(configuration.maxMessageBytes) bytes takes; it was not read.")
     }
 
     /// Counts `dropped` messages the host dropped unread because too many were waiting

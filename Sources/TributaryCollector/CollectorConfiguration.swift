@@ -61,6 +61,14 @@ public struct CollectorConfiguration: Sendable {
                 .invalidConfiguration,
                 "The token (--token, or TRIBUTARY_COLLECTOR_TOKEN) is empty; omit it, or unset the variable, to disable authentication.")
         }
+        // What a request presents is trimmed (as the agent trims its --auth-token-file), and a header
+        // carries printable ASCII only: any other token would be refused on every request, with 401.
+        if let token, token.first == " " || token.last == " " || !token.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) {
+            throw CollectorError(
+                .invalidConfiguration,
+                "The token (--token, or TRIBUTARY_COLLECTOR_TOKEN) must be printable ASCII with no space at either end "
+                    + "(\(token.utf8.count) bytes given): no request could present it, so every one would get 401.")
+        }
         guard maxBodyBytes > 0 else {
             throw CollectorError(
                 .invalidConfiguration, "--max-body-bytes (maxBodyBytes) must be positive, got \(maxBodyBytes).")

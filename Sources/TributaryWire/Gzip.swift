@@ -95,17 +95,18 @@ public enum Gzip {
         return try body(compressor)
     }
 
-    /// Decompresses a gzip (or zlib) stream, refusing output larger than `limit` bytes.
+    /// Decompresses a gzip stream, refusing output larger than `limit` bytes.
     ///
     /// A gzip body of several members (RFC 1952 §2.2) inflates to their concatenation, as gunzip's
-    /// output; any other bytes after the compressed data are refused.
+    /// output; any other bytes after the compressed data are refused. So is a zlib stream (RFC 1950,
+    /// the `deflate` content coding): zlib's automatic header detection took one for gzip.
     ///
     /// Inflates straight into the output array, never zero-filled. A gzip member whose trailer states
     /// a size (ISIZE) that DEFLATE can reach from this input, within `limit`, is inflated by libdeflate
     /// into exactly that many bytes, and accepted only if it fills them and its CRC-32 and size check
     /// out. Anything else goes to zlib: its first capacity is that stated size (so a body whose
     /// trailer is right but that libdeflate refused is diagnosed without growing a buffer), or five
-    /// times the input for a zlib stream (no trailer); the buffer doubles as needed, never past
+    /// times the input when the input is too short to state one; the buffer doubles as needed, never past
     /// `limit + 1` bytes. The trailer is only a hint: the inflated bytes decide.
     public static func decompress(_ input: [UInt8], limit: Int = 64 << 20) throws(WireError) -> [UInt8] {
         // DEFLATE expands at most about 1032:1, so a larger stated size is a lie (or a truncated body's
@@ -137,7 +138,7 @@ public enum Gzip {
     /// zlib's streaming inflate, starting at `sizeHint` bytes (five times the input without one).
     private static func inflateStreaming(_ input: [UInt8], sizeHint: Int?, limit: Int) throws(WireError) -> [UInt8] {
         var stream = z_stream()
-        guard tributary_inflate_init_auto(&stream) == Z_OK else {
+        guard tributary_inflate_init_gzip(&stream) == Z_OK else {
             throw WireError(.compression, "zlib could not start an inflate stream.")
         }
         defer { inflateEnd(&stream) }

@@ -172,6 +172,8 @@ struct IngestTests {
         ("{\"event_id\":\"a\",\"type\":\"track\"}\n{\"event_id\":\"b\",", "ndjson", "Line 2", "expected a key at byte 16"),
         ("{\"a\":\"\\ud800\"}", "ndjson", "Line 1", "high surrogate escape not followed by a low one at byte 12"),
         ("GZIP", "ndjson", "Line 1", "send Content-Encoding: gzip"),
+        // Lines are counted as they stand, blank ones too (a CRLF file's "\r", spaces and a tab).
+        ("{\"event_id\":\"a\",\"type\":\"track\"}\r\n\r\n \t\r\n{\"event_id\":\"b\",", "ndjson", "Line 4", "expected a key"),
         ("{\"not\":\"an array\"}", "sensors", "data_list", "the text is not an array at byte 0"),
         ("GZIP", "sensors", "data_list", "send gzip=1"),
         // A non-object is refused where it stands, before the rest (here not even JSON) is scanned.
@@ -290,6 +292,17 @@ struct IngestTests {
             #expect(try await collector.events().first?.seq == UInt64(Int64.max))
             let over = try await Client(collector).post([event("9223372036854775808")])
             #expect(over.status == 400 && over.object["field"] as? String == "_tributary.seq")
+        }
+    }
+
+    @Test("NDJSON with CRLF line ends and blank lines is accepted: a blank line, even \"\\r\", holds no event")
+    func blankNDJSONLines() async throws {
+        try await Collector.withRunning(CollectorConfiguration()) { collector in
+            let lines = [Events.track(id: "crlf-1", seq: 1, producerSeq: 1), Events.track(id: "crlf-2", seq: 2, producerSeq: 2)]
+            let body = lines[0] + Array("\r\n\r\n  \r\n".utf8) + lines[1] + Array("\r\n\r\n".utf8)
+            let reply = try await Client(collector).post(body, headers: [("Content-Type", "application/x-ndjson")])
+            #expect(reply.status == 200, "\(reply.body)")
+            #expect(try await collector.events().map(\.eventID) == ["crlf-1", "crlf-2"])
         }
     }
 
