@@ -317,6 +317,8 @@ public final class Agent: Service, Sendable {
         var state = "idle"
         var report = Report()
         var outboxFullLogged = false
+        /// Whether the drain's ``StoreError/Code/busy`` was logged since the last drain that could read.
+        var storeBusyLogged = false
         /// The outbox's count of events drained into it, as last read: the drained metric grows by what
         /// a drain adds to it.
         var outboxDrained: Int64 = 0
@@ -766,10 +768,22 @@ public final class Agent: Service, Sendable {
         if loop.uploadsAnswered { limit = min(limit, ahead - count) }
         // The quota is checked again before every chunk: the outbox goes past it by one chunk at most.
         let quota = configuration.outboxQuotaBytes
-        let drained = try drainer.drainAvailable(maxEvents: limit) {
-            guard self.mayDrain() else { return false }
-            guard let held = try? self.outbox.pending() else { return true }
-            return held.bytes + held.deadLetterBytes < quota
+        let drained: Int
+        do {
+            drained = try drainer.drainAvailable(maxEvents: limit) {
+                guard self.mayDrain() else { return false }
+                guard let held = try? self.outbox.pending() else { return true }
+                return held.bytes + held.deadLetterBytes < quota
+            }
+            loop.storeBusyLogged = false
+        } catch let error as StoreError where error.code == .busy {
+            // A producer holds the store's writer lock (stopped, or slow) while this process's delete waits
+            // for it: the drain waits too, the loop goes on uploading and keeping its deadlines.
+            if !loop.storeBusyLogged {
+                logger.notice("drain paused: \(error.message)", metadata: ["tributary.group": "\(store.groupDirectory)"])
+                loop.storeBusyLogged = true
+            }
+            return 0
         }
         // The events new to the outbox: not the records skipped as drained already (a drain stopped
         // between its outbox commit and its store delete), nor corrupt ones (counted as dead letters).

@@ -84,7 +84,9 @@ public struct Drainer: Sendable {
 
     /// Drains chunk by chunk until it has caught up with the store, `maxEvents` were moved,
     /// `shouldContinue` (asked before every chunk) returns false, or the drain is paused (a store
-    /// delete waits for the writer lock); returns how many were moved.
+    /// delete waits for the writer lock); returns how many were moved. A chunk the store cannot be read
+    /// for (``StoreError/Code/busy``: this process must adopt a map another process grew, while its own
+    /// delete waits for the writer lock) ends the drain there; when it is the first, the error is thrown.
     ///
     /// Caught up means a chunk came back partial: the store held fewer than a chunk when it was read.
     /// Events a producer appends meanwhile wait for the next call: draining "until the store is
@@ -94,7 +96,12 @@ public struct Drainer: Sendable {
     public func drainAvailable(maxEvents: Int = .max, while shouldContinue: () -> Bool = { true }) throws -> Int {
         var moved = 0
         while moved < maxEvents, shouldContinue() {
-            let n = try drainChunk()
+            let n: Int
+            do {
+                n = try drainChunk()
+            } catch let error as StoreError where error.code == .busy && moved > 0 {
+                break
+            }
             moved += n
             if n < chunkSize || isPaused { break }
         }

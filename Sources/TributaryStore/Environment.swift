@@ -532,6 +532,8 @@ final class Environment: @unchecked Sendable {
                 mdb_reader_check(env, &dead)
                 if dead > 0 { continue }
                 return try write(mayNudge: false, commit: false, body)
+            } catch let failure as LMDBFailure where failure.rc == MDB_MAP_RESIZED {
+                try adoptMapSize(waitingAtMost: Self.adoptionWait)
             } catch let failure as LMDBFailure {
                 try recover(from: failure)
             }
@@ -595,12 +597,36 @@ final class Environment: @unchecked Sendable {
         }
     }
 
+    /// How long a read waits to adopt a map another process grew (``adoptMapSize(waitingAtMost:)``).
+    static let adoptionWait: Duration = .milliseconds(500)
+
+    /// Adopts the map size another process grew the store to, once no transaction of this process is
+    /// running, waiting at most `limit` for that; throws ``StoreError/Code/busy`` after it.
+    ///
+    /// A read waits no longer: a write of this process waiting for LMDB's writer lock holds the resize
+    /// lock shared all along, and the writer lock may be held by a process that is stopped (SIGSTOP, a
+    /// debugger). The agent's deletes wait so, on a thread of their own; its loop, whose reads would
+    /// otherwise wait with them, skips a drain instead, and goes on uploading and keeping its deadlines.
+    private func adoptMapSize(waitingAtMost limit: Duration) throws(StoreError) {
+        let adopted: Bool? = try resizeLock.withWriteLock(waitingAtMost: limit) { () throws(StoreError) in
+            try Environment.mapError(mdb.setMapSize(env, 0), "mdb_env_set_mapsize", path: path)
+            return true
+        }
+        guard adopted != nil else {
+            throw StoreError(
+                .busy,
+                "The shared store \(path) was grown by another process, and this process could not adopt its new size "
+                    + "within \(limit): one of its own writes is waiting for the store's writer lock, which another "
+                    + "process holds (stopped, or slow). Nothing was read; try again.")
+        }
+    }
+
     /// Handles the LMDB failures that a retry can cure; throws a ``StoreError`` for the rest.
     private func recover(from failure: LMDBFailure) throws(StoreError) {
         switch failure.rc {
         case MDB_MAP_RESIZED:
             // Another process grew the map: adopt its size (lmdb.h: "call mdb_env_set_mapsize() with
-            // a size of zero to adopt the new size").
+            // a size of zero to adopt the new size"). A write waits for that as it waits for the writer lock.
             try resizeLock.withWriteLock { () throws(StoreError) in
                 try Environment.mapError(mdb.setMapSize(env, 0), "mdb_env_set_mapsize", path: path)
             }

@@ -10,7 +10,7 @@ struct MDB {
     let faults: LMDBFaults
 
     func txnBegin(_ env: OpaquePointer, _ flags: UInt32, _ txn: inout OpaquePointer?) -> Int32 {
-        if let rc = faults.take(.txnBegin) { return rc }
+        if let rc = faults.take(flags & UInt32(MDB_RDONLY) != 0 ? .readBegin : .writeBegin) { return rc }
         return mdb_txn_begin(env, nil, flags, &txn)
     }
 
@@ -39,7 +39,9 @@ struct MDB {
 package final class LMDBFaults: Sendable {
     /// A call site in the seam.
     package enum Site: Hashable, Sendable {
-        case txnBegin, commit, put, setMapSize
+        /// `mdb_txn_begin` of a read-only transaction, of a write transaction.
+        case readBegin, writeBegin
+        case commit, put, setMapSize
     }
 
     private let table = Mutex<[Site: [Int32]]>([:])

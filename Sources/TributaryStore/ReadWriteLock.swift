@@ -33,4 +33,16 @@ final class ReadWriteLock: @unchecked Sendable {
         defer { pthread_rwlock_unlock(lock) }
         return try body()
     }
+
+    /// ``withWriteLock(_:)``, waiting at most `limit` for the lock (tried every millisecond; glibc's
+    /// `pthread_rwlock_clockwrlock` is not visible to Swift); nil, `body` not run, when it was not free.
+    func withWriteLock<T, E: Error>(waitingAtMost limit: Duration, _ body: () throws(E) -> T) throws(E) -> T? {
+        let giveUp = ContinuousClock.now.advanced(by: limit)
+        while pthread_rwlock_trywrlock(lock) != 0 {
+            guard ContinuousClock.now < giveUp else { return nil }
+            usleep(1_000)
+        }
+        defer { pthread_rwlock_unlock(lock) }
+        return try body()
+    }
 }

@@ -40,6 +40,11 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         /// The group's agent settings (``AgentSettings``) are not a JSON object, name an unknown key,
         /// or hold a value of the wrong type or out of range; when writing, nothing was written.
         public static let invalidSettings = Code(rawValue: "invalidSettings")
+        /// A read found the store grown by another process past this process's map, and could not adopt
+        /// the new size: a transaction of this process kept it from doing so (a write waiting for the
+        /// store's writer lock, which another process holds, stopped or slow). Nothing was read; the
+        /// same read may be tried again.
+        public static let busy = Code(rawValue: "busy")
     }
 
     /// What kind of failure this is.

@@ -1,5 +1,6 @@
 import CLMDB
 import Foundation
+import Synchronization
 import Testing
 import TributaryTestSupport
 
@@ -472,6 +473,58 @@ struct SharedStoreTests {
             #expect(inspect.stdout.contains("Before") && inspect.stdout.contains("WhileFull"), "\(inspect.stdout)")
             // Still full: what ran in write transactions took no slot and left none behind.
             #expect(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &third) == MDB_READERS_FULL)
+        }
+    }
+
+    @Test("a read that must adopt a map another process grew, while a write of this process waits for another process's writer lock, fails as busy within its bound instead of waiting with it")
+    func mapAdoptionWaitIsBounded() async throws {
+        try await withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            try Self.append(store, 3)
+            // Another process takes the writer lock and keeps it (a producer stopped in its transaction).
+            let holder = try ChildProcess(
+                "tributary", ["track", "--group", group, "Held"], environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.append"])
+            defer { holder.send(SIGKILL) }
+            #expect(await holder.waitForLine(startingWith: "PAUSED") == "PAUSED store.append")
+            // This process's delete waits for it (as the agent's delete thread does), holding the resize lock shared.
+            let deleted = Mutex<Result<Int, any Error>?>(nil)
+            let deleter = Thread {
+                let result = Result { try store.deleteEvents(through: 1) }
+                deleted.withLock { $0 = result }
+            }
+            deleter.start()
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(deleted.withLock { $0 == nil }, "the delete did not wait for the writer lock")
+
+            // A read finds the map grown (MDB_MAP_RESIZED, forced: the growth's moment cannot be chosen). It
+            // waited to adopt the size until the other process let go: for ever, were that process stopped.
+            store.faults.inject(MDB_MAP_RESIZED, at: .readBegin)
+            let read = Mutex<Result<SharedStore.Status, any Error>?>(nil)
+            let started = ContinuousClock.now
+            Thread {
+                let result = Result { try store.status() }
+                read.withLock { $0 = result }
+            }.start()
+            while read.withLock({ $0 == nil }) && ContinuousClock.now - started < .seconds(10) {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            let took = ContinuousClock.now - started
+            let outcome = try #require(read.withLock { $0 }, "the read still waits after \(took)")
+            #expect(took >= Environment.adoptionWait && took < .seconds(5), "\(took)")
+            #expect(throws: StoreError.self) { try outcome.get() }
+            if case .failure(let error as StoreError) = outcome {
+                #expect(error.code == .busy)
+                #expect(error.message.contains("writer lock") && error.message.contains("try again"), "\(error.message)")
+            }
+
+            // Once the other process is gone (killed: its transaction aborted), the delete and the reads go on.
+            holder.send(SIGKILL)
+            _ = await holder.finish()
+            while deleted.withLock({ $0 == nil }) && ContinuousClock.now - started < .seconds(20) {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            #expect(try deleted.withLock { $0 }?.get() == 1)
+            #expect(try store.status().pendingEvents == 2)
         }
     }
 
