@@ -367,8 +367,12 @@ public final class Agent: Service, Sendable {
             let isStopping = stopping.load(ordering: .acquiring)
 
             // Stopping claims no new work: events still in the store are safe there for the next run.
-            // With a full batch already waiting, upload at once: the drain then runs during the request.
-            let batchWaiting = try outbox.pending().count >= configuration.upload.batchSize
+            // With a full batch already waiting and an upload about to start, upload at once: the drain
+            // then runs during the request. An upload that waits (a backoff, a Retry-After, a halt, no
+            // URL, a bulk size not reached) leaves the drain to go on, up to the outbox's quota: skipped
+            // then, it stopped at one batch while the store filled with the whole outage's events.
+            let queued = try outbox.pending().count
+            let batchWaiting = queued >= configuration.upload.batchSize && uploadMayStart(loop, pending: queued, isStopping: isStopping)
             let drained = isStopping || batchWaiting ? 0 : try drainRespectingQuota(&loop)
             loop.report.drained += drained
             if drained == 0, !isStopping, store.isReplaced {
@@ -738,7 +742,10 @@ public final class Agent: Service, Sendable {
     private func drainRespectingQuota(_ loop: inout LoopState, maxEvents: Int? = nil) throws -> Int {
         let (count, bytes, deadBytes) = try outbox.pending()
         let ahead = max(configuration.effectiveDrainAhead, loop.settings.bulkSize)
-        if loop.uploadsAnswered && count >= ahead { return 0 }
+        // The bound keeps the outbox small while uploads flow; with none (no collector URL yet) the store
+        // would fill as it does during an outage, so the drain goes on the same way.
+        let bounded = loop.uploadsAnswered && loop.settings.serverURL != nil
+        if bounded && count >= ahead { return 0 }
         if bytes + deadBytes >= configuration.outboxQuotaBytes {
             // Dead letters alone fill the quota: no upload can make room, and a --once run would wait
             // for ever. It ends here, saying what to do; a daemon waits (an operator may act).
@@ -765,7 +772,7 @@ public final class Agent: Service, Sendable {
         let drainer = Drainer(
             store: store, outbox: outbox, chunkSize: configuration.drainChunk, logger: logger, deletes: deletes)
         var limit = maxEvents ?? configuration.drainChunk * 10
-        if loop.uploadsAnswered { limit = min(limit, ahead - count) }
+        if bounded { limit = min(limit, ahead - count) }
         // The quota is checked again before every chunk: the outbox goes past it by one chunk at most.
         let quota = configuration.outboxQuotaBytes
         let drained: Int
@@ -793,6 +800,14 @@ public final class Agent: Service, Sendable {
             loop.outboxDrained = total
         }
         return drained
+    }
+
+    /// Whether this turn of the loop may start an upload of what the outbox holds: there is a collector
+    /// URL, no wait is due, and a flush is under way or due (``loopBody``'s rules, before it updates them).
+    private func uploadMayStart(_ loop: LoopState, pending: Int, isStopping: Bool) -> Bool {
+        let now = loop.clock.now
+        guard loop.settings.serverURL != nil, loop.notBefore.map({ now >= $0 }) ?? true else { return false }
+        return loop.flushing || isStopping || now >= loop.nextIntervalFlush || pending >= loop.settings.bulkSize
     }
 
     private func writeStatus(session: UploadSession, state: String, loop: LoopState) {

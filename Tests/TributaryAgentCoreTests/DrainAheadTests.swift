@@ -73,6 +73,36 @@ struct DrainAheadTests {
         }
     }
 
+    @Test("while an upload waits (a Retry-After, no collector URL), events stored meanwhile are drained too",
+          arguments: ["Retry-After", "no URL"])
+    func drainsWhileUploadsWait(wait: String) async throws {
+        try await withTemporaryGroup { group in
+            try await UploadTests.produce(group, count: 150)
+            let faults = FaultConfiguration(seed: 3, failureRate: 1.0, failureStatus: 503, retryAfter: "30")
+            try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
+                let agent = try UploadTests.agent(group, serverURL: wait == "no URL" ? nil : collector.url + "/sa") { config in
+                    config.upload.batchSize = 100
+                    config.drainChunk = 100
+                    config.drainAhead = 200
+                    config.upload.backoff = Backoff(base: .milliseconds(5), cap: .milliseconds(40), maxRetryAfter: .seconds(30))
+                    config.stopTimeout = .seconds(2)
+                }
+                try await GroupSettingsTests.whileRunning(agent) {
+                    // The first 150 drained: more than a batch, whose upload waits 30 s (or for a URL).
+                    #expect(try await UploadTests.eventually { try agent.store.status().pendingEvents == 0 })
+                    if wait == "Retry-After" {
+                        #expect(try await UploadTests.eventually { try await collector.stats().requests >= 1 })
+                    }
+                    try await UploadTests.produce(group, count: 300)
+                    // The drain skipped every turn for the upload it expected, and the 300 stayed in the store.
+                    #expect(try await UploadTests.eventually(within: 20) { try agent.store.status().pendingEvents == 0 }, "store \((try? agent.store.status().pendingEvents) ?? -1), outbox \((try? agent.outbox.pending().count) ?? -1)")
+                    #expect(try agent.outbox.pending().count == 450)
+                }
+                #expect(try await collector.stats().unique == 0)
+            }
+        }
+    }
+
     @Test("the bound is at least two batches and the bulk size")
     func effectiveBound() {
         var config = AgentConfiguration(groupDirectory: "/tmp/g", serverURL: "http://127.0.0.1:1/sa")
