@@ -224,7 +224,15 @@ public final class Agent: Service, Sendable {
         // Release everything in the group directory first: nothing below may delay it.
         watchdog?.cancel()
         listener?.stop()
-        writeStatus(session: session, state: "stopped", loop: loop)
+        // A run that ended in an error says so: `tributary status` showed it as a clean stop, with the
+        // last upload's error, if any, for a reason.
+        switch result {
+        case .success: writeStatus(session: session, state: "stopped", loop: loop)
+        case .failure(let error):
+            writeStatus(
+                session: session, state: "failed", loop: loop,
+                error: (error as? AgentError)?.message ?? (error as? StoreError)?.message ?? "\(error)")
+        }
         outboxLock.release()
         lock.release()
         await shutdown(client)
@@ -810,12 +818,13 @@ public final class Agent: Service, Sendable {
         return loop.flushing || isStopping || now >= loop.nextIntervalFlush || pending >= loop.settings.bulkSize
     }
 
-    private func writeStatus(session: UploadSession, state: String, loop: LoopState) {
+    /// Writes the agent's status file; `error`, when the run ended in one, is its last error.
+    private func writeStatus(session: UploadSession, state: String, loop: LoopState, error: String? = nil) {
         do {
             let counters = try outbox.counters()
             let pending = try outbox.pending()
             var status = AgentStatus(
-                pid: getpid(), state: state, haltReason: session.haltReason, lastError: session.lastError,
+                pid: getpid(), state: state, haltReason: session.haltReason, lastError: error ?? session.lastError,
                 outboxPath: outbox.path, outboxPending: pending.count, delivered: counters.delivered,
                 deadLetters: counters.deadLetters, batches: counters.batches, retries: counters.retries,
                 corruptRecords: counters.corruptRecords, lastUploadMillis: loop.lastUploadMillis,

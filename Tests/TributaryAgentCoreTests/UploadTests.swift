@@ -286,6 +286,10 @@ struct UploadTests {
                 let error = await #expect(throws: AgentError.self) { try await agent.runOnce() }
                 #expect(error?.code == .halted)
                 #expect(try agent.outbox.pending().count == 10)
+                // `tributary status` shows the run as failed, with why: it showed "stopped", a clean end.
+                let status = try #require(AgentChannel.readStatus(groupDirectory: group))
+                #expect(status.state == "failed")
+                #expect(status.lastError == error?.message)
             }
         }
     }
