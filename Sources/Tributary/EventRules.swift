@@ -55,7 +55,7 @@ public enum EventRules {
             guard dateRange.contains(date.timeIntervalSince1970) else {
                 throw TrackingError(
                     .dateOutOfRange, field: key,
-                    "Property \(key) is a date outside 0001-01-02 … 9999-12-30 (\(date.timeIntervalSince1970) s since 1970).")
+                    "Property \(key) is a date outside 0001-01-02 … 9999-12-30 (UTC), the dates an event can hold.")
             }
         case .int, .bool:
             break

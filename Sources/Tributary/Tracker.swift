@@ -327,26 +327,34 @@ public final class Tracker: Sendable {
         try withTimer(event) { $0.resume(at: now, byApp: true) }
     }
 
-    /// Ends the timer for `event` and tracks it with `$event_duration` (seconds, 3 decimals).
+    /// Ends the timer for `event` and tracks it with `$event_duration` (seconds, 3 decimals). When the
+    /// event is refused (a property, a full store), the timer goes on as if this call had not been
+    /// made, unless another was started for `event` meanwhile: the call can be made again.
     @discardableResult
     public func trackTimerEnd(_ event: String, properties: [String: PropertyValue] = [:]) async throws -> TrackReceipt {
-        let duration = try endTimer(event)
+        let now = configuration.monotonicNanos()
+        let timer: EventTimer? = state.withLock { $0.timers.removeValue(forKey: event) }
+        guard let timer else {
+            throw TrackingError(.unknownTimer, field: event, "No timer was started for event \(event).")
+        }
         var properties = properties
-        properties["$event_duration"] = .double(duration)
-        return try await track(event, properties: properties)
+        properties["$event_duration"] = .double(Self.seconds(timer.elapsed(at: now)))
+        do {
+            return try await track(event, properties: properties)
+        } catch {
+            state.withLock { state in
+                if state.timers[event] == nil { state.timers[event] = timer }
+            }
+            throw error
+        }
     }
 
     /// Removes every timer without tracking.
     public func clearTrackTimers() { state.withLock { $0.timers.removeAll() } }
 
-    /// Ends a timer and returns its duration in seconds (3 decimals), without tracking.
-    func endTimer(_ event: String) throws -> Double {
-        let now = configuration.monotonicNanos()
-        let nanos: UInt64? = state.withLock { state in state.timers.removeValue(forKey: event)?.elapsed(at: now) }
-        guard let nanos else {
-            throw TrackingError(.unknownTimer, field: event, "No timer was started for event \(event).")
-        }
-        return (Double(nanos) / 1_000_000).rounded() / 1000
+    /// Nanoseconds as seconds with 3 decimals (whole milliseconds), as `$event_duration` holds them.
+    private static func seconds(_ nanos: UInt64) -> Double {
+        (Double(nanos) / 1_000_000).rounded() / 1000
     }
 
     private func withTimer(_ event: String, _ body: (inout EventTimer) -> Void) throws {

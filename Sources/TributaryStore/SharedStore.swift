@@ -53,6 +53,12 @@ public final class SharedStore: Sendable {
                 "A store's quota must be at least \(Self.minimumQuota) bytes, not \(options.quota): appends leave at "
                     + "least 128 KiB of it for the agent's deletes.")
         }
+        guard options.initialMapSize > 0 else {
+            throw StoreError(
+                .invalidOptions,
+                "A store's initial map size must be positive, not \(options.initialMapSize) (the map starts at the smaller "
+                    + "of it and the quota, and doubles on demand).")
+        }
         var directory = groupDirectory
         while directory.count > 1 && directory.hasSuffix("/") { directory.removeLast() }
         try GroupDirectory.prepare(directory, create: options.create)

@@ -200,7 +200,7 @@ struct SharedStoreTests {
         }
     }
 
-    @Test("a quota below the minimum is refused at open, not a store that holds nothing")
+    @Test("a quota below the minimum, or an initial map size below 1, is refused at open, not a store that holds nothing")
     func minimumQuota() throws {
         try withTemporaryGroup { group in
             var options = SharedStore.Options()
@@ -208,6 +208,12 @@ struct SharedStoreTests {
             let error = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group, options: options) }
             #expect(error?.code == .invalidOptions)
             options.quota = SharedStore.minimumQuota
+            // Not a map of 2^64 - 1 bytes that mdb_env_open cannot allocate ("Cannot allocate memory").
+            for size in [0, -1] {
+                options.initialMapSize = size
+                let refused = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group, options: options) }
+                #expect(refused?.code == .invalidOptions && refused?.message.contains("initial map size") == true)
+            }
             options.initialMapSize = options.quota
             let store = try SharedStore(groupDirectory: group, options: options)
             #expect(try Self.append(store, 10, size: 500).count == 10, "the smallest quota holds events")

@@ -500,6 +500,8 @@ struct TrackerTests {
             clock.advance(seconds: 50)
             try tracker.trackTimerResume("Watch")
             clock.advance(seconds: 0.25)
+            // A refused end leaves the timer running: it was removed, and the retry found no timer.
+            await #expect(throws: TrackingError.self) { try await tracker.trackTimerEnd("Watch", properties: ["bad key": "v1"]) }
             let receipt = try await tracker.trackTimerEnd("Watch", properties: ["video": "v1"])
             let props = try #require(try Self.body(tracker.store, seq: receipt.seq)["properties"] as? [String: Any])
             #expect(props["$event_duration"] as? Double == 3.75)

@@ -66,6 +66,8 @@ struct ValidationTests {
                 try EventRules.validateProperty("d", .date(Date(timeIntervalSince1970: seconds)))
             }
             #expect(error?.code == .dateOutOfRange, "\(seconds) s")
+            // STYLE: a message never holds a property's value (it held the seconds since 1970).
+            #expect(error.map { !$0.message.contains("\(seconds)") && !$0.message.contains("since 1970") } == true, "\(error?.message ?? "")")
         }
     }
 
