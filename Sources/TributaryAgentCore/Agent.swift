@@ -205,15 +205,20 @@ public final class Agent: Service, Sendable {
             }
             watchdog = startWatchdog()
             let report = try await loopBody(session: session, loop: &loop, once: once)
-            // A store delete still waiting (a slow fsync, a writer stopped inside its transaction) gets half
-            // the grace to end; one that failed meanwhile ends the run as it would have in the loop.
-            if !deletes.awaitPending(upTo: configuration.grace / 2) {
+            // What is left before the deadline (the grace the loop kept, or less: a task's grace is at most
+            // half its budget) is shared by the steps below: 0.4 of it each to the store delete and the
+            // checkpoint, then a fifth of what remains to the HTTP client's shutdown. Half the configured
+            // grace each, and 200 ms more, ended a `--once --deadline 1` run 1.04 s after its start.
+            let closing = closingTime()
+            // A store delete still waiting (a slow fsync, a writer stopped inside its transaction) gets its
+            // share to end; one that failed meanwhile ends the run as it would have in the loop.
+            if !deletes.awaitPending(upTo: closing * 0.4) {
                 logger.notice(
                     "stopping with a store delete still waiting for the store's write lock: the next drain deletes those events (they are in the outbox)")
             }
             try deletes.rethrowLateFailure()
-            // Within the grace the loop kept: a reader holding the WAL must not delay the stop.
-            if try !outbox.checkpoint(patience: configuration.grace / 2) {
+            // A reader holding the WAL must not delay the stop.
+            if try !outbox.checkpoint(patience: closing * 0.4) {
                 logger.info("outbox checkpoint left for the next start: a reader was using the outbox")
             }
             result = .success(report)
@@ -235,7 +240,7 @@ public final class Agent: Service, Sendable {
         }
         outboxLock.release()
         lock.release()
-        await shutdown(client)
+        await shutdown(client, within: closingTime() * 0.2)
         let report = try result.get()
         logger.info("agent stopped", metadata: [
             "tributary.drained": "\(report.drained)", "tributary.delivered": "\(report.delivered)",
@@ -271,7 +276,7 @@ public final class Agent: Service, Sendable {
     /// Shuts the HTTP client down, waiting at most 200 ms: a connection whose request was cancelled
     /// against a collector that never answers can hold `shutdown()` open, and the process is stopping
     /// within its grace period anyway.
-    private func shutdown(_ client: HTTPClient) async {
+    private func shutdown(_ client: HTTPClient, within limit: Duration) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let once = ResumeOnce(continuation)
             Task {
@@ -279,10 +284,17 @@ public final class Agent: Service, Sendable {
                 once.resume()
             }
             Task {
-                try? await Task.sleep(for: .milliseconds(200))
+                try? await Task.sleep(for: limit)
                 once.resume()
             }
         }
+    }
+
+    /// The time the steps after the main loop share: the configured grace, or what is left before the
+    /// deadline when that is less.
+    private func closingTime() -> Duration {
+        guard let task = budget.current else { return configuration.grace }
+        return max(.zero, min(configuration.grace, task.deadline - .now))
     }
 
     /// Pings systemd's watchdog at half its interval, but only while the main loop shows progress:
