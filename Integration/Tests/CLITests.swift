@@ -665,6 +665,23 @@ struct CLITests {
         }
     }
 
+    @Test("dead-letters on an outbox its user may see but not write is refused as permission denied (exit 77), not as unreadable (74)",
+          .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
+                   "needs root, to run as another user, and setpriv (util-linux)"))
+    func outboxNotWritable() async throws {
+        try await withTemporaryGroup { group in
+            // The agent's outbox as root made it (mode 0644 under umask 022), in a directory others may search.
+            let directory = parentDirectory(of: group)
+            chmod(directory, 0o755)
+            let path = directory + "/outbox.sqlite"
+            _ = try Outbox(path: path)
+            chmod(path, 0o644)
+            let result = try await Self.runAsNobody(["dead-letters", "--outbox", path])
+            #expect(result.status == 77, "stderr: \(result.stderr)")
+            #expect(result.stderr.contains("permission denied") && result.stderr.contains(path), "\(result.stderr)")
+        }
+    }
+
     @Test("a store on tmpfs is used, but tributary status and the agent warn that its events do not survive a reboot",
           .enabled(if: FileManager.default.fileExists(atPath: "/dev/shm"), "no /dev/shm (tmpfs) here"))
     func memoryBackedStore() async throws {

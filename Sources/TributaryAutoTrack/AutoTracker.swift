@@ -181,7 +181,9 @@ public final class AutoTracker: Sendable {
         let now = configuration.monotonicNanos()
         let boot = BootClock.nowNanos()
         let elapsed = now >= since ? now - since : 0
-        tributary_crash_set_context(started ? 1 : 0, boot >= elapsed ? boot - elapsed : 0, session, screen)
+        // The record's field holds 127 bytes and a NUL: cut at a character's end, not inside one.
+        let screenName = clipped(screen, toBytes: Int(TRIBUTARY_CRASH_SCREEN_NAME) - 1)
+        tributary_crash_set_context(started ? 1 : 0, boot >= elapsed ? boot - elapsed : 0, session, screenName)
     }
 
     // MARK: Lifecycle

@@ -327,7 +327,7 @@ public struct CrashLog: Sendable {
             )
         }
         syncDirectory()  // the file's directory entry must survive a power cut too
-        tributary_crash_set_app_version(appVersion)
+        tributary_crash_set_app_version(clipped(appVersion, toBytes: Int(TRIBUTARY_CRASH_APP_VERSION) - 1))
         let rc = bootID.bytes.withUnsafeBufferPointer { tributary_crash_install(fd, $0.baseAddress) }
         guard rc == 0 else {
             close(fd)

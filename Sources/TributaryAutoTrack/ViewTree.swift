@@ -174,14 +174,17 @@ public enum ElementPath {
 
 /// `text` cut, at a character boundary, to the property value limit (8,192 UTF-8 bytes): what the
 /// toolkit reports (a label's text, a title, a URL) is cut rather than refused, as Sensors does.
-func clippedToValueLimit(_ text: String) -> String {
-    guard text.utf8.count > EventRules.maxStringBytes else { return text }
+func clippedToValueLimit(_ text: String) -> String { clipped(text, toBytes: EventRules.maxStringBytes) }
+
+/// `text` cut to at most `limit` UTF-8 bytes, at a character's end (never inside one).
+func clipped(_ text: String, toBytes limit: Int) -> String {
+    guard text.utf8.count > limit else { return text }
     var end = text.startIndex
     var bytes = 0
     while end < text.endIndex {
         let next = text.index(after: end)
         bytes += text.utf8.distance(from: end, to: next)
-        guard bytes <= EventRules.maxStringBytes else { break }
+        guard bytes <= limit else { break }
         end = next
     }
     return String(text[..<end])

@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import NIOCore
 import Synchronization
 import TributaryWire
 
@@ -35,6 +36,15 @@ final class CountingEndpoint: Sendable {
             let body = try Gzip.undoContentEncoding(
                 request.headers[.contentEncoding], of: Array(buffer.readableBytesView), limit: maxBodyBytes)
             events = try Self.eventCount(in: body)
+        } catch is NIOTooManyBytesError {
+            // As ingest answers them: a body over the limit or in a coding this side cannot read is no
+            // malformed JSON.
+            return JSONResponse.error(
+                .contentTooLarge, code: "too_large", "The request body is over this collector's limit of \(maxBodyBytes) bytes.")
+        } catch let error as WireError where error.code == .tooLarge {
+            return JSONResponse.error(.contentTooLarge, code: "too_large", error.message)
+        } catch let error as WireError where error.code == .unsupportedMediaType {
+            return JSONResponse.error(.unsupportedMediaType, code: "unsupported_media_type", error.message)
         } catch {
             return JSONResponse.error(
                 .badRequest, code: "malformed_body",

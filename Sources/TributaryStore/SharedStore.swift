@@ -210,8 +210,11 @@ public final class SharedStore: Sendable {
     /// Appends `count` events in one durable write transaction and returns their sequence numbers.
     ///
     /// `build` is called inside the transaction, once per event, with the group's current identity
-    /// (so an event can never carry an identity older than one committed before it). It must not block
-    /// or `await`. When the call returns, every event is durable; when it throws, none was written.
+    /// (so an event can never carry an identity older than one committed before it). It must not block,
+    /// `await` or read the store (its thread holds the writer lock). A transaction that must begin again
+    /// (the map grown, here or by another process) calls `build` and `changingIdentity` again from the
+    /// first event: they must give the same result each time. When the call returns, every event is
+    /// durable; when it throws, none was written.
     ///
     /// `changingIdentity`, when given, changes the group's identity in the same transaction, before
     /// the events are built (a sign-up: the login and the event that carries it are stored together,

@@ -94,7 +94,11 @@ extension WireFormat {
             }
         case .ndjson:
             var out: [(object: [String: Any], text: ArraySlice<UInt8>)] = []
-            for (i, line) in body.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true).enumerated() {
+            for (i, line) in body.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
+                // A blank line (JSON whitespace only: a CRLF file's empty line is "\r") holds no event;
+                // lines are counted as they stand, blank ones too.
+                let blank: Set<UInt8> = [0x20, 0x09, 0x0A, 0x0D]
+                if line.allSatisfy(blank.contains) { continue }
                 guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else {
                     throw WireError(.malformedBody, "Line \(i + 1) is not a JSON object.")
                 }

@@ -289,6 +289,11 @@ struct DeadLetters: ParsableCommand {
             guard let path, info.st_size > 0 else {
                 throw StoreError(.directoryUnavailable, "There is no outbox at \(path ?? "?"); give --outbox.")
             }
+            // One it may see but not read and write (the agent's, mode 0600 or 0644): refused as such, not
+            // as an outbox that "cannot be read".
+            if access(path, R_OK | W_OK) != 0, errno == EACCES {
+                throw StoreError.permissionDenied("the outbox \(path)", directory: parentDirectory(of: path))
+            }
             let letters: [Outbox.DeadLetter]
             let total: Int
             do {

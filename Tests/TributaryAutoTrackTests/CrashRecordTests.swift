@@ -231,6 +231,16 @@ struct CrashRecordTests {
         }
     }
 
+    @Test("the screen name and app version a crash record holds are cut at a character's end to fit its fields")
+    func fieldsCutAtCharacters() {
+        // The screen name's field holds 127 bytes: "é" (2 bytes) at bytes 126 and 127 was cut in two by the C copy.
+        let screen = String(repeating: "a", count: 126) + "é" + "b"
+        let fitted = clipped(screen, toBytes: Int(TRIBUTARY_CRASH_SCREEN_NAME) - 1)
+        #expect(fitted == String(repeating: "a", count: 126))
+        #expect(clipped("1.0.0", toBytes: Int(TRIBUTARY_CRASH_APP_VERSION) - 1) == "1.0.0")
+        #expect(clipped("😀😀", toBytes: 7) == "😀" && clipped("😀😀", toBytes: 8) == "😀😀")
+    }
+
     @Test("app_crashed_reason keeps whole frame lines within the 8,192-byte value limit")
     func reasonLimit() throws {
         var record = try #require(

@@ -419,6 +419,11 @@ struct IngestTests {
             let bad = try await client.post(
                 Array("not json".utf8), headers: [("Content-Type", "application/json")], path: "/count/posthog/batch/")
             #expect(bad.status == 400, "\(bad.body)")
+            // Answered as ingest answers them, not as malformed JSON (400).
+            let brotli = try await client.post(
+                segment, headers: [("Content-Type", "application/json"), ("Content-Encoding", "br")],
+                path: "/count/posthog/batch/")
+            #expect(brotli.status == 415 && brotli.object["code"] as? String == "unsupported_media_type", "\(brotli.body)")
 
             let counts = try await client.get("/count").object
             #expect((counts["segment"] as? [String: Any])?["events"] as? Int == 3)

@@ -224,7 +224,7 @@ struct JSONScannerTests {
     func ndjsonBodies() throws {
         let bodies = [
             "{\"a\":1}\n{\"b\":2}\n", "\n\n{\"a\":1}\r\n\n{}", "{}\n[]\n", "{}\nnot json\n", "{}\n  \n", "",
-            "\u{FEFF}{\"a\":1}\n\u{FEFF}{}", "{\"a\":\"\\u0000\"}\n{\"a\":01}",
+            "\u{FEFF}{\"a\":1}\n\u{FEFF}{}", "{\"a\":\"\\u0000\"}\n{\"a\":01}", "{}\r\n\r\n \t\r\n[]\r\n",
         ]
         for text in bodies {
             let body = Array(text.utf8)
