@@ -226,20 +226,28 @@ struct CLITests {
             let directory = (group as NSString).deletingLastPathComponent
             let relative = (group as NSString).lastPathComponent
             for index in 0..<3 {
-                let track = try await ChildProcess.run("tributary", ["track", "--group", relative, "Relative\(index)"], directory: directory)
+                let track = try await ChildProcess.run(
+                    "tributary", ["track", "--group", relative, "Relative\(index)"], directory: directory)
                 #expect(track.status == 0, "\(track.stderr)")
             }
             try await Collector.withRunning(CollectorConfiguration()) { collector in
                 // A bare name has no directory to create: it was refused as "Cannot open the outbox" (exit 74).
                 let agent = try await ChildProcess.run(
-                    "tributary-agent", ["--group", relative, "--outbox", "outbox.sqlite", "--server", collector.url + "/sa", "--once"],
+                    "tributary-agent",
+                    ["--group", relative, "--outbox", "outbox.sqlite", "--server", collector.url + "/sa", "--once"],
                     directory: directory)
                 #expect(agent.status == 0, "\(agent.stderr)")
                 #expect(try await collector.stats().unique == 3)
             }
             #expect(FileManager.default.fileExists(atPath: directory + "/outbox.sqlite"))
-            let listed = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", "outbox.sqlite"], directory: directory)
+            let listed = try await ChildProcess.run(
+                "tributary", ["dead-letters", "--outbox", "outbox.sqlite"], directory: directory)
             #expect(listed.status == 0, "\(listed.stderr)")
+            // The agent's status names the outbox by its absolute path: found from any working directory.
+            #expect(AgentChannel.readStatus(groupDirectory: group)?.outboxPath == directory + "/outbox.sqlite")
+            let elsewhere = try await ChildProcess.run("tributary", ["dead-letters", "--group", group], directory: "/")
+            #expect(elsewhere.status == 0, "\(elsewhere.stderr)")
+            #expect(elsewhere.stdout.contains(directory + "/outbox.sqlite"), "\(elsewhere.stdout)")
         }
     }
 
@@ -679,6 +687,7 @@ struct CLITests {
             let result = try await Self.runAsNobody(["dead-letters", "--outbox", path])
             #expect(result.status == 77, "stderr: \(result.stderr)")
             #expect(result.stderr.contains("permission denied") && result.stderr.contains(path), "\(result.stderr)")
+            #expect(result.stderr.contains("\(path) belongs to user root and group root, mode 644"), "\(result.stderr)")
         }
     }
 

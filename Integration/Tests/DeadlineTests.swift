@@ -171,6 +171,27 @@ struct DeadlineTests {
         }
     }
 
+    @Test("a second SIGTERM ends an agent whose start hangs at once, with exit 143")
+    func secondSignalDuringStart() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, 10)
+            // Frozen in its first read of the store, for ever (as behind a stopped writer's lock, on a new store).
+            let agent = try ChildProcess(
+                "tributary-agent", Self.args(group, "http://127.0.0.1:9", []),
+                environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.read"])
+            let limit = agent.killAfter(.seconds(30))
+            defer { limit.cancel() }
+            #expect(await agent.waitForLine(startingWith: "PAUSED") == "PAUSED store.read")
+            agent.send(SIGTERM)
+            // The first is taken as a stop request, kept for when the agent has started: it never will.
+            try await Task.sleep(for: .milliseconds(500))
+            agent.send(SIGTERM)
+            let run = await agent.finish()
+            #expect(run.status == 143, "\(run.stderr)")
+            #expect(run.stderr.contains("SIGTERM again: exiting at once"), "\(run.stderr)")
+        }
+    }
+
     @Test("a SIGTERM stop tries the collector once: a failed upload ends it at once, every event kept")
     func stopDoesNotRetry() async throws {
         try await withTemporaryGroup { group in

@@ -77,6 +77,9 @@ public final class Tracker: Sendable {
         var superProperties: [String: PropertyValue] = [:]
         var base: BaseProperties
         var timers: [String: EventTimer] = [:]
+        /// How many times ``Tracker/clearTrackTimers()`` ran: a refused `trackTimerEnd` puts its timer
+        /// back only if no clear came meanwhile.
+        var timerClears = 0
         var inBackground = false
         /// Properties of this launch (`$latest_utm_*` after a deep link); see `DeepLink.swift`.
         var launchProperties: [String: PropertyValue] = [:]
@@ -329,11 +332,12 @@ public final class Tracker: Sendable {
 
     /// Ends the timer for `event` and tracks it with `$event_duration` (seconds, 3 decimals). When the
     /// event is refused (a property, a full store), the timer goes on as if this call had not been
-    /// made, unless another was started for `event` meanwhile: the call can be made again.
+    /// made, unless another was started for `event`, or every timer cleared, meanwhile: the call can be
+    /// made again.
     @discardableResult
     public func trackTimerEnd(_ event: String, properties: [String: PropertyValue] = [:]) async throws -> TrackReceipt {
         let now = configuration.monotonicNanos()
-        let timer: EventTimer? = state.withLock { $0.timers.removeValue(forKey: event) }
+        let (timer, clears) = state.withLock { ($0.timers.removeValue(forKey: event), $0.timerClears) }
         guard let timer else {
             throw TrackingError(.unknownTimer, field: event, "No timer was started for event \(event).")
         }
@@ -343,14 +347,19 @@ public final class Tracker: Sendable {
             return try await track(event, properties: properties)
         } catch {
             state.withLock { state in
-                if state.timers[event] == nil { state.timers[event] = timer }
+                if state.timers[event] == nil && state.timerClears == clears { state.timers[event] = timer }
             }
             throw error
         }
     }
 
     /// Removes every timer without tracking.
-    public func clearTrackTimers() { state.withLock { $0.timers.removeAll() } }
+    public func clearTrackTimers() {
+        state.withLock { state in
+            state.timers.removeAll()
+            state.timerClears += 1
+        }
+    }
 
     /// Nanoseconds as seconds with 3 decimals (whole milliseconds), as `$event_duration` holds them.
     private static func seconds(_ nanos: UInt64) -> Double {

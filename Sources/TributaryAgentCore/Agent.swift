@@ -207,8 +207,7 @@ public final class Agent: Service, Sendable {
             let report = try await loopBody(session: session, loop: &loop, once: once)
             // What is left before the deadline (the grace the loop kept, or less: a task's grace is at most
             // half its budget) is shared by the steps below: 0.4 of it each to the store delete and the
-            // checkpoint, then a fifth of what remains to the HTTP client's shutdown. Half the configured
-            // grace each, and 200 ms more, ended a `--once --deadline 1` run 1.04 s after its start.
+            // checkpoint, then a fifth of what remains to the HTTP client's shutdown.
             let closing = closingTime()
             // A store delete still waiting (a slow fsync, a writer stopped inside its transaction) gets its
             // share to end; one that failed meanwhile ends the run as it would have in the loop.
@@ -229,8 +228,7 @@ public final class Agent: Service, Sendable {
         // Release everything in the group directory first: nothing below may delay it.
         watchdog?.cancel()
         listener?.stop()
-        // A run that ended in an error says so: `tributary status` showed it as a clean stop, with the
-        // last upload's error, if any, for a reason.
+        // A run that ended in an error says so, with that error.
         switch result {
         case .success: writeStatus(session: session, state: "stopped", loop: loop)
         case .failure(let error):
@@ -273,7 +271,7 @@ public final class Agent: Service, Sendable {
             cause: error)
     }
 
-    /// Shuts the HTTP client down, waiting at most 200 ms: a connection whose request was cancelled
+    /// Shuts the HTTP client down, waiting at most `limit`: a connection whose request was cancelled
     /// against a collector that never answers can hold `shutdown()` open, and the process is stopping
     /// within its grace period anyway.
     private func shutdown(_ client: HTTPClient, within limit: Duration) async {
@@ -371,7 +369,9 @@ public final class Agent: Service, Sendable {
         let started = loop.clock.now
         while !Task.isCancelled {
             heartbeat.beat()
-            applyGroupSettings(session: session, loop: &loop)
+            // Not while a store delete waits for the writer lock: a read that had to adopt a map another
+            // process grew would wait for that delete (up to ``StoreError/Code/busy``'s bound, every turn).
+            if !deletes.isWaiting { applyGroupSettings(session: session, loop: &loop) }
             if let stallAfter, loop.clock.now - started > .milliseconds(stallAfter) {
                 // Test hook: freeze the main loop (as a deadlock would) so the watchdog stops.
                 while true { usleep(1_000_000) }
@@ -388,11 +388,10 @@ public final class Agent: Service, Sendable {
 
             // Stopping claims no new work: events still in the store are safe there for the next run.
             // With a full batch already waiting and an upload about to start, upload at once: the drain
-            // then runs during the request. An upload that waits (a backoff, a Retry-After, a halt, no
-            // URL, a bulk size not reached) leaves the drain to go on, up to the outbox's quota: skipped
-            // then, it stopped at one batch while the store filled with the whole outage's events.
+            // then runs during the request. While uploads wait (a backoff, a Retry-After, a halt, no URL,
+            // a bulk size not reached), the drain goes on, up to the outbox's quota.
             let queued = try outbox.pending().count
-            let batchWaiting = queued >= configuration.upload.batchSize && uploadMayStart(loop, pending: queued, isStopping: isStopping)
+            let batchWaiting = queued >= configuration.upload.batchSize && uploadMayStart(loop, pending: queued)
             let drained = isStopping || batchWaiting ? 0 : try drainRespectingQuota(&loop)
             loop.report.drained += drained
             if drained == 0, !isStopping, store.isReplaced {
@@ -807,7 +806,9 @@ public final class Agent: Service, Sendable {
             // A producer holds the store's writer lock (stopped, or slow) while this process's delete waits
             // for it: the drain waits too, the loop goes on uploading and keeping its deadlines.
             if !loop.storeBusyLogged {
-                logger.notice("drain paused: \(error.message)", metadata: ["tributary.group": "\(store.groupDirectory)"])
+                logger.notice("drain paused: the store cannot be read until the store delete ends", metadata: [
+                    "tributary.group": "\(store.groupDirectory)", "tributary.reason": "\(error.message)",
+                ])
                 loop.storeBusyLogged = true
             }
             return 0
@@ -822,12 +823,13 @@ public final class Agent: Service, Sendable {
         return drained
     }
 
-    /// Whether this turn of the loop may start an upload of what the outbox holds: there is a collector
-    /// URL, no wait is due, and a flush is under way or due (``loopBody``'s rules, before it updates them).
-    private func uploadMayStart(_ loop: LoopState, pending: Int, isStopping: Bool) -> Bool {
+    /// Whether this turn of the loop may start an upload of the `pending` events the outbox holds: there
+    /// is a collector URL, no wait is due, and a flush is under way or due (``loopBody``'s rules, as they
+    /// stand before the turn updates them: a flush request it is about to read waits for the next turn).
+    private func uploadMayStart(_ loop: LoopState, pending: Int) -> Bool {
         let now = loop.clock.now
         guard loop.settings.serverURL != nil, loop.notBefore.map({ now >= $0 }) ?? true else { return false }
-        return loop.flushing || isStopping || now >= loop.nextIntervalFlush || pending >= loop.settings.bulkSize
+        return loop.flushing || now >= loop.nextIntervalFlush || pending >= loop.settings.bulkSize
     }
 
     /// Writes the agent's status file; `error`, when the run ended in one, is its last error.

@@ -1,4 +1,5 @@
 import Foundation
+import TributaryJSON
 import TributaryWire
 
 /// A request body decoded to the JSON text of its events, with the scan of each event.
@@ -160,11 +161,6 @@ enum BodyDecoder {
     /// data that was not declared so.
     static let gzipMagic: [UInt8] = [0x1F, 0x8B]
 
-    /// RFC 8259 §2: space, horizontal tab, line feed, carriage return.
-    private static func isJSONWhitespace(_ byte: UInt8) -> Bool {
-        byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D
-    }
-
     private static func ndjson(_ body: [UInt8], maxEvents: Int) throws(WireError) -> DecodedBody {
         let scanned = body.withUnsafeBufferPointer { bytes in
             Result { () throws(WireError) in
@@ -179,7 +175,7 @@ enum BodyDecoder {
                     defer { start = newline + 1 }
                     line += 1
                     // A blank line (JSON whitespace only: a CRLF file's empty line is "\r") holds no event.
-                    guard bytes[start..<newline].contains(where: { !Self.isJSONWhitespace($0) }) else { continue }
+                    guard bytes[start..<newline].contains(where: { !JSONBytes.isWhitespace($0) }) else { continue }
                     guard events.count < maxEvents else { throw Self.tooManyEvents(maxEvents) }
                     let event: ScannedEvent
                     do throws(JSONSyntaxError) {

@@ -63,7 +63,9 @@ public struct CollectorConfiguration: Sendable {
         }
         // What a request presents is trimmed (as the agent trims its --auth-token-file), and a header
         // carries printable ASCII only: any other token would be refused on every request, with 401.
-        if let token, token.first == " " || token.last == " " || !token.utf8.allSatisfy({ (0x20...0x7E).contains($0) }) {
+        if let token, token.first == " " || token.last == " "
+            || !token.utf8.allSatisfy({ (0x20...0x7E).contains($0) })
+        {
             throw CollectorError(
                 .invalidConfiguration,
                 "The token (--token, or TRIBUTARY_COLLECTOR_TOKEN) must be printable ASCII with no space at either end "

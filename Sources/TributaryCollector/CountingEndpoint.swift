@@ -37,14 +37,11 @@ final class CountingEndpoint: Sendable {
                 request.headers[.contentEncoding], of: Array(buffer.readableBytesView), limit: maxBodyBytes)
             events = try Self.eventCount(in: body)
         } catch is NIOTooManyBytesError {
-            // As ingest answers them: a body over the limit or in a coding this side cannot read is no
+            // As ingest answers them: a body over the limit, or in a coding this side cannot read, is no
             // malformed JSON.
-            return JSONResponse.error(
-                .contentTooLarge, code: "too_large", "The request body is over this collector's limit of \(maxBodyBytes) bytes.")
-        } catch let error as WireError where error.code == .tooLarge {
-            return JSONResponse.error(.contentTooLarge, code: "too_large", error.message)
-        } catch let error as WireError where error.code == .unsupportedMediaType {
-            return JSONResponse.error(.unsupportedMediaType, code: "unsupported_media_type", error.message)
+            return IngestRejection.bodyTooLarge(limit: maxBodyBytes).response
+        } catch let error as WireError {
+            return IngestRejection.undecodable(error).response
         } catch {
             return JSONResponse.error(
                 .badRequest, code: "malformed_body",

@@ -137,12 +137,7 @@ struct IngestEndpoint: Sendable {
             let buffer = try await request.body.collect(upTo: maxBodyBytes)
             return Array(buffer.readableBytesView)
         } catch is NIOTooManyBytesError {
-            throw IngestRejection(
-                status: 413,
-                code: "too_large",
-                fault: .tooLarge,
-                message: "The request body is over this collector's limit of \(maxBodyBytes) bytes."
-            )
+            throw IngestRejection.bodyTooLarge(limit: maxBodyBytes)
         } catch {
             throw IngestRejection(
                 status: 400,
@@ -190,16 +185,7 @@ struct IngestEndpoint: Sendable {
                 body, format: format, contentEncoding: contentEncoding, limit: maxBodyBytes,
                 maxEvents: maxEventsPerRequest)
         } catch {
-            switch error.code {
-            case .tooLarge:
-                throw IngestRejection(status: 413, code: "too_large", fault: .tooLarge, message: error.message)
-            case .crcMismatch:
-                throw IngestRejection(status: 400, code: "crc_mismatch", message: error.message)
-            case .unsupportedMediaType:
-                throw IngestRejection(status: 415, code: "unsupported_media_type", message: error.message)
-            default:
-                throw IngestRejection(status: 400, code: "malformed_body", message: error.message)
-            }
+            throw IngestRejection.undecodable(error)
         }
     }
 
@@ -280,6 +266,24 @@ struct IngestRejection: Error {
         self.index = index
         self.field = field
         self.retryAfter = retryAfter
+    }
+
+    /// A request body over the collector's `limit` of bytes.
+    static func bodyTooLarge(limit: Int) -> IngestRejection {
+        IngestRejection(
+            status: 413, code: "too_large", fault: .tooLarge,
+            message: "The request body is over this collector's limit of \(limit) bytes.")
+    }
+
+    /// A body that could not be decoded: 413 over the limit once decompressed, 415 in a coding this side
+    /// cannot read, else 400.
+    static func undecodable(_ error: WireError) -> IngestRejection {
+        switch error.code {
+        case .tooLarge: IngestRejection(status: 413, code: "too_large", fault: .tooLarge, message: error.message)
+        case .crcMismatch: IngestRejection(status: 400, code: "crc_mismatch", message: error.message)
+        case .unsupportedMediaType: IngestRejection(status: 415, code: "unsupported_media_type", message: error.message)
+        default: IngestRejection(status: 400, code: "malformed_body", message: error.message)
+        }
     }
 
     static func forced(status: Int, retryAfter: String?) -> IngestRejection {

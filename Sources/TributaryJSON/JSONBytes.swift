@@ -1,6 +1,12 @@
 /// The bytes of a JSON string's text that need a look, found eight at a time: what the producers'
 /// writer escapes (``JSONString``) and what the collector's scanner must check.
 package enum JSONBytes {
+    /// Whether `byte` is JSON whitespace (RFC 8259 §2: space, horizontal tab, line feed, carriage return).
+    @inlinable
+    package static func isWhitespace(_ byte: UInt8) -> Bool {
+        byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D
+    }
+
     /// The high bit of each of the eight bytes of `word` (little-endian: the first byte lowest) that is
     /// below 0x20, a quote or a backslash; with `nonASCII`, also every byte from 0x80 up; with
     /// `lineSeparators`, also 0xE2 (the first byte of U+2028 and U+2029). 0 when none is. Bytes after

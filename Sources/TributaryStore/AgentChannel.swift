@@ -92,11 +92,11 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     /// The agent's pid.
     public var pid: Int32
     /// `idle`, `uploading`, `backoff`, `halted`, `waiting` (events, and no collector URL to send them
-    /// to), `stopping` or `stopped`.
+    /// to), `stopping`, `stopped`, or `failed` (the run ended in an error: ``lastError``).
     public var state: String
     /// Why uploads are halted (401/403/404…), when they are.
     public var haltReason: String?
-    /// The last error seen (upload or drain).
+    /// The last error seen (upload or drain); once `failed`, the error the run ended in.
     public var lastError: String?
     /// The outbox file.
     public var outboxPath: String

@@ -208,8 +208,9 @@ extension SharedStore {
     /// Changes the group's agent settings in one write transaction (another process's change between
     /// reading and writing them is not lost): `change` gets the stored ones, and what it leaves is
     /// checked and written (empty: removed). Throws ``StoreError/Code/invalidSettings``, writing
-    /// nothing, when the stored settings or the changed ones are not valid. `change` may be called again
-    /// when the transaction must begin again (the map grown): it must give the same result each time.
+    /// nothing, when the stored settings or the changed ones are not valid. `change` runs inside the
+    /// transaction: it must not read the store, and it may be called again when the transaction must
+    /// begin again (the map grown), giving the same result each time.
     public func updateAgentSettings(_ change: (inout AgentSettings) throws -> Void) throws {
         try updateConfiguration(AgentSettings.configurationKey) { stored in
             var settings = try Self.agentSettings(stored: stored)

@@ -609,7 +609,7 @@ final class Environment: @unchecked Sendable {
     /// otherwise wait with them, skips a drain instead, and goes on uploading and keeping its deadlines.
     private func adoptMapSize(waitingAtMost limit: Duration) throws(StoreError) {
         let adopted: Bool? = try resizeLock.withWriteLock(waitingAtMost: limit) { () throws(StoreError) in
-            try Environment.mapError(mdb.setMapSize(env, 0), "mdb_env_set_mapsize", path: path)
+            try adoptMapSize()
             return true
         }
         guard adopted != nil else {
@@ -621,15 +621,18 @@ final class Environment: @unchecked Sendable {
         }
     }
 
+    /// Adopts the size another process grew the map to (lmdb.h: "call mdb_env_set_mapsize() with a size
+    /// of zero to adopt the new size"); the resize lock is held exclusively.
+    private func adoptMapSize() throws(StoreError) {
+        try Environment.mapError(mdb.setMapSize(env, 0), "mdb_env_set_mapsize", path: path)
+    }
+
     /// Handles the LMDB failures that a retry can cure; throws a ``StoreError`` for the rest.
     private func recover(from failure: LMDBFailure) throws(StoreError) {
         switch failure.rc {
         case MDB_MAP_RESIZED:
-            // Another process grew the map: adopt its size (lmdb.h: "call mdb_env_set_mapsize() with
-            // a size of zero to adopt the new size"). A write waits for that as it waits for the writer lock.
-            try resizeLock.withWriteLock { () throws(StoreError) in
-                try Environment.mapError(mdb.setMapSize(env, 0), "mdb_env_set_mapsize", path: path)
-            }
+            // A write waits to adopt the size as it waits for the writer lock.
+            try resizeLock.withWriteLock { () throws(StoreError) in try adoptMapSize() }
         case MDB_MAP_FULL:
             try grow()
         default:

@@ -113,7 +113,8 @@ enum GroupDirectory {
 
 extension StoreError {
     /// The refusal of `subject` (a phrase naming the file or directory) to this user (`EACCES`), saying
-    /// who owns `directory`, the directory that decides, and what to do.
+    /// who owns `directory`, the directory that decides (or the file itself, when its own mode refuses),
+    /// and what to do.
     package static func permissionDenied(_ subject: String, directory: String) -> StoreError {
         var st = stat()
         let owner: String

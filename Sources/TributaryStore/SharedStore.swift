@@ -56,8 +56,8 @@ public final class SharedStore: Sendable {
         guard options.initialMapSize > 0 else {
             throw StoreError(
                 .invalidOptions,
-                "A store's initial map size must be positive, not \(options.initialMapSize) (the map starts at the smaller "
-                    + "of it and the quota, and doubles on demand).")
+                "A store's initial map size must be positive, not \(options.initialMapSize) (the map starts at the "
+                    + "smaller of it and the quota, and doubles on demand).")
         }
         var directory = groupDirectory
         while directory.count > 1 && directory.hasSuffix("/") { directory.removeLast() }
@@ -355,8 +355,8 @@ public final class SharedStore: Sendable {
         return try producerWrite { txn in try self.identity(in: txn, creating: true)! }
     }
 
-    /// The group's identity, or nil when no producer has created it yet. Read only: never waits for
-    /// the writer lock (the agent reads it to drain).
+    /// The group's identity, or nil when no producer has created it yet. Read only: it waits for the
+    /// writer lock only when every reader slot is taken (the agent reads it to drain).
     public func existingIdentity() throws -> Identity? {
         try environment.read { txn in try self.identity(in: txn, creating: false) }
     }

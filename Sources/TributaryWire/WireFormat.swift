@@ -1,4 +1,5 @@
 import Foundation
+import TributaryJSON
 
 /// How a batch of events is put on the wire. Specified in `docs/wire-formats.md`.
 public enum WireFormat: String, CaseIterable, Sendable, CustomStringConvertible {
@@ -97,8 +98,7 @@ extension WireFormat {
             for (i, line) in body.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false).enumerated() {
                 // A blank line (JSON whitespace only: a CRLF file's empty line is "\r") holds no event;
                 // lines are counted as they stand, blank ones too.
-                let blank: Set<UInt8> = [0x20, 0x09, 0x0A, 0x0D]
-                if line.allSatisfy(blank.contains) { continue }
+                if line.allSatisfy(JSONBytes.isWhitespace) { continue }
                 guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else {
                     throw WireError(.malformedBody, "Line \(i + 1) is not a JSON object.")
                 }

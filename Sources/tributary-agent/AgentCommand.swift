@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Logging
 import ServiceLifecycle
+import Synchronization
 import TributaryAgentCore
 import TributaryStore
 import TributaryWire
@@ -30,7 +31,8 @@ struct AgentCommand: AsyncParsableCommand {
             world-writable, or the agent's user may not use it (permission denied: join the group that owns it); \
             78 configuration error (--metrics-address not servable, --outbox used by another agent, a --group that \
             is not a directory, --once with events and no collector URL, too), or in --once \
-            mode the collector refuses uploads (401/403/404) or dead letters fill the outbox quota.
+            mode the collector refuses uploads (401/403/404) or dead letters fill the outbox quota; 130 or 143 \
+            a second SIGINT or SIGTERM ended it at once.
             """
     )
 
@@ -177,6 +179,7 @@ struct AgentCommand: AsyncParsableCommand {
         // Trapped first: a SIGTERM or SIGINT that comes while the agent opens its store and outbox (a slow
         // disk, an outbox migration, systemd stopping a unit still starting) waits for the agent's run, which
         // then stops as it would have a moment later, instead of killing it with the signal's default action.
+        // A second one exits at once (below).
         let stopSignals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
         MallocPolicy.reuseLargeBuffers(singleArena: true)
         let level = Logger.Level(rawValue: logLevel) ?? .info
@@ -187,11 +190,17 @@ struct AgentCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "tributary-agent")
+        let stops = StopSignals()
+        let forwarding = stops.forward(stopSignals, logger: logger)
+        defer { forwarding.cancel() }
 
         // The systemd units' environment files set these; an option given on the command line wins.
         let server = self.server ?? Self.environment("TRIBUTARY_SERVER")
         let format = self.format ?? Self.environment("TRIBUTARY_FORMAT").flatMap(WireFormat.init(rawValue:))
-        var config = AgentConfiguration(groupDirectory: group, serverURL: server, outboxPath: outbox)
+        // Absolute: the status file tells `tributary dead-letters --group` where the outbox is, from any
+        // working directory, and the outbox's lock is taken by this path.
+        let outboxPath = outbox.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        var config = AgentConfiguration(groupDirectory: group, serverURL: server, outboxPath: outboxPath)
         // What the command line and the environment leave out, the group's settings (written by the app) may set.
         if server == nil { config.settingsFromGroup.insert(.serverURL) }
         if format == nil { config.settingsFromGroup.insert(.format) }
@@ -216,7 +225,14 @@ struct AgentCommand: AsyncParsableCommand {
         let metrics = metricsAddress.flatMap(MetricsEndpoint.parse).map { MetricsEndpoint(host: $0.host, port: $0.port, logger: logger) }
 
         do {
-            let agent = try Agent(configuration: config, logger: logger)
+            // Opened on a thread of its own: opening the store and the outbox blocks (a slow disk, a migration,
+            // a new store behind a stopped writer's lock), and the signals are handled on the task pool.
+            let configuration = config
+            let agent = try await withCheckedThrowingContinuation { continuation in
+                Thread.detachNewThread {
+                    continuation.resume(with: Result { try Agent(configuration: configuration, logger: logger) })
+                }
+            }
             // The agent's own run ends the group; the metrics endpoint stops with it. A group shuts its
             // services down last first, one after the other: the agent is last, so a SIGTERM reaches it at
             // once. First, the agent's stop budget waited for the metrics server, whose shutdown waits for
@@ -227,18 +243,8 @@ struct AgentCommand: AsyncParsableCommand {
                 .init(service: agent, successTerminationBehavior: .gracefullyShutdownGroup,
                       failureTerminationBehavior: .gracefullyShutdownGroup))
             let group = ServiceGroup(configuration: .init(services: services, logger: logger))
-            try await withThrowingDiscardingTaskGroup { tasks in
-                tasks.addTask {
-                    // A stop requested before the group runs is kept: the group starts its services, then
-                    // shuts them down gracefully.
-                    for await signal in stopSignals {
-                        logger.notice("\(signal): stopping")
-                        await group.triggerGracefulShutdown()
-                    }
-                }
-                try await group.run()
-                tasks.cancelAll()
-            }
+            await stops.attach(group)
+            try await group.run()
         } catch let error as AgentError {
             logger.critical("\(error.message)")
             switch error.code {
@@ -263,3 +269,38 @@ struct AgentCommand: AsyncParsableCommand {
 }
 
 extension WireFormat: ExpressibleByArgument {}
+
+/// SIGTERM and SIGINT from the agent's first step on. The first asks the service group to stop, gracefully;
+/// one that comes before the group exists (the agent still opening its store and outbox) is kept for it,
+/// and the group then starts its services and stops them. The second ends the process at once (a start
+/// that hangs, an impatient Ctrl-C): the store and the outbox are crash-safe, and nothing is lost.
+private final class StopSignals: Sendable {
+    private let state = Mutex<(group: ServiceGroup?, requested: Bool)>((nil, false))
+
+    /// Handles `signals` until the returned task is cancelled.
+    func forward(_ signals: UnixSignalsSequence, logger: Logger) -> Task<Void, Never> {
+        Task {
+            for await signal in signals {
+                let (group, again) = state.withLock { state in
+                    defer { state.requested = true }
+                    return (state.group, state.requested)
+                }
+                if again {
+                    logger.warning("\(signal) again: exiting at once; every event is kept in the store or the outbox")
+                    _exit(128 + signal.rawValue)
+                }
+                logger.notice("\(signal): stopping (the same signal again exits at once)")
+                await group?.triggerGracefulShutdown()
+            }
+        }
+    }
+
+    /// Hands `group` the stop requests from now on, and the one that came before, if any.
+    func attach(_ group: ServiceGroup) async {
+        let requested = state.withLock { state in
+            state.group = group
+            return state.requested
+        }
+        if requested { await group.triggerGracefulShutdown() }
+    }
+}

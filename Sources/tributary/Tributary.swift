@@ -291,8 +291,9 @@ struct DeadLetters: ParsableCommand {
             }
             // One it may see but not read and write (the agent's, mode 0600 or 0644): refused as such, not
             // as an outbox that "cannot be read".
-            if access(path, R_OK | W_OK) != 0, errno == EACCES {
-                throw StoreError.permissionDenied("the outbox \(path)", directory: parentDirectory(of: path))
+            if faccessat(AT_FDCWD, path, R_OK | W_OK, AT_EACCESS) != 0, errno == EACCES {
+                // Named with the file's own owner and mode, which refuse it.
+                throw StoreError.permissionDenied("the outbox \(path)", directory: path)
             }
             let letters: [Outbox.DeadLetter]
             let total: Int

@@ -80,11 +80,13 @@ struct DrainAheadTests {
             try await UploadTests.produce(group, count: 150)
             let faults = FaultConfiguration(seed: 3, failureRate: 1.0, failureStatus: 503, retryAfter: "30")
             try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
-                let agent = try UploadTests.agent(group, serverURL: wait == "no URL" ? nil : collector.url + "/sa") { config in
+                let url = wait == "no URL" ? nil : collector.url + "/sa"
+                let agent = try UploadTests.agent(group, serverURL: url) { config in
                     config.upload.batchSize = 100
                     config.drainChunk = 100
                     config.drainAhead = 200
-                    config.upload.backoff = Backoff(base: .milliseconds(5), cap: .milliseconds(40), maxRetryAfter: .seconds(30))
+                    config.upload.backoff = Backoff(
+                        base: .milliseconds(5), cap: .milliseconds(40), maxRetryAfter: .seconds(30))
                     config.stopTimeout = .seconds(2)
                 }
                 try await GroupSettingsTests.whileRunning(agent) {
@@ -95,7 +97,8 @@ struct DrainAheadTests {
                     }
                     try await UploadTests.produce(group, count: 300)
                     // The drain skipped every turn for the upload it expected, and the 300 stayed in the store.
-                    #expect(try await UploadTests.eventually(within: 20) { try agent.store.status().pendingEvents == 0 }, "store \((try? agent.store.status().pendingEvents) ?? -1), outbox \((try? agent.outbox.pending().count) ?? -1)")
+                    let drained = try await UploadTests.eventually(within: 20) { try agent.store.status().pendingEvents == 0 }
+                    #expect(drained, "\((try? agent.store.status().pendingEvents) ?? -1) events left in the store")
                     #expect(try agent.outbox.pending().count == 450)
                 }
                 #expect(try await collector.stats().unique == 0)

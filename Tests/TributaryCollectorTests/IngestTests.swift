@@ -424,6 +424,12 @@ struct IngestTests {
                 segment, headers: [("Content-Type", "application/json"), ("Content-Encoding", "br")],
                 path: "/count/posthog/batch/")
             #expect(brotli.status == 415 && brotli.object["code"] as? String == "unsupported_media_type", "\(brotli.body)")
+            // Over the limit once inflated: 413, as ingest answers it.
+            let bomb = try Gzip.compress([UInt8](repeating: UInt8(ascii: " "), count: CollectorConfiguration.defaultMaxBodyBytes + 1))
+            let tooLarge = try await client.post(
+                bomb, headers: [("Content-Type", "application/json"), ("Content-Encoding", "gzip")],
+                path: "/count/posthog/batch/")
+            #expect(tooLarge.status == 413 && tooLarge.object["code"] as? String == "too_large", "\(tooLarge.body)")
 
             let counts = try await client.get("/count").object
             #expect((counts["segment"] as? [String: Any])?["events"] as? Int == 3)

@@ -453,10 +453,10 @@ struct SharedStoreTests {
             let path = group + "/" + SharedStore.fileName
             try FileManager.default.removeItem(atPath: path + "-lock")
             var env: OpaquePointer?
-            #expect(mdb_env_create(&env) == MDB_SUCCESS)
+            try #require(mdb_env_create(&env) == MDB_SUCCESS)
             defer { mdb_env_close(env) }
-            #expect(mdb_env_set_maxreaders(env, 2) == MDB_SUCCESS)
-            #expect(mdb_env_set_maxdbs(env, 8) == MDB_SUCCESS)
+            try #require(mdb_env_set_maxreaders(env, 2) == MDB_SUCCESS)
+            try #require(mdb_env_set_maxdbs(env, 8) == MDB_SUCCESS)
             try #require(mdb_env_open(env, path, UInt32(MDB_NOSUBDIR | MDB_NOTLS), 0o660) == MDB_SUCCESS)
             var readers: [OpaquePointer?] = [nil, nil]
             for index in readers.indices {
@@ -494,13 +494,31 @@ struct SharedStoreTests {
             #expect(await holder.waitForLine(startingWith: "PAUSED") == "PAUSED store.append")
             // This process's delete waits for it (as the agent's delete thread does), holding the resize lock shared.
             let deleted = Mutex<Result<Int, any Error>?>(nil)
+            let deleterTID = Atomic<Int32>(0)
             let deleter = Thread {
+                // "/proc/thread-self" links to "PID/task/TID" (glibc's gettid is not visible to Swift).
+                let link = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
+                deleterTID.store(link.split(separator: "/").last.flatMap { Int32($0) } ?? 0, ordering: .releasing)
                 let result = Result { try store.deleteEvents(through: 1) }
                 deleted.withLock { $0 = result }
             }
             deleter.start()
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(deleted.withLock { $0 == nil }, "the delete did not wait for the writer lock")
+            // Asleep (state S in /proc) only once it waits in mdb_txn_begin: it has nothing else to wait for.
+            let began = ContinuousClock.now
+            func asleep() -> Bool {
+                let tid = deleterTID.load(ordering: .acquiring)
+                guard tid != 0, let stat = try? String(contentsOfFile: "/proc/self/task/\(tid)/stat", encoding: .utf8) else {
+                    return false
+                }
+                return stat.split(separator: ")").last?.split(separator: " ").first == "S"
+            }
+            var settled = false  // asleep at two looks 50 ms apart: not a moment's wait on a lock of malloc's
+            while !settled && ContinuousClock.now - began < .seconds(10) {
+                let first = asleep()
+                try await Task.sleep(for: .milliseconds(50))
+                settled = first && asleep()
+            }
+            try #require(settled && deleted.withLock { $0 == nil }, "the delete did not wait for the writer lock")
 
             // A read finds the map grown (MDB_MAP_RESIZED, forced: the growth's moment cannot be chosen). It
             // waited to adopt the size until the other process let go: for ever, were that process stopped.
