@@ -88,6 +88,14 @@ public final class Agent: Service, Sendable {
                         "tributary.previous_last_drained_seq": "\(previous.lastDrainedSeq)",
                     ])
             }
+            if let rewound = try outbox.reconcile(with: store.drainMark()) {
+                logger.warning(
+                    "the shared store is an earlier copy of the one this outbox drained (restored from a backup or a snapshot?): draining it again after the seq it was deleted through; events delivered before go again, and the collector drops them as duplicates",
+                    metadata: [
+                        "tributary.group": "\(store.groupDirectory)", "tributary.last_drained_seq": "\(rewound.before)",
+                        "tributary.drained_again_after": "\(rewound.after)",
+                    ])
+            }
         } catch {
             // An I/O error opening, migrating or recounting the outbox is fail-stop as in the loop: the
             // orderly way out (closing the outbox) would checkpoint, and fsync, the WAL that just failed.

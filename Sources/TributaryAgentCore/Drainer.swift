@@ -73,9 +73,9 @@ public struct Drainer: Sendable {
         }
         CrashPoint.hit("drain.after-outbox-commit")
         if let deletes {
-            _ = try deletes.delete(through: lastSeq, in: store)
+            _ = try deletes.delete(through: lastSeq, mark: inserted.mark, in: store)
         } else {
-            try store.deleteEvents(through: lastSeq)
+            try store.deleteEvents(through: lastSeq, drainMark: inserted.mark)
         }
         // The records read stay mapped (and counted in RSS) until released: keep RSS flat with the backlog.
         store.releaseMappedPages()

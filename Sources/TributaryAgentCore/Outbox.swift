@@ -319,6 +319,8 @@ public final class Outbox: Sendable {
         var inserted = 0
         /// Entries skipped as already in the outbox (at or below `last_drained_seq`).
         var skipped = 0
+        /// The commit's drain mark, for the store delete that follows (0: nothing was committed).
+        var mark: UInt64 = 0
     }
 
     /// Makes the store whose ``SharedStore/storeID`` is `storeID` the one this outbox drains.
@@ -339,6 +341,8 @@ public final class Outbox: Sendable {
             guard recorded != 0 else { return nil }
             let drained = UInt64(try Self.state(db, "last_drained_seq"))
             try Self.setState(db, "last_drained_seq", 0)
+            try Self.setState(db, "drain_mark", 0)  // the marks were the other store's
+            try Self.setState(db, "drain_mark_previous", 0)
             return (recorded, drained)
         }
     }
@@ -396,8 +400,38 @@ public final class Outbox: Sendable {
             try Self.bump(db, "corrupt_records", corrupt)
             try Self.bump(db, "dead_letters", corrupt)
             try Self.bump(db, "dead_letter_bytes", corruptBytes)
+            // The chunk's mark, which the store delete that follows records beside the seq it deletes
+            // through (``SharedStore/drainMark()``); the one before stays known, for a delete that did not
+            // commit (a crash between the two).
+            let mark = UInt64.random(in: 1...UInt64.max)
+            try Self.setState(db, "drain_mark_previous", try Self.state(db, "drain_mark"))
+            try Self.setState(db, "drain_mark", Int64(bitPattern: mark))
             beforeCommit()
-            return Inserted(inserted: inserted, skipped: skipped)
+            return Inserted(inserted: inserted, skipped: skipped, mark: mark)
+        }
+    }
+
+    /// Checks the store's ``SharedStore/DrainMark`` against this outbox's: a store restored from an earlier
+    /// copy of itself (a backup, a snapshot) holds a mark of an older chunk, and numbers its new events
+    /// from seqs this outbox drained from the lost copy, which the drain would skip as drained and delete
+    /// unsent. Then `last_drained_seq` goes back to the seq the store was deleted through: what is in the
+    /// store after it is drained again (events delivered before go again, with their ids, and the
+    /// collector drops them as duplicates).
+    ///
+    /// - Returns: the last seq drained before and after, when it went back.
+    public func reconcile(with stored: SharedStore.DrainMark?) throws -> (before: UInt64, after: UInt64)? {
+        guard let stored else { return nil }  // no delete recorded one yet (or a store from before marks)
+        return try writer.write { db in
+            let mark = UInt64(bitPattern: try Self.state(db, "drain_mark"))
+            let previous = UInt64(bitPattern: try Self.state(db, "drain_mark_previous"))
+            // No mark: an outbox from before marks, or one that drained nothing of this store yet.
+            guard mark != 0, stored.mark != mark, stored.mark != previous else { return nil }
+            let drained = UInt64(try Self.state(db, "last_drained_seq"))
+            guard drained != stored.through else { return nil }
+            try Self.setState(db, "last_drained_seq", Int64(stored.through))
+            try Self.setState(db, "drain_mark", 0)
+            try Self.setState(db, "drain_mark_previous", 0)
+            return (drained, stored.through)
         }
     }
 

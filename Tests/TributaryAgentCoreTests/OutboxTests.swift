@@ -40,6 +40,34 @@ struct OutboxTests {
         }
     }
 
+    @Test("the drain mark: the store's mark of this outbox's last chunk, or the one before (a delete that did not commit), changes nothing; an older one takes last_drained_seq back")
+    func drainMarks() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            func mark() throws -> UInt64 {
+                try outbox.writer.read { db in
+                    UInt64(bitPattern: try Int64.fetchOne(db, sql: "SELECT value FROM agent_state WHERE key = 'drain_mark'") ?? 0)
+                }
+            }
+            #expect(try outbox.reconcile(with: SharedStore.DrainMark(mark: 7, through: 3)) == nil, "no chunk drained yet")
+            try outbox.insertDrained((1...5).map { .event(Self.row($0)) })
+            let first = try mark()
+            try outbox.insertDrained((6...9).map { .event(Self.row($0)) })
+            let second = try mark()
+            #expect(first != 0 && second != 0 && first != second)
+            #expect(try outbox.reconcile(with: nil) == nil)
+            #expect(try outbox.reconcile(with: SharedStore.DrainMark(mark: second, through: 9)) == nil)
+            #expect(try outbox.reconcile(with: SharedStore.DrainMark(mark: first, through: 5)) == nil, "the crash window")
+            #expect(try outbox.lastDrainedSeq() == 9)
+            let older = SharedStore.DrainMark(mark: first ^ second ^ 1, through: 2)
+            let rewound = try #require(try outbox.reconcile(with: older))
+            #expect(rewound == (before: 9, after: 2))
+            #expect(try outbox.lastDrainedSeq() == 2)
+            // Seqs above 2 are drained again, even ones the outbox holds (a restore's duplicates, by id).
+            #expect(try outbox.insertDrained((3...4).map { .event(Self.row($0)) }) == 2)
+        }
+    }
+
     @Test("pending counters match the table through insert, ack, dead letter and replay")
     func pendingCounters() throws {
         try withTemporaryGroup { dir in

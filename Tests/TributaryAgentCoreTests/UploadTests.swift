@@ -179,6 +179,36 @@ struct UploadTests {
         }
     }
 
+    @Test("a group store restored from an earlier copy of itself is drained again from where that copy was deleted: no new event is skipped as drained")
+    func storeRestoredFromBackup() async throws {
+        try await withTemporaryGroup { group in
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let path = group + "/" + SharedStore.fileName
+                try await Self.produce(group, count: 30)
+                _ = try await Self.agent(group, collector).runOnce()
+                try await Self.produce(group, count: 10)
+                // A backup of the group directory: drained through seq 30, seqs 31…40 waiting.
+                try FileManager.default.copyItem(atPath: path, toPath: group + "-backup.mdb")
+                _ = try await Self.agent(group, collector).runOnce()
+                try await Self.produce(group, count: 10)
+                _ = try await Self.agent(group, collector).runOnce()
+                #expect(try await collector.stats().unique == 50)
+                // The backup restored (the outbox, under $STATE_DIRECTORY, is not): the same store id, and new
+                // events numbered 41… again, seqs the outbox drained through 50 from the lost copy.
+                try FileManager.default.removeItem(atPath: path)
+                try FileManager.default.removeItem(atPath: path + "-lock")
+                try FileManager.default.copyItem(atPath: group + "-backup.mdb", toPath: path)
+                try await Self.produce(group, count: 15)
+                let agent = try Self.agent(group, collector)
+                _ = try await agent.runOnce()
+                // Seqs 41…50 of the new events were skipped as drained, and deleted unsent: 55.
+                #expect(try await collector.stats().unique == 65)
+                #expect(try await collector.stats().duplicates == 10, "31…40 went again, with their ids")
+                #expect(try SharedStore(groupDirectory: group).status().pendingEvents == 0)
+            }
+        }
+    }
+
     @Test("413 splits the batch until it fits")
     func payloadTooLarge() async throws {
         try await withTemporaryGroup { group in
