@@ -251,6 +251,37 @@ struct CLITests {
         }
     }
 
+    @Test("an agent whose outbox is not the one that last drained the group names that one, and how to send what waits in it")
+    func otherOutboxNamed() async throws {
+        try await withTemporaryGroup { group in
+            for index in 0..<20 {
+                let track = try await ChildProcess.run("tributary", ["track", "--group", group, "Event\(index)"])
+                #expect(track.status == 0, "\(track.stderr)")
+            }
+            let manual = group + "-manual/outbox.sqlite"
+            let service = group + "-service/outbox.sqlite"
+            // A manual run with the collector unreachable: the events move to its outbox and wait there.
+            let first = try await ChildProcess.run(
+                "tributary-agent",
+                ["--group", group, "--outbox", manual, "--server", "http://127.0.0.1:9/sa", "--once", "--deadline", "2"])
+            #expect(first.status == 0, "\(first.stderr)")
+            #expect(try Outbox(path: manual).pending().count == 20)
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let second = try await ChildProcess.run(
+                    "tributary-agent", ["--group", group, "--outbox", service, "--server", collector.url + "/sa", "--once"])
+                #expect(second.status == 0, "\(second.stderr)")
+                #expect(second.stderr.contains("the last agent to drain this group used another outbox"), "\(second.stderr)")
+                #expect(second.stderr.contains("--outbox \(manual) --once` sends them"), "\(second.stderr)")
+                #expect(try await collector.stats().unique == 0)
+                // As the warning says: the manual outbox's events go, and the service's outbox goes on.
+                let sent = try await ChildProcess.run(
+                    "tributary-agent", ["--group", group, "--outbox", manual, "--server", collector.url + "/sa", "--once"])
+                #expect(sent.status == 0, "\(sent.stderr)")
+                #expect(try await collector.stats().unique == 20)
+            }
+        }
+    }
+
     @Test("an agent started on a group with no store says it created one (a mistyped --group looks the same); on an existing one it does not")
     func agentCreatesStore() async throws {
         try await withTemporaryGroup { group in

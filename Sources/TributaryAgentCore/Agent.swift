@@ -88,13 +88,31 @@ public final class Agent: Service, Sendable {
                         "tributary.previous_last_drained_seq": "\(previous.lastDrainedSeq)",
                     ])
             }
-            if let rewound = try outbox.reconcile(with: store.drainMark()) {
+            let stored = try store.drainMark()
+            if let stored, try !outbox.knows(stored),
+                let last = AgentChannel.readStatus(groupDirectory: store.groupDirectory)?.outboxPath, last != outbox.path
+            {
+                // A manual run with an outbox of its own, then the service's: what the first drained and did
+                // not deliver is in its outbox, which this agent never reads.
                 logger.warning(
-                    "the shared store is an earlier copy of the one this outbox drained (restored from a backup or a snapshot?): draining it again after the seq it was deleted through; events delivered before go again, and the collector drops them as duplicates",
+                    "the last agent to drain this group used another outbox: events it drained and did not deliver, if any, wait there; `tributary-agent --group \(store.groupDirectory) --outbox \(last) --once` sends them",
                     metadata: [
-                        "tributary.group": "\(store.groupDirectory)", "tributary.last_drained_seq": "\(rewound.before)",
-                        "tributary.drained_again_after": "\(rewound.after)",
+                        "tributary.group": "\(store.groupDirectory)", "tributary.other_outbox": "\(last)",
+                        "tributary.drained_through": "\(stored.through)",
                     ])
+            }
+            if let moved = try outbox.reconcile(with: stored) {
+                let metadata: Logger.Metadata = [
+                    "tributary.group": "\(store.groupDirectory)", "tributary.last_drained_seq": "\(moved.before)",
+                    "tributary.draining_after": "\(moved.after)",
+                ]
+                if moved.after < moved.before {
+                    logger.warning(
+                        "the shared store is an earlier copy of the one this outbox drained (restored from a backup or a snapshot?): draining it again after the seq it was deleted through; events delivered before go again, and the collector drops them as duplicates",
+                        metadata: metadata)
+                } else {
+                    logger.notice("another outbox drained this store further since this one did: going on from there", metadata: metadata)
+                }
             }
         } catch {
             // An I/O error opening, migrating or recounting the outbox is fail-stop as in the loop: the

@@ -411,6 +411,16 @@ public final class Outbox: Sendable {
         }
     }
 
+    /// Whether `stored` is the mark of this outbox's last drained chunk or of the one before (a store
+    /// delete that did not commit).
+    public func knows(_ stored: SharedStore.DrainMark) throws -> Bool {
+        try writer.read { db in
+            let mark = UInt64(bitPattern: try Self.state(db, "drain_mark"))
+            let previous = UInt64(bitPattern: try Self.state(db, "drain_mark_previous"))
+            return mark != 0 && (stored.mark == mark || stored.mark == previous)
+        }
+    }
+
     /// Checks the store's ``SharedStore/DrainMark`` against this outbox's: a store restored from an earlier
     /// copy of itself (a backup, a snapshot) holds a mark of an older chunk, and numbers its new events
     /// from seqs this outbox drained from the lost copy, which the drain would skip as drained and delete
