@@ -263,9 +263,10 @@ struct CLITests {
             // A manual run with the collector unreachable: the events move to its outbox and wait there.
             let first = try await ChildProcess.run(
                 "tributary-agent",
-                ["--group", group, "--outbox", manual, "--server", "http://127.0.0.1:9/sa", "--once", "--deadline", "2"])
+                ["--group", group, "--outbox", manual, "--server", "http://127.0.0.1:9/sa", "--once", "--deadline", "5"])
             #expect(first.status == 0, "\(first.stderr)")
-            #expect(try Outbox(path: manual).pending().count == 20)
+            try #require(try Outbox(path: manual).pending().count == 20)
+            #expect(try SharedStore(groupDirectory: group).status().pendingEvents == 0)
             try await Collector.withRunning(CollectorConfiguration()) { collector in
                 let second = try await ChildProcess.run(
                     "tributary-agent", ["--group", group, "--outbox", service, "--server", collector.url + "/sa", "--once"])

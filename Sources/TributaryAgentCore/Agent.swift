@@ -88,32 +88,6 @@ public final class Agent: Service, Sendable {
                         "tributary.previous_last_drained_seq": "\(previous.lastDrainedSeq)",
                     ])
             }
-            let stored = try store.drainMark()
-            if let stored, try !outbox.knows(stored),
-                let last = AgentChannel.readStatus(groupDirectory: store.groupDirectory)?.outboxPath, last != outbox.path
-            {
-                // A manual run with an outbox of its own, then the service's: what the first drained and did
-                // not deliver is in its outbox, which this agent never reads.
-                logger.warning(
-                    "the last agent to drain this group used another outbox: events it drained and did not deliver, if any, wait there; `tributary-agent --group \(store.groupDirectory) --outbox \(last) --once` sends them",
-                    metadata: [
-                        "tributary.group": "\(store.groupDirectory)", "tributary.other_outbox": "\(last)",
-                        "tributary.drained_through": "\(stored.through)",
-                    ])
-            }
-            if let moved = try outbox.reconcile(with: stored) {
-                let metadata: Logger.Metadata = [
-                    "tributary.group": "\(store.groupDirectory)", "tributary.last_drained_seq": "\(moved.before)",
-                    "tributary.draining_after": "\(moved.after)",
-                ]
-                if moved.after < moved.before {
-                    logger.warning(
-                        "the shared store is an earlier copy of the one this outbox drained (restored from a backup or a snapshot?): draining it again after the seq it was deleted through; events delivered before go again, and the collector drops them as duplicates",
-                        metadata: metadata)
-                } else {
-                    logger.notice("another outbox drained this store further since this one did: going on from there", metadata: metadata)
-                }
-            }
         } catch {
             // An I/O error opening, migrating or recounting the outbox is fail-stop as in the loop: the
             // orderly way out (closing the outbox) would checkpoint, and fsync, the WAL that just failed.
@@ -121,6 +95,39 @@ public final class Agent: Service, Sendable {
             outboxLock.release()
             lock.release()
             throw AgentError(.startup, "Cannot open the outbox \(configuration.outboxPath): \(error).")
+        }
+        do {
+            try checkDrainPosition()
+        } catch {
+            // A store error keeps its own code (and exit code); an outbox I/O error is fail-stop.
+            if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
+            outboxLock.release()
+            lock.release()
+            throw error
+        }
+    }
+
+    /// Checks, at the start, where the drain goes on: the outbox that drained the group last, and the
+    /// store's numbering against the outbox's position (``Outbox/reconcile(lastAssignedSeq:oldestSeq:identityAt:)``).
+    private func checkDrainPosition() throws {
+        if let last = AgentChannel.readStatus(groupDirectory: store.groupDirectory)?.outboxPath, last != outbox.path {
+            // A manual run with an outbox of its own, then the service's: what the first drained and did
+            // not deliver is in its outbox, which this agent never reads.
+            logger.warning(
+                "the last agent to drain this group used another outbox: events it drained and did not deliver, if any, wait there; `tributary-agent --group \(store.groupDirectory) --outbox \(last) --once` sends them",
+                metadata: ["tributary.group": "\(store.groupDirectory)", "tributary.other_outbox": "\(last)"])
+        }
+        let status = try store.status()
+        let rewound = try outbox.reconcile(lastAssignedSeq: status.lastAssignedSeq, oldestSeq: status.oldestSeq) { seq in
+            try store.rawEvent(seq: seq).map { raw in raw.withUnsafeBytes(Outbox.recordIdentity) }
+        }
+        if let rewound {
+            logger.warning(
+                "the shared store is an earlier copy of the one this outbox drained (restored from a backup or a snapshot?): it numbers new events with seqs drained before; draining all it holds again (events delivered before go again, and the collector drops them as duplicates)",
+                metadata: [
+                    "tributary.group": "\(store.groupDirectory)", "tributary.last_drained_seq": "\(rewound.before)",
+                    "tributary.draining_after": "\(rewound.after)",
+                ])
         }
     }
 

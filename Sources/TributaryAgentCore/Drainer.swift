@@ -47,6 +47,7 @@ public struct Drainer: Sendable {
         let enricher = try Enricher(store: store)
         var chunk = Outbox.DrainedChunk()
         try store.scanEvents(limit: chunkSize, restart: { chunk = Outbox.DrainedChunk() }) { seq, raw, record in
+            chunk.lastRecordIdentity = Outbox.recordIdentity(raw)
             switch record {
             case .success(let view):
                 do {
@@ -73,9 +74,9 @@ public struct Drainer: Sendable {
         }
         CrashPoint.hit("drain.after-outbox-commit")
         if let deletes {
-            _ = try deletes.delete(through: lastSeq, mark: inserted.mark, in: store)
+            _ = try deletes.delete(through: lastSeq, in: store)
         } else {
-            try store.deleteEvents(through: lastSeq, drainMark: inserted.mark)
+            try store.deleteEvents(through: lastSeq)
         }
         // The records read stay mapped (and counted in RSS) until released: keep RSS flat with the backlog.
         store.releaseMappedPages()

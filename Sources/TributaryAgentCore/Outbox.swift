@@ -294,6 +294,8 @@ public final class Outbox: Sendable {
 
         var bytes: [UInt8] = []
         var entries: [Entry] = []
+        /// ``Outbox/recordIdentity(_:)`` of the store record of the last entry (0: not known).
+        var lastRecordIdentity: UInt64 = 0
 
         /// Appends `bytes` to the buffer; returns where they are.
         mutating func store<C: Collection<UInt8>>(_ bytes: C) -> Range<Int> {
@@ -319,8 +321,6 @@ public final class Outbox: Sendable {
         var inserted = 0
         /// Entries skipped as already in the outbox (at or below `last_drained_seq`).
         var skipped = 0
-        /// The commit's drain mark, for the store delete that follows (0: nothing was committed).
-        var mark: UInt64 = 0
     }
 
     /// Makes the store whose ``SharedStore/storeID`` is `storeID` the one this outbox drains.
@@ -341,8 +341,7 @@ public final class Outbox: Sendable {
             guard recorded != 0 else { return nil }
             let drained = UInt64(try Self.state(db, "last_drained_seq"))
             try Self.setState(db, "last_drained_seq", 0)
-            try Self.setState(db, "drain_mark", 0)  // the marks were the other store's
-            try Self.setState(db, "drain_mark_previous", 0)
+            try Self.setState(db, "last_drained_record", 0)  // the other store's
             return (recorded, drained)
         }
     }
@@ -400,49 +399,64 @@ public final class Outbox: Sendable {
             try Self.bump(db, "corrupt_records", corrupt)
             try Self.bump(db, "dead_letters", corrupt)
             try Self.bump(db, "dead_letter_bytes", corruptBytes)
-            // The chunk's mark, which the store delete that follows records beside the seq it deletes
-            // through (``SharedStore/drainMark()``); the one before stays known, for a delete that did not
-            // commit (a crash between the two).
-            let mark = UInt64.random(in: 1...UInt64.max)
-            try Self.setState(db, "drain_mark_previous", try Self.state(db, "drain_mark"))
-            try Self.setState(db, "drain_mark", Int64(bitPattern: mark))
+            // Which record `last_drained_seq` is (``reconcile(lastAssignedSeq:oldestSeq:identityAt:)``).
+            if highest > already {
+                try Self.setState(db, "last_drained_record", Int64(bitPattern: chunk.lastRecordIdentity))
+            }
             beforeCommit()
-            return Inserted(inserted: inserted, skipped: skipped, mark: mark)
+            return Inserted(inserted: inserted, skipped: skipped)
         }
     }
 
-    /// Whether `stored` is the mark of this outbox's last drained chunk or of the one before (a store
-    /// delete that did not commit).
-    public func knows(_ stored: SharedStore.DrainMark) throws -> Bool {
-        try writer.read { db in
-            let mark = UInt64(bitPattern: try Self.state(db, "drain_mark"))
-            let previous = UInt64(bitPattern: try Self.state(db, "drain_mark_previous"))
-            return mark != 0 && (stored.mark == mark || stored.mark == previous)
+    /// A store record's identity: FNV-1a of its first 64 bytes, its header (with the CRC-32 of the whole
+    /// record, the producer and the sequence numbers); never 0.
+    static func recordIdentity(_ record: UnsafeRawBufferPointer) -> UInt64 {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in record.prefix(64) {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
         }
+        return hash == 0 ? 1 : hash
     }
 
-    /// Checks the store's ``SharedStore/DrainMark`` against this outbox's: a store restored from an earlier
-    /// copy of itself (a backup, a snapshot) holds a mark of an older chunk, and numbers its new events
-    /// from seqs this outbox drained from the lost copy, which the drain would skip as drained and delete
-    /// unsent. Then `last_drained_seq` goes back to the seq the store was deleted through: what is in the
-    /// store after it is drained again (events delivered before go again, with their ids, and the
-    /// collector drops them as duplicates).
+    /// Checks that the store still numbers its events as it did when this outbox drained it.
+    ///
+    /// A store restored from an earlier copy of itself (a backup, a snapshot of the group directory
+    /// without the agent's state directory) keeps its ``SharedStore/storeID``, and numbers new events
+    /// from its older `last_seq`: seqs this outbox drained from the lost copy, which the drain would skip
+    /// as drained and delete unsent. Such a store has handed out fewer seqs than `last_drained_seq`
+    /// (`lastAssignedSeq` below it), or holds another record at `last_drained_seq` than the one drained
+    /// there (`identityAt` gives the ``recordIdentity(_:)`` of the store's record at a seq, nil when it
+    /// holds none). Then `last_drained_seq` goes back to just below the store's oldest event (`oldestSeq`;
+    /// to `lastAssignedSeq` when it holds none), and all it holds is drained again: events delivered
+    /// before the restore go again, with their ids, and the collector drops them as duplicates.
+    ///
+    /// The same record still at `last_drained_seq` is a chunk that a crash left in both places (its store
+    /// delete never committed, once or more): nothing to do.
     ///
     /// - Returns: the last seq drained before and after, when it went back.
-    public func reconcile(with stored: SharedStore.DrainMark?) throws -> (before: UInt64, after: UInt64)? {
-        guard let stored else { return nil }  // no delete recorded one yet (or a store from before marks)
-        return try writer.write { db in
-            let mark = UInt64(bitPattern: try Self.state(db, "drain_mark"))
-            let previous = UInt64(bitPattern: try Self.state(db, "drain_mark_previous"))
-            // No mark: an outbox from before marks, or one that drained nothing of this store yet.
-            guard mark != 0, stored.mark != mark, stored.mark != previous else { return nil }
-            let drained = UInt64(try Self.state(db, "last_drained_seq"))
-            guard drained != stored.through else { return nil }
-            try Self.setState(db, "last_drained_seq", Int64(stored.through))
-            try Self.setState(db, "drain_mark", 0)
-            try Self.setState(db, "drain_mark_previous", 0)
-            return (drained, stored.through)
+    public func reconcile(
+        lastAssignedSeq: UInt64, oldestSeq: UInt64?, identityAt: (UInt64) throws -> UInt64?
+    ) throws -> (before: UInt64, after: UInt64)? {
+        let (drained, identity) = try writer.read { db in
+            (UInt64(try Self.state(db, "last_drained_seq")), UInt64(bitPattern: try Self.state(db, "last_drained_record")))
         }
+        guard drained > 0 else { return nil }
+        let reused: Bool
+        if lastAssignedSeq < drained {
+            reused = true
+        } else if identity != 0, let found = try identityAt(drained) {
+            reused = found != identity
+        } else {
+            reused = false  // deleted once drained (the usual case), or drained before identities were kept
+        }
+        guard reused else { return nil }
+        let after = oldestSeq.map { $0 - 1 } ?? lastAssignedSeq
+        try writer.write { db in
+            try Self.setState(db, "last_drained_seq", Int64(after))
+            try Self.setState(db, "last_drained_record", 0)
+        }
+        return (drained, after)
     }
 
     /// Runs the cached `INSERT INTO outbox` for one event of a chunk.

@@ -93,11 +93,10 @@ public final class StoreDeletes: Sendable {
         }
     }
 
-    /// Deletes `store`'s events through `seq`, recording the drain's `mark` beside it
-    /// (``SharedStore/deleteEvents(through:drainMark:)``). Returns true once the delete is done, false if it still
+    /// Deletes `store`'s events through `seq`. Returns true once the delete is done, false if it still
     /// waits after ``patience`` (it then goes on by itself: see ``isWaiting``); throws its failure if it
     /// failed within that time.
-    public func delete(through seq: UInt64, mark: UInt64, in store: SharedStore) throws -> Bool {
+    public func delete(through seq: UInt64, in store: SharedStore) throws -> Bool {
         state.withLock { state in
             precondition(state.inFlight == nil, "a delete is already in flight: check isWaiting first")
             // A late failure not yet taken stays for rethrowLateFailure().
@@ -108,7 +107,7 @@ public final class StoreDeletes: Sendable {
         let outcome = Mutex<Result<Int, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         queue.async { [self] in
-            let result = Result { try store.deleteEvents(through: seq, drainMark: mark) }
+            let result = Result { try store.deleteEvents(through: seq) }
             let (leftWaiting, waited) = state.withLock { state -> (Bool, Duration) in
                 let waited = state.inFlight.map { ContinuousClock.now - $0.since } ?? .zero
                 let left = state.leftWaiting

@@ -25,7 +25,7 @@ struct MDB {
     func put(
         _ txn: OpaquePointer, _ dbi: MDB_dbi, _ key: inout MDB_val, _ value: inout MDB_val, _ flags: UInt32
     ) -> Int32 {
-        if let rc = faults.take(flags & UInt32(MDB_RESERVE) != 0 ? .reserve : .put) { return rc }
+        if let rc = faults.take(.put) { return rc }
         return mdb_put(txn, dbi, &key, &value, flags)
     }
 
@@ -41,10 +41,7 @@ package final class LMDBFaults: Sendable {
     package enum Site: Hashable, Sendable {
         /// `mdb_txn_begin` of a read-only transaction, of a write transaction.
         case readBegin, writeBegin
-        /// `mdb_put` with `MDB_RESERVE` (an append's event records), and any other `mdb_put` (the meta,
-        /// identity, configuration and registration records, the drain mark of the agent's deletes).
-        case reserve, put
-        case commit, setMapSize
+        case commit, put, setMapSize
     }
 
     private let table = Mutex<[Site: [Int32]]>([:])

@@ -331,60 +331,20 @@ public final class SharedStore: Sendable {
     /// is left in it), but not beside a lock file replaced since: they are refused with
     /// ``StoreError/Code/storeReplaced`` then, since the processes that opened the store after that
     /// write the same file under another writer lock.
-    ///
-    /// The agent passes `drainMark`, the mark of the outbox commit that took these events: it is stored
-    /// with `last` in the same transaction (``drainMark()``), so that a store restored from an earlier
-    /// copy of itself is told by its mark, which the outbox does not know (``DrainMark``).
     @discardableResult
-    public func deleteEvents(through last: UInt64, drainMark: UInt64? = nil) throws -> Int {
-        let tables = environment.tables
+    public func deleteEvents(through last: UInt64) throws -> Int {
+        let dbi = environment.tables.events
         return try environment.write { txn in
             try environment.checkNotReplaced(drainingOldFile: true)
-            let deleted = try txn.deleteThrough(tables.events, last)
-            if let drainMark {
-                try withKey(MetaKey.drainMark) { key in
-                    let value = [drainMark.bigEndian, last.bigEndian]
-                    try value.withUnsafeBytes { try txn.put(tables.meta, &key, $0) }
-                }
-            }
-            return deleted
+            return try txn.deleteThrough(dbi, last)
         }
     }
 
-    /// What the agent's last store delete recorded: the mark of the outbox commit it followed, and the seq
-    /// it deleted through.
-    ///
-    /// A store deleted through seq N is drained through N, and the outbox that drained it knows the mark.
-    /// A store restored from a backup or a snapshot keeps the same ``storeID`` and numbers new events
-    /// from its older `last_seq`, reusing seqs the agent drained from the lost copy: its mark is one the
-    /// outbox no longer holds, and the agent drains it again from `through`.
-    public struct DrainMark: Sendable, Equatable {
-        /// The outbox commit's mark (random, never 0).
-        public var mark: UInt64
-        /// The seq the store was deleted through with it.
-        public var through: UInt64
-
-        /// `mark`, recorded with `through`.
-        public init(mark: UInt64, through: UInt64) {
-            self.mark = mark
-            self.through = through
-        }
-    }
-
-    /// The mark the agent's last store delete recorded (``deleteEvents(through:drainMark:)``); nil when
-    /// none did.
-    public func drainMark() throws -> DrainMark? {
-        let dbi = environment.tables.meta
-        return try environment.read { txn in
-            try withKey(MetaKey.drainMark) { key in
-                try txn.withValue(dbi, &key) { value -> DrainMark? in
-                    guard let value, value.count == 16 else { return nil }
-                    return DrainMark(
-                        mark: UInt64(bigEndian: value.loadUnaligned(as: UInt64.self)),
-                        through: UInt64(bigEndian: value.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
-                }
-            }
-        }
+    /// The stored bytes of event `seq` as they are (the record's header and body), nil when the store
+    /// holds none: the agent tells by them whether the store still holds the record it drained at a seq.
+    package func rawEvent(seq: UInt64) throws -> [UInt8]? {
+        let dbi = environment.tables.events
+        return try environment.read { txn in try withKey(seq) { key in try txn.get(dbi, &key) } }
     }
 
     /// Releases this process's resident view of the store's memory map: the pages stay in the page
@@ -684,7 +644,6 @@ enum MetaKey {
     static let schemaVersion = "schema_version"
     static let lastSeq = "last_seq"
     static let storeID = "store_id"
-    static let drainMark = "drain_mark"
 }
 
 enum IdentityKey {
@@ -710,12 +669,6 @@ extension SharedStore {
         try environment.write { txn in
             try withKey(seq) { key in try bytes.withUnsafeBytes { try txn.put(dbi, &key, $0) } }
         }
-    }
-
-    /// The raw stored bytes of event `seq`.
-    package func rawEvent(seq: UInt64) throws -> [UInt8]? {
-        let dbi = environment.tables.events
-        return try environment.read { txn in try withKey(seq) { key in try txn.get(dbi, &key) } }
     }
 
     /// Writes a schema version (tests use it to simulate a store from a newer Tributary).

@@ -289,7 +289,7 @@ private final class StopSignals: Sendable {
                     logger.warning("\(signal) again: exiting at once; every event is kept in the store or the outbox")
                     _exit(128 + signal.rawValue)
                 }
-                logger.notice("\(signal): stopping (the same signal again exits at once)")
+                logger.notice("\(signal): stopping (another SIGTERM or SIGINT exits at once)")
                 await group?.triggerGracefulShutdown()
             }
         }

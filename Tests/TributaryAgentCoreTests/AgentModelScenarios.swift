@@ -185,9 +185,7 @@ struct AgentModelScenarios {
         case .restart:
             try system.restart()
         case .diskFullOn:
-            // Where an append writes its event records, as a full disk refuses a producer; the model's
-            // agent goes on deleting what it drained (with the drain mark the delete records).
-            system.store.faults.inject(ENOSPC, at: .reserve, times: 1_000_000)
+            system.store.faults.inject(ENOSPC, at: .put, times: 1_000_000)
             model.diskFull = true
         case .diskFullOff:
             system.store.faults.reset()

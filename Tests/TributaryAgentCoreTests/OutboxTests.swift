@@ -40,31 +40,30 @@ struct OutboxTests {
         }
     }
 
-    @Test("the drain mark: the store's mark of this outbox's last chunk, or the one before (a delete that did not commit), changes nothing; an older one takes last_drained_seq back")
-    func drainMarks() throws {
+    @Test("the drain position: the record drained last still at its seq, or deleted, changes nothing; seqs handed out again take it back")
+    func drainPosition() throws {
         try withTemporaryGroup { dir in
             let outbox = try Outbox(path: dir + "/outbox.sqlite")
-            func mark() throws -> UInt64 {
-                try outbox.writer.read { db in
-                    UInt64(bitPattern: try Int64.fetchOne(db, sql: "SELECT value FROM agent_state WHERE key = 'drain_mark'") ?? 0)
-                }
+            func record(_ seq: UInt64, _ text: String) -> Outbox.DrainedChunk {
+                var chunk = Outbox.DrainedChunk()
+                chunk.entries = [.corrupt(seq: seq, raw: Array(text.utf8), reason: "test")]
+                chunk.lastRecordIdentity = Array(text.utf8).withUnsafeBytes(Outbox.recordIdentity)
+                return chunk
             }
-            #expect(try outbox.reconcile(with: SharedStore.DrainMark(mark: 7, through: 3)) == nil, "no chunk drained yet")
-            try outbox.insertDrained((1...5).map { .event(Self.row($0)) })
-            let first = try mark()
-            try outbox.insertDrained((6...9).map { .event(Self.row($0)) })
-            let second = try mark()
-            #expect(first != 0 && second != 0 && first != second)
-            #expect(try outbox.reconcile(with: nil) == nil)
-            #expect(try outbox.reconcile(with: SharedStore.DrainMark(mark: second, through: 9)) == nil)
-            #expect(try outbox.reconcile(with: SharedStore.DrainMark(mark: first, through: 5)) == nil, "the crash window")
+            let identity = { (text: String) in Array(text.utf8).withUnsafeBytes(Outbox.recordIdentity) }
+            #expect(try outbox.reconcile(lastAssignedSeq: 0, oldestSeq: nil) { _ in nil } == nil, "nothing drained yet")
+            try outbox.insertDrained(record(9, "the ninth"))
+            // Deleted once drained, or still there after a crash before the delete (once or more): in place.
+            #expect(try outbox.reconcile(lastAssignedSeq: 9, oldestSeq: nil) { _ in nil } == nil)
+            #expect(try outbox.reconcile(lastAssignedSeq: 12, oldestSeq: 5) { _ in identity("the ninth") } == nil)
             #expect(try outbox.lastDrainedSeq() == 9)
-            let older = SharedStore.DrainMark(mark: first ^ second ^ 1, through: 2)
-            let rewound = try #require(try outbox.reconcile(with: older))
-            #expect(rewound == (before: 9, after: 2))
-            #expect(try outbox.lastDrainedSeq() == 2)
-            // Seqs above 2 are drained again, even ones the outbox holds (a restore's duplicates, by id).
-            #expect(try outbox.insertDrained((3...4).map { .event(Self.row($0)) }) == 2)
+            // Another record at seq 9, or fewer seqs handed out: an earlier copy of the store.
+            let other = try #require(try outbox.reconcile(lastAssignedSeq: 12, oldestSeq: 5) { _ in identity("another") })
+            #expect(other == (before: 9, after: 4))
+            #expect(try outbox.lastDrainedSeq() == 4)
+            try outbox.insertDrained(record(9, "the ninth"))
+            let fewer = try #require(try outbox.reconcile(lastAssignedSeq: 6, oldestSeq: nil) { _ in nil })
+            #expect(fewer == (before: 9, after: 6))
         }
     }
 
