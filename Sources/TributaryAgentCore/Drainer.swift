@@ -47,7 +47,6 @@ public struct Drainer: Sendable {
         let enricher = try Enricher(store: store)
         var chunk = Outbox.DrainedChunk()
         try store.scanEvents(limit: chunkSize, restart: { chunk = Outbox.DrainedChunk() }) { seq, raw, record in
-            chunk.lastRecordIdentity = Outbox.recordIdentity(raw)
             switch record {
             case .success(let view):
                 do {
@@ -66,6 +65,9 @@ public struct Drainer: Sendable {
             }
         }
         guard let lastSeq = chunk.entries.last?.seq else { return 0 }
+        // Which record the outbox drained last (read again, once per chunk: hashing each record as the scan
+        // passes it would cost every event).
+        chunk.lastRecordIdentity = try store.rawEvent(seq: lastSeq).map { $0.withUnsafeBytes(Outbox.recordIdentity) } ?? 0
         let inserted = try outbox.insertDrained(chunk) { CrashPoint.hit("drain.before-outbox-commit") }
         if inserted.skipped > 0 {
             logger.notice(
