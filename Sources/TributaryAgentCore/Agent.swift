@@ -118,7 +118,9 @@ public final class Agent: Service, Sendable {
                 metadata: ["tributary.group": "\(store.groupDirectory)", "tributary.other_outbox": "\(last)"])
         }
         let status = try store.status()
-        let rewound = try outbox.reconcile(lastAssignedSeq: status.lastAssignedSeq, oldestSeq: status.oldestSeq) { seq in
+        let rewound = try outbox.reconcile(
+            lastAssignedSeq: status.lastAssignedSeq, oldestSeq: status.oldestSeq
+        ) { seq in
             try store.rawEvent(seq: seq).map { raw in raw.withUnsafeBytes(Outbox.recordIdentity) }
         }
         if let rewound {

@@ -439,7 +439,8 @@ public final class Outbox: Sendable {
         lastAssignedSeq: UInt64, oldestSeq: UInt64?, identityAt: (UInt64) throws -> UInt64?
     ) throws -> (before: UInt64, after: UInt64)? {
         let (drained, identity) = try writer.read { db in
-            (UInt64(try Self.state(db, "last_drained_seq")), UInt64(bitPattern: try Self.state(db, "last_drained_record")))
+            let seq = UInt64(try Self.state(db, "last_drained_seq"))
+            return (seq, UInt64(bitPattern: try Self.state(db, "last_drained_record")))
         }
         guard drained > 0 else { return nil }
         let reused: Bool
