@@ -339,7 +339,7 @@ public final class Tracker: Sendable {
         let now = configuration.monotonicNanos()
         let (timer, clears) = state.withLock { ($0.timers.removeValue(forKey: event), $0.timerClears) }
         guard let timer else {
-            throw TrackingError(.unknownTimer, field: event, "No timer was started for event \(event).")
+            throw Self.unknownTimer(event)
         }
         var properties = properties
         properties["$event_duration"] = .double(Self.seconds(timer.elapsed(at: now)))
@@ -361,6 +361,10 @@ public final class Tracker: Sendable {
         }
     }
 
+    private static func unknownTimer(_ event: String) -> TrackingError {
+        TrackingError(.unknownTimer, field: event, "No timer was started for event \(event).")
+    }
+
     /// Nanoseconds as seconds with 3 decimals (whole milliseconds), as `$event_duration` holds them.
     private static func seconds(_ nanos: UInt64) -> Double {
         (Double(nanos) / 1_000_000).rounded() / 1000
@@ -374,7 +378,7 @@ public final class Tracker: Sendable {
             return true
         }
         guard found else {
-            throw TrackingError(.unknownTimer, field: event, "No timer was started for event \(event).")
+            throw Self.unknownTimer(event)
         }
     }
 

@@ -217,15 +217,15 @@ public final class Agent: Service, Sendable {
         do {
             listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
             applyGroupSettings(session: session, loop: &loop)
+            let pending = try outbox.pending().count
             // Nothing to send needs no URL: a fetch timer's run on a device whose app has not set one yet.
-            if once && loop.settings.serverURL == nil, try outbox.pending().count + store.status().pendingEvents > 0 {
+            if once && loop.settings.serverURL == nil, try pending + store.status().pendingEvents > 0 {
                 throw AgentError(
                     .configuration,
                     "No collector URL: give --server, or have the app set the group's server_url (`tributary config set "
                         + "--group \(store.groupDirectory) server_url=URL`)."
                         + (loop.settingsProblem.map { " The group's settings are not used: \($0)" } ?? ""))
             }
-            let pending = try outbox.pending().count
             loop.outboxDrained = try outbox.counters().drained
             notifier.ready(status: "draining \(store.groupDirectory); \(pending) events in the outbox")
             logger.info("agent started", metadata: [
@@ -387,6 +387,11 @@ public final class Agent: Service, Sendable {
         /// and `rowsSent` then; the run is over when that many more rows have been sent.
         var onceMark: (waiting: Int, sentBefore: Int)?
 
+        /// Whether an upload may go at `now`: there is a collector URL, and no wait is due.
+        func mayUpload(at now: ContinuousClock.Instant) -> Bool {
+            settings.serverURL != nil && (notBefore.map { now >= $0 } ?? true)
+        }
+
         init(clock: ContinuousClock, settings: EffectiveSettings) {
             self.clock = clock
             self.settings = settings
@@ -486,7 +491,7 @@ public final class Agent: Service, Sendable {
             // What arrives meanwhile is durable in the store, and the next poll drains it in one chunk.
             var progressed = drainedMore(drained)
             // With no collector URL (none given, and none in the group's settings yet) the events wait.
-            if loop.flushing && pending > 0 && loop.settings.serverURL != nil && (loop.notBefore.map { now >= $0 } ?? true) {
+            if loop.flushing && pending > 0 && loop.mayUpload(at: now) {
                 let (maxEvents, timeout, remaining) = plan(loop.planner, task: task, at: now)
                 if maxEvents == 0 {
                     // Not even one event would make it before the deadline: stop here.
@@ -863,7 +868,7 @@ public final class Agent: Service, Sendable {
     /// stand before the turn updates them: a flush request it is about to read waits for the next turn).
     private func uploadMayStart(_ loop: LoopState, pending: Int) -> Bool {
         let now = loop.clock.now
-        guard loop.settings.serverURL != nil, loop.notBefore.map({ now >= $0 }) ?? true else { return false }
+        guard loop.mayUpload(at: now) else { return false }
         return loop.flushing || now >= loop.nextIntervalFlush || pending >= loop.settings.bulkSize
     }
 

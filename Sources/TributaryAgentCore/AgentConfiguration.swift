@@ -125,13 +125,16 @@ struct EffectiveSettings: Equatable {
 }
 
 /// FNV-1a 64-bit, hex: a short stable name for a path.
-func fnv1a(_ text: String) -> String {
+func fnv1a(_ text: String) -> String { String(fnv1a64(text.utf8), radix: 16) }
+
+/// FNV-1a 64-bit of `bytes`.
+func fnv1a64(_ bytes: some Sequence<UInt8>) -> UInt64 {
     var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-    for byte in text.utf8 {
+    for byte in bytes {
         hash ^= UInt64(byte)
         hash = hash &* 0x0000_0100_0000_01b3
     }
-    return String(hash, radix: 16)
+    return hash
 }
 
 extension Int {

@@ -411,11 +411,7 @@ public final class Outbox: Sendable {
     /// A store record's identity: FNV-1a of its first 64 bytes, its header (with the CRC-32 of the whole
     /// record, the producer and the sequence numbers); never 0.
     static func recordIdentity(_ record: UnsafeRawBufferPointer) -> UInt64 {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in record.prefix(64) {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x100_0000_01b3
-        }
+        let hash = fnv1a64(record.prefix(64))
         return hash == 0 ? 1 : hash
     }
 
