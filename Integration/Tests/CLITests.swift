@@ -180,8 +180,9 @@ struct CLITests {
         }
     }
 
-    @Test("tributary-agent refuses a duration it cannot hold with exit 64, naming the option", arguments: [
+    @Test("tributary-agent refuses a duration it cannot hold, or a negative count, with exit 64, naming the option", arguments: [
         (["--once", "--deadline", "inf"], "--deadline"),
+        (["--halt-after-dead-letters=-1"], "--halt-after-dead-letters"),
         (["--backoff-cap", "1e300"], "--backoff-cap"),
         (["--max-retry-after=-1"], "--max-retry-after"),
         (["--grace", "nan"], "--grace"),

@@ -21,6 +21,14 @@ public struct UploadConfiguration: Sendable {
     public var gzipLevel: Int32 = 1
     /// Retry policy for 408, 429, 5xx and transport errors.
     public var backoff = Backoff()
+    /// Events dead-lettered in a row (none delivered between them) after which uploads halt instead
+    /// of dead-lettering the next one. A collector that refuses every event (a wrong `--format`, a
+    /// proxy that answers 400, a body limit below any event) would otherwise move the whole backlog
+    /// to dead letters, each after its own bisection. While halted, the refused event is sent alone
+    /// again at the backoff cap: delivered, uploads go on; refused again, it is dead-lettered and the
+    /// next refused event halts again, so a long run of truly bad events still passes, one per
+    /// interval. 0: never halt. Default 10.
+    public var haltAfterDeadLetters = 10
     /// How long one request may take. Default 30 s.
     public var requestTimeout: Duration = .seconds(30)
     /// Sent as `Authorization: Bearer …` when set.
@@ -93,6 +101,11 @@ final class UploadSession: @unchecked Sendable {
     /// first half is sent alone once before it is dead-lettered: a refusal of the whole batch that
     /// does not recur (a proxy that mangled one body) then dead-letters nothing.
     private var suspectRefusedAlone = false
+    /// Events dead-lettered since an event was last delivered (``UploadConfiguration/haltAfterDeadLetters``).
+    private var deadLettersInARow = 0
+    /// Whether the event about to be dead-lettered was held back by a halt and sent alone again: it is
+    /// dead-lettered if refused once more, rather than halting again.
+    private var refusedAfterHalt = false
     /// Batch size after 413s; grows back on success, up to `sizeCeiling`.
     private var batchLimit: Int
     /// After a 413, the batch size it halved to: the limit grows back no further than this, so that a
@@ -173,6 +186,8 @@ final class UploadSession: @unchecked Sendable {
             batchLimit = configuration.batchSize
             sizeCeiling = nil
             suspectRefusedAlone = false
+            deadLettersInARow = 0
+            refusedAfterHalt = false
         }
     }
 
@@ -199,6 +214,10 @@ final class UploadSession: @unchecked Sendable {
         let count: Int
         if let suspect {
             if suspect.count == 1 && suspectRefusedAlone {
+                if let halt = haltBeforeDeadLetter(reason: suspectReason.reason) {
+                    suspectRefusedAlone = false  // sent alone again after the halt's wait
+                    return halt
+                }
                 try outbox.deadLetter(suspect[0], status: suspectReason.status, reason: suspectReason.reason) {
                     CrashPoint.hit("deadletter.before-commit")
                 }
@@ -207,6 +226,7 @@ final class UploadSession: @unchecked Sendable {
                     "tributary.reason": "\(suspectReason.reason)",
                 ])
                 self.suspect = nil
+                countDeadLetter()
                 return .progressed(delivered: 0, deadLettered: 1)
             }
             let half: [Outbox.Row]
@@ -277,6 +297,10 @@ final class UploadSession: @unchecked Sendable {
         case .delivered:
             CrashPoint.hit("upload.after-ack")
             if try outbox.acknowledge(batchID, then: next?.batch) { ready = next }
+            if count > 0 {
+                deadLettersInARow = 0
+                refusedAfterHalt = false
+            }
             if let suspect {
                 // The first half was fine, so the rejected event is in the second half (if the refusal
                 // recurs: a half left alone is sent alone before it is dead-lettered).
@@ -313,9 +337,12 @@ final class UploadSession: @unchecked Sendable {
         case .tooLarge(let reason):
             lastError = reason
             if count == 1, let row = try outbox.rows(inBatch: batchID).first {
+                // Held back by a halt, the batch in flight (this one event) is what the next step sends.
+                if let halt = haltBeforeDeadLetter(reason: reason) { return halt }
                 try outbox.deadLetter(row, status: 413, reason: "too large even alone: \(reason)") {
                     CrashPoint.hit("deadletter.before-commit")
                 }
+                countDeadLetter()
                 suspect = nil
                 // The 413s that halved the size down to one were this event's: the size may grow again.
                 sizeCeiling = nil
@@ -351,6 +378,33 @@ final class UploadSession: @unchecked Sendable {
             ])
             return .wait(configuration.backoff.cap)
         }
+    }
+
+    /// Halts instead of dead-lettering the refused event, when ``UploadConfiguration/haltAfterDeadLetters``
+    /// events were dead-lettered in a row and this one was not already sent again after a halt: nil
+    /// when it is to be dead-lettered.
+    private func haltBeforeDeadLetter(reason: String) -> Step? {
+        let limit = configuration.haltAfterDeadLetters
+        guard limit > 0, deadLettersInARow >= limit, !refusedAfterHalt else { return nil }
+        refusedAfterHalt = true
+        let cap = configuration.backoff.cap
+        let halt =
+            "the collector refused the last \(deadLettersInARow) events one by one (the last: \(reason)); it seems to "
+            + "refuse every event: check the collector URL, --format and the collector's limits. The next refused "
+            + "event stays in the outbox and is sent again every \(cap.seconds) s; the refused ones are dead letters "
+            + "(tributary dead-letters; --replay once fixed)"
+        haltReason = halt
+        lastError = reason
+        logger.error("collector refuses event after event; halting uploads instead of dead-lettering the backlog", metadata: [
+            "tributary.dead_letters_in_a_row": "\(deadLettersInARow)", "tributary.reason": "\(reason)",
+        ])
+        return .wait(cap)
+    }
+
+    /// Counts a dead letter towards the halt (``haltBeforeDeadLetter(reason:)``).
+    private func countDeadLetter() {
+        deadLettersInARow += 1
+        refusedAfterHalt = false
     }
 
     /// POSTs one encoded batch, running `whileWaiting` while the request is out.

@@ -31,7 +31,7 @@ struct AgentCommand: AsyncParsableCommand {
             world-writable, or the agent's user may not use it (permission denied: join the group that owns it); \
             78 configuration error (--metrics-address not servable, --outbox used by another agent, a --group that \
             is not a directory, --once with events and no collector URL, too), or in --once \
-            mode the collector refuses uploads (401/403/404) or dead letters fill the outbox quota; 130 or 143 \
+            mode the collector refuses uploads (401/403/404, or event after event: --halt-after-dead-letters) or dead letters fill the outbox quota; 130 or 143 \
             a second SIGINT or SIGTERM ended it at once.
             """
     )
@@ -99,6 +99,14 @@ struct AgentCommand: AsyncParsableCommand {
         help: "gzip level of request bodies, 1 (fastest, the default; bodies ~1.2× those of level 6) … 9 (smallest).")
     var gzipLevel: Int32 = 1
 
+    @Option(
+        name: .customLong("halt-after-dead-letters"),
+        help: """
+            Halt uploads once this many events in a row were refused and dead-lettered (a collector that \
+            refuses everything would otherwise dead-letter the whole backlog); 0: never halt.
+            """)
+    var haltAfterDeadLetters = 10
+
     @Option(name: .customLong("backoff-base"), help: "Retry backoff: first ceiling, in seconds (full jitter).")
     var backoffBase: Double = 1
 
@@ -121,6 +129,7 @@ struct AgentCommand: AsyncParsableCommand {
         guard bulkSize ?? 1 > 0, batchSize > 0, maxBatchBytes > 0, drainAhead > 0 else {
             throw ValidationError("--bulk-size, --batch-size, --max-batch-bytes and --drain-ahead must be positive.")
         }
+        guard haltAfterDeadLetters >= 0 else { throw ValidationError("--halt-after-dead-letters must be 0 or more.") }
         guard (1...9).contains(gzipLevel) else { throw ValidationError("--gzip-level must be 1 … 9.") }
         if format == nil, let text = Self.environment("TRIBUTARY_FORMAT"), WireFormat(rawValue: text) == nil {
             throw ValidationError("TRIBUTARY_FORMAT must be sensors or ndjson, not '\(text)'.")
@@ -208,6 +217,7 @@ struct AgentCommand: AsyncParsableCommand {
         if flushInterval == nil { config.settingsFromGroup.insert(.flushIntervalSeconds) }
         config.upload.format = format ?? config.upload.format
         config.upload.batchSize = batchSize
+        config.upload.haltAfterDeadLetters = haltAfterDeadLetters
         config.upload.maxBatchBytes = maxBatchBytes
         config.upload.gzipLevel = gzipLevel
         config.drainAhead = drainAhead

@@ -265,6 +265,73 @@ struct UploadTests {
         }
     }
 
+    @Test(
+        "a collector that refuses every event halts the agent after 10 dead letters, not the whole backlog; fixed, the rest goes",
+        arguments: [400, 413])
+    func refusesEverythingHalts(status: Int) async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            for i in 0..<300 { try await tracker.track("Ordinary", properties: ["i": .int(Int64(i))]) }
+            // A wrong format, or a proxy answering 400 to everything: every request refused as bad data. Or
+            // a body limit below any event: every event too large even alone.
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(forcedStatus: status))) { collector in
+                let agent = try Self.agent(group, collector) { $0.upload.batchSize = 50 }
+                let halted = await #expect(throws: AgentError.self) { try await agent.runOnce() }
+                #expect(halted?.code == .halted, "\(String(describing: halted))")
+                #expect(halted?.message.contains("refused the last 10 events one by one") == true, "\(String(describing: halted))")
+                let letters = try agent.outbox.deadLetters()
+                #expect(letters.map(\.seq) == Array(1...10), "the first 10, each isolated alone, then the halt")
+                #expect(letters.allSatisfy { $0.status == status })
+                #expect(try agent.outbox.pending().count == 290, "the 11th refused event was kept, and every one after it")
+                #expect(try await collector.stats().unique == 0)
+
+                try await collector.setFaults(.none)
+                _ = try await Self.agent(group, collector).runOnce()
+                #expect(try await collector.stats().unique == 290)
+                let seqs = try await collector.events(limit: 1000).compactMap(\.seq)
+                #expect(seqs == Array(11...300))
+            }
+        }
+    }
+
+    @Test("a run of bad events longer than the halt limit still passes, one held back per halt, in order")
+    func poisonRunPassesSlowly() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            let names = Array(repeating: "Ordinary", count: 5) + Array(repeating: "Poison", count: 4)
+                + Array(repeating: "Ordinary", count: 5)
+            for (i, name) in names.enumerated() { try await tracker.track(name, properties: ["i": .int(Int64(i))]) }
+            let outbox = try Outbox(path: group + "-state/outbox.sqlite")
+            #expect(try Drainer(store: tracker.store, outbox: outbox, logger: Self.logger).drainAvailable() == 14)
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(poisonPattern: "^Poison$"))) { collector in
+                let (steps, halts) = try await withHTTPClient { client in
+                    var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
+                    configuration.haltAfterDeadLetters = 2
+                    configuration.backoff = Backoff(base: .milliseconds(5), cap: .milliseconds(40))
+                    let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: Self.logger)
+                    var steps: [UploadSession.Step] = []
+                    var halts: [String] = []
+                    while steps.count < 200 {
+                        let step = try await session.step()
+                        if step == .empty { break }
+                        steps.append(step)
+                        if case .wait = step, let reason = session.haltReason { halts.append(reason) }
+                    }
+                    return (steps, halts)
+                }
+                // Poison 1 and 2 are dead-lettered at once; 3 and 4 each wait for one halt, are sent alone
+                // again, refused again, and only then dead-lettered.
+                #expect(halts.count == 2, "\(steps)")
+                #expect(halts.count == 2 && halts[0].contains("refused the last 2 events one by one")
+                    && halts[1].contains("refused the last 3 events one by one"), "\(halts)")
+                #expect(steps.filter { $0 == .wait(.milliseconds(40)) }.count == 2, "the halt waits for the backoff cap")
+                #expect(try outbox.deadLetters().map(\.seq) == [6, 7, 8, 9])
+                let seqs = try await collector.events(limit: 100).compactMap(\.seq)
+                #expect(seqs == Array(1...5) + Array(10...14))
+            }
+        }
+    }
+
     @Test("401 keeps everything until fixed, then delivers")
     func unauthorizedUntilFixed() async throws {
         try await withTemporaryGroup { group in
@@ -501,6 +568,7 @@ struct UploadTests {
             // Every event rejected: each ends a dead letter, once the bisection has sent it alone.
             try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(poisonPattern: "."))) { collector in
                 let agent = try Self.agent(group, collector) {
+                    $0.upload.haltAfterDeadLetters = 0  // every event dead-lettered, as this test needs
                     $0.outboxQuotaBytes = 20_000
                     $0.drainChunk = 20
                     $0.upload.batchSize = 20
