@@ -751,7 +751,24 @@ struct CLITests {
         }
     }
 
-    @Test("a world-writable group directory is refused with exit code 77")
+    @Test("a store written by a newer Tributary: the agent exits 78, which its unit does not restart, and leaves the store as it was")
+    func newerStoreSchema() async throws {
+        try await withTemporaryGroup { group in
+            do {
+                let store = try SharedStore(groupDirectory: group)
+                try store.overwriteSchemaVersion(SharedStore.schemaVersion + 1)
+            }
+            let path = group + "/" + SharedStore.fileName
+            let before = try Data(contentsOf: URL(fileURLWithPath: path))
+            let agent = try await ChildProcess.run(
+                "tributary-agent", ["--group", group, "--server", "http://127.0.0.1:9/sa", "--outbox", group + "-outbox.sqlite", "--once"])
+            #expect(agent.status == 78, "\(agent.stderr)")
+            #expect(agent.stderr.contains("Upgrade Tributary"), "\(agent.stderr)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+        }
+    }
+
+    @Test("a world-writable group directory is refused with exit code 77, by the CLI and by the agent (no restart: its units prevent it)")
     func unsafeDirectory() async throws {
         try await withTemporaryGroup { group in
             try FileManager.default.createDirectory(atPath: group, withIntermediateDirectories: true)
@@ -759,6 +776,10 @@ struct CLITests {
             let result = try await ChildProcess.run("tributary", ["track", "--group", group, "X"])
             #expect(result.status == 77)
             #expect(result.stderr.contains("chmod o-w"))
+            let agent = try await ChildProcess.run(
+                "tributary-agent", ["--group", group, "--server", "http://127.0.0.1:9/sa", "--outbox", group + "-outbox.sqlite", "--once"])
+            #expect(agent.status == 77, "\(agent.stderr)")
+            #expect(agent.stderr.contains("chmod o-w"), "\(agent.stderr)")
         }
     }
 }

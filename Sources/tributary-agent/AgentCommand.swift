@@ -30,7 +30,7 @@ struct AgentCommand: AsyncParsableCommand {
             deleted or created anew while running (a restart drains the new one); 77 the group directory is \
             world-writable, or the agent's user may not use it (permission denied: join the group that owns it); \
             78 configuration error (--metrics-address not servable, --outbox used by another agent, a --group that \
-            is not a directory, --once with events and no collector URL, too), or in --once \
+            is not a directory, --once with events and no collector URL, a store written by a newer Tributary, too), or in --once \
             mode the collector refuses uploads (401/403/404, or event after event: --halt-after-dead-letters) or dead letters fill the outbox quota; 130 or 143 \
             a second SIGINT or SIGTERM ended it at once.
             """
@@ -53,7 +53,12 @@ struct AgentCommand: AsyncParsableCommand {
         """)
     var format: WireFormat?
 
-    @Option(help: ArgumentHelp("The outbox file (default: $STATE_DIRECTORY/outbox.sqlite, else under ~/.local/state/tributary).", valueName: "path"))
+    @Option(help: ArgumentHelp(
+        """
+        The outbox file (default: $STATE_DIRECTORY/outbox.sqlite, else \
+        $XDG_STATE_HOME/tributary/<group>-<hash>/outbox.sqlite, ~/.local/state for an unset $XDG_STATE_HOME).
+        """,
+        valueName: "path"))
     var outbox: String?
 
     @Flag(help: "Drain and upload everything stored when it starts, then exit (the background-fetch run a timer starts).")
@@ -267,7 +272,8 @@ struct AgentCommand: AsyncParsableCommand {
             logger.critical("\(error)")
             switch error.code {
             case .insecureDirectory, .permissionDenied: throw ExitCode(77)
-            case .notADirectory: throw ExitCode(78)
+            // A store of a newer Tributary: a restart of this agent would meet it again (a newer agent reads it).
+            case .notADirectory, .unsupportedSchema: throw ExitCode(78)
             case .storeReplaced: throw ExitCode(75)  // as AgentError.storeReplaced: the restart opens the new store
             default: throw ExitCode(74)
             }

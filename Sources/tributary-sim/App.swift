@@ -71,8 +71,7 @@ struct App: AsyncParsableCommand {
             try await session.run(events: options.events)
             FileHandle.standardOutput.write(Data("DONE \(session.committed)\n".utf8))
         } catch {
-            FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
-            throw ExitCode(error is TrackingError ? 65 : 74)
+            throw producerFailure(error)
         }
     }
 }

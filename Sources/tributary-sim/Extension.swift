@@ -40,8 +40,7 @@ struct Extension: AsyncParsableCommand {
                 if pause > 0 && index + 1 < options.events { try await Task.sleep(nanoseconds: pause) }
             }
         } catch {
-            FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
-            throw ExitCode(error is TrackingError ? 65 : 74)
+            throw producerFailure(error)
         }
     }
 }

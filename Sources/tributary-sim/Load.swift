@@ -53,8 +53,7 @@ struct ProducerOptions: ParsableArguments {
             }
             return try Tracker(configuration: configuration)
         } catch {
-            FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
-            throw ExitCode(74)
+            throw producerFailure(error)
         }
     }
 }
@@ -116,11 +115,7 @@ func produceLoad(_ options: ProducerOptions, kind: ProducerKind, event: String, 
             }
         }
     } catch {
-        FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
-        // 65 invalid event, 75 the store is at its quota (retry once the agent drained) or was deleted or
-        // created anew while open (run again: a new process opens the new store), 74 other I/O.
-        if let store = error as? StoreError, [.storeFull, .storeReplaced].contains(store.code) { throw ExitCode(75) }
-        throw ExitCode(error is TrackingError ? 65 : 74)
+        throw producerFailure(error)
     }
 }
 

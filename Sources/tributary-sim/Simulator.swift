@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import Tributary
+import TributaryStore
 
 @main
 struct Simulator: AsyncParsableCommand {
@@ -9,10 +11,21 @@ struct Simulator: AsyncParsableCommand {
         discussion: """
             Each subcommand is one producer process. With --ledger, every event acknowledged as durable \
             is appended to a file (producer_seq, seq, event_id per line), so tests can check that \
-            nothing acknowledged was lost even when the process is killed.
+            nothing acknowledged was lost even when the process is killed. Exit codes: 0 done; 1 a run-time \
+            failure (demo); 64 bad usage; 65 an invalid event; 74 an I/O error; 75 the store is at its \
+            quota or was deleted or created anew while open (retry), or the hybrid pages did not finish in time.
             """,
         subcommands: [App.self, Extension.self, Hybrid.self, Load.self, Demo.self]
     )
+}
+
+/// Ends a producer run that `error` stopped, after saying why on stderr: exit 65 for an invalid event, 75
+/// when the store is at its quota (retry once the agent drained it) or was deleted or created anew while
+/// open (run again: a new process opens the new store), 74 for any other error (I/O).
+func producerFailure(_ error: any Error) -> ExitCode {
+    FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
+    if let store = error as? StoreError, [.storeFull, .storeReplaced].contains(store.code) { return ExitCode(75) }
+    return ExitCode(error is TrackingError ? 65 : 74)
 }
 
 /// A failure at run time (not a bad option): `message` goes to stderr, and the exit code is 1, so that

@@ -134,14 +134,20 @@ struct AgentModelScenarios {
                 // committed) may repeat one batch. Its events usually come back under the same batch id, but
                 // a 413 on the retry returns them to the pool and they travel again under new ids, which
                 // `repeated_batches` cannot see: count the uncertain requests too.
-                oracle.inFlightWindows = max(uncertainRequests, try await collector.stats().repeatedBatches)
+                // Counted from the operations, not from the collector: an agent that sent acknowledged batches
+                // again would raise `repeated_batches`, and with it its own allowance.
+                oracle.inFlightWindows = uncertainRequests
                 oracle.expectedUndelivered = model.poison
+                let repeated = try await collector.stats().repeatedBatches
                 var verdict = oracle.judge(try await Oracle.Observed.from(collector))
                 verdict.acknowledged = model.acknowledged.count
                 let delivered = try await collector.events().map(\.eventID)
                 verdict.lost = Set(model.deliverable).subtracting(delivered).count
                 verdict.unexpected = Set(delivered).subtracting(model.deliverable).count
                 verdict.healthProblems = disagreements + Oracle.outboxProblems(system.outboxPath)
+                if repeated > uncertainRequests {
+                    verdict.healthProblems.append("\(repeated) batches sent again after their acknowledgement, \(uncertainRequests) answers lost")
+                }
                 if delivered != model.deliverable { verdict.healthProblems.append("final delivery differs from the model's order") }
                 let letters = Set(try system.outbox.deadLetters().compactMap(\.eventID))
                 if letters != model.poison { verdict.healthProblems.append("dead letters \(letters.count) ≠ poison \(model.poison.count)") }

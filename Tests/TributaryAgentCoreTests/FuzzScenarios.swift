@@ -111,6 +111,7 @@ struct FuzzScenarios {
         let values = ["0", "1", "-1", "0.5", "2", "600", "\"x\"", "\"[\"", "null", "true", "1e400", "[]", "{}", "\"\""]
         var accepted = 0
         var rejected = 0
+        var undecodable = 0
         var tokensAccepted = 0
         try withTemporaryGroup { dir in
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -123,7 +124,16 @@ struct FuzzScenarios {
                 json += rng.next() % 8 == 0 ? Self.noise(&rng, maxLength: 5) : "}"
                 // Decoding is JSONDecoder's (a DecodingError names the key or the syntax error); what
                 // decoded is then checked against the rules written out again here, independently.
-                if let faults = try? JSONDecoder().decode(FaultConfiguration.self, from: Data(json.utf8)) {
+                var decoded: FaultConfiguration?
+                do {
+                    decoded = try JSONDecoder().decode(FaultConfiguration.self, from: Data(json.utf8))
+                } catch {
+                    // Refused before any range check (a syntax error, a wrong type, an unknown key): the
+                    // collector's answer then describes the DecodingError's key and context.
+                    undecodable += 1
+                    if !(error is DecodingError) { verdict.healthProblems.append("\(json) failed with \(error), not a DecodingError") }
+                }
+                if let faults = decoded {
                     let expected = Self.expectedProblem(faults)
                     do throws(CollectorError) {
                         try faults.validate()
@@ -159,7 +169,9 @@ struct FuzzScenarios {
             }
         }
         // The generator must reach both sides of every rule, or the checks above check little.
-        #expect(accepted > 0 && rejected > 0 && tokensAccepted > 0, "accepted \(accepted), rejected \(rejected), tokens \(tokensAccepted)")
+        #expect(
+            accepted > 0 && rejected > 0 && undecodable > 0 && tokensAccepted > 0,
+            "accepted \(accepted), rejected \(rejected), undecodable \(undecodable), tokens \(tokensAccepted)")
         Self.conclude("11 fuzz: configuration", iterations, verdict, seed, "FuzzScenarios/configuration")
     }
 

@@ -70,7 +70,8 @@ struct GroupSettingsTests {
                     agent.requestFlush()
                     try await Task.sleep(for: .milliseconds(300))
                     #expect(try await collector.stats().requests == 0)
-                    #expect(AgentChannel.readStatus(groupDirectory: group).map { $0.serverURL == nil } ?? true)
+                    #expect(try await UploadTests.eventually { AgentChannel.readStatus(groupDirectory: group) != nil })
+                    #expect(try #require(AgentChannel.readStatus(groupDirectory: group)).serverURL == nil)
 
                     let store = try SharedStore(groupDirectory: group)
                     try store.setAgentSettings(AgentSettings(serverURL: collector.url + "/sa", flushBulkSize: 50))

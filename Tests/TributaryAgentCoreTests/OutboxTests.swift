@@ -18,6 +18,19 @@ struct OutboxTests {
             wallMillis: 1, bootNanos: 2, bootID: .current, body: Array(#"{"event_id":"e\#(seq)"}"#.utf8), batchID: nil)
     }
 
+    @Test("the fail-stop rule takes SQLite's I/O and corruption errors and LMDB's EIO, not a full disk nor any other error")
+    func fatalIOMatches() {
+        #expect(FatalIO.matches(DatabaseError(resultCode: .SQLITE_IOERR)))
+        #expect(FatalIO.matches(DatabaseError(resultCode: .SQLITE_IOERR_FSYNC)), "an extended code: a failed fsync")
+        #expect(FatalIO.matches(DatabaseError(resultCode: .SQLITE_CORRUPT)))
+        #expect(!FatalIO.matches(DatabaseError(resultCode: .SQLITE_FULL)), "space runs out: back-pressure, not fail-stop")
+        #expect(!FatalIO.matches(DatabaseError(resultCode: .SQLITE_BUSY)))
+        #expect(FatalIO.matches(StoreError(.lmdb, "commit failed", lmdbCode: EIO)))
+        #expect(!FatalIO.matches(StoreError(.storeFull, "the store is full")))
+        #expect(!FatalIO.matches(StoreError(.lmdb, "no space", lmdbCode: ENOSPC)))
+        #expect(!FatalIO.matches(CancellationError()))
+    }
+
     @Test("inserting drained events is idempotent and advances last_drained_seq")
     func idempotentInsert() throws {
         try withTemporaryGroup { dir in

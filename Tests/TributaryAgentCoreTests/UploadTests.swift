@@ -594,6 +594,33 @@ struct UploadTests {
         }
     }
 
+    @Test(
+        "--max-batch-bytes: each request carries as many whole events as fit (read ahead too), and one event that alone is larger",
+        arguments: [5, 0])
+    func maxBatchBytes(eventsThatFit: Int) async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            let padding = String(repeating: "p", count: 300)
+            for i in 0..<40 { try await tracker.track("Padded", properties: ["i": .int(Int64(i % 10)), "pad": .string(padding)]) }
+            let outbox = try Outbox(path: group + "-state/outbox.sqlite")
+            #expect(try Drainer(store: tracker.store, outbox: outbox, logger: Self.logger).drainAvailable() == 40)
+            // The stored bodies differ by a few bytes at most (their seqs' digits): half an event of room.
+            let each = try outbox.pending().bytes / 40
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let delivered = try await withHTTPClient { client in
+                    var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
+                    configuration.maxBatchBytes = eventsThatFit == 0 ? each / 2 : eventsThatFit * each + each / 2
+                    let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: Self.logger)
+                    var delivered: [Int] = []
+                    while delivered.count < 100, case .progressed(let count, _) = try await session.step() { delivered.append(count) }
+                    return delivered
+                }
+                #expect(delivered == Array(repeating: max(1, eventsThatFit), count: 40 / max(1, eventsThatFit)))
+                try await Self.expectDelivered(collector, count: 40)
+            }
+        }
+    }
+
     @Test("a batch read ahead that waited past its age is built again: _flush_time says when it was sent", arguments: [false, true])
     func staleReadAhead(stale: Bool) async throws {
         try await withTemporaryGroup { group in

@@ -76,14 +76,30 @@ extension ReliabilityScenarios {
                 oracle.batchSize = Scenario.batchSize
                 try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(latencyMillis: 2))) { collector in
                     var killed = 0
-                    for _ in 0..<kills {
-                        let agent = try ChildProcess("tributary-agent", Scenario.agentArguments(group, collector.url, once: false))
-                        try await Task.sleep(for: .milliseconds(30 + Int(rng.next() % 120)))
+                    var killedRunning = 0
+                    for kill in 0..<kills {
+                        let notify = try NotifySocket(path: group + "-notify-\(kill)")
+                        let agent = try ChildProcess(
+                            "tributary-agent", Scenario.agentArguments(group, collector.url, once: false),
+                            environment: ["NOTIFY_SOCKET": notify.path])
+                        // A quarter of the kills land while the agent starts (opening, migrating, recovering);
+                        // the rest 0–300 ms after its READY=1, while it drains and uploads. A debug agent may
+                        // take over a second to start on a loaded machine: kills timed from the spawn alone
+                        // would all land before it did anything.
+                        if rng.next() % 4 == 0 {
+                            try await Task.sleep(for: .milliseconds(30 + Int(rng.next() % 120)))
+                        } else {
+                            #expect(await notify.wait(for: "READY=1", timeout: 30) != nil, "the agent never sent READY=1")
+                            try await Task.sleep(for: .milliseconds(Int(rng.next() % 300)))
+                            killedRunning += 1
+                        }
                         agent.send(SIGKILL)
                         await agent.finish()
                         if agent.process.terminationReason == .uncaughtSignal { killed += 1 }
                     }
                     #expect(killed == kills)
+                    #expect(killedRunning > 0)
+                    #expect(try await collector.stats().requests > 0, "no kill came after an upload started")
                     oracle.inFlightWindows = killed
                     for producer in producers {
                         let result = await producer.process.finish()

@@ -69,7 +69,10 @@ extension ReliabilityScenarios {
                         // synced again.
                         if let failed = calls.firstIndex(where: { $0.injected && Self.isDataFile($0.fd) }) {
                             dataFileFaults += 1
-                            if run.status == 0 { problems.append("round \(round): exit 0 after EIO on \(calls[failed].fd)") }
+                            // FatalIO's promise: exit 74 at once, not 0, nor a crash, nor an internal error.
+                            if run.status != 74 {
+                                problems.append("round \(round): exit \(run.status), not 74, after EIO on \(calls[failed].fd)")
+                            }
                             let again = calls[(failed + 1)...].filter { $0.fd == calls[failed].fd }
                             if !again.isEmpty { problems.append("round \(round): \(calls[failed].fd) fsynced again after EIO: \(again.map(\.line))") }
                         }
