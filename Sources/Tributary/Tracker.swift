@@ -83,6 +83,8 @@ public final class Tracker: Sendable {
         var inBackground = false
         /// Properties of this launch (`$latest_utm_*` after a deep link); see `DeepLink.swift`.
         var launchProperties: [String: PropertyValue] = [:]
+        /// The store seq of the launch event whose link set `launchProperties` (0: none yet).
+        var launchPropertiesSeq: UInt64 = 0
 
         /// Re-encodes the base properties: presets, then this launch's properties, then super properties.
         mutating func rebase(presets: [String: PropertyValue]) {
@@ -296,9 +298,12 @@ public final class Tracker: Sendable {
     public var launchProperties: [String: PropertyValue] { state.withLock { $0.launchProperties } }
 
     /// Replaces this launch's properties whose key starts with `prefix` by `properties` (process
-    /// lifetime; super properties still win).
-    func replaceLaunchProperties(prefix: String, with properties: [String: PropertyValue]) {
+    /// lifetime; super properties still win), set by the launch event stored at `seq`: properties set by
+    /// a later event are kept (two launches tracked at once may resume in either order).
+    func replaceLaunchProperties(prefix: String, with properties: [String: PropertyValue], setBy seq: UInt64) {
         state.withLock { state in
+            guard seq > state.launchPropertiesSeq else { return }
+            state.launchPropertiesSeq = seq
             state.launchProperties = state.launchProperties.filter { !$0.key.hasPrefix(prefix) }
                 .merging(properties) { _, new in new }
             state.rebase(presets: presets)

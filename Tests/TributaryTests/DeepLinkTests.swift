@@ -50,6 +50,28 @@ struct DeepLinkTests {
         }
     }
 
+    @Test("deep links tracked at once: later events carry the channel of the launch stored last, whatever order the calls return in")
+    func concurrentLaunches() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            // Committed together by the group commit, the calls resume in any order: in a round the last
+            // to resume is now and then not the last stored, and 200 rounds make that all but certain.
+            var wrongRounds: [Int] = []
+            for round in 0..<200 {
+                let receipts = try await withThrowingTaskGroup(of: (String, TrackReceipt).self) { tasks in
+                    for i in 0..<20 {
+                        let source = "r\(round)s\(i)"
+                        tasks.addTask { (source, try await tracker.trackDeepLinkLaunch("myapp://p?utm_source=\(source)")) }
+                    }
+                    return try await tasks.reduce(into: []) { $0.append($1) }
+                }
+                let last = try #require(receipts.max { $0.1.seq < $1.1.seq })
+                if tracker.launchProperties["$latest_utm_source"] != .string(last.0) { wrongRounds.append(round) }
+            }
+            #expect(wrongRounds.isEmpty, "rounds whose later events would carry another launch's channel: \(wrongRounds)")
+        }
+    }
+
     @Test("$AppDeeplinkLaunch, then every later event of the launch carries $latest_utm_*")
     func trackerCarriesLatestUTM() async throws {
         try await withTemporaryGroup { group in
