@@ -83,6 +83,15 @@ void tributary_crash_set_context(uint32_t foreground, uint64_t active_since_ns, 
     pthread_mutex_unlock(&g_context_lock);
 }
 
+uint32_t tributary_crash_context_foreground(uint64_t *active_since_ns) {
+    pthread_mutex_lock(&g_context_lock);
+    const crash_context *c = &g_context[atomic_load(&g_context_index)];
+    uint32_t foreground = c->foreground;
+    if (active_since_ns) *active_since_ns = c->active_since_ns;
+    pthread_mutex_unlock(&g_context_lock);
+    return foreground;
+}
+
 void tributary_crash_set_app_version(const char *app_version) {
     pthread_mutex_lock(&g_context_lock);
     copy_string(g_app_version, sizeof(g_app_version), app_version);

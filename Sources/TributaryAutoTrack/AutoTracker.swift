@@ -58,6 +58,10 @@ public final class AutoTracker: Sendable {
         /// The page view owed to the user: one held back while the app was not visible, or the current
         /// page's again after a trip to the background. Sent, and cleared, when the app becomes active.
         var pageViewOwed: [String: PropertyValue]?
+        /// Since when (the configured clock) an `$AppStart` is stored without its `$AppEnd`; nil when
+        /// none is. What the crash handler records: a crash backfills an `$AppEnd` only for a start the
+        /// store holds, whatever the lifecycle's phase (a start refused, an end not yet stored).
+        var storedStartSince: UInt64?
     }
 
     /// What to do once the state's lock is released.
@@ -171,19 +175,22 @@ public final class AutoTracker: Sendable {
         return receipts
     }
 
-    /// Tells the crash handler whether an `$AppStart` is open and since when. The handler reads
+    /// Tells the crash handler whether the store holds an `$AppStart` without its `$AppEnd`, and since
+    /// when (``State/storedStartSince``); nothing without crash capture. The handler reads
     /// `CLOCK_BOOTTIME`, so the start is translated from the configured clock (an injected one may run
     /// ahead) into `CLOCK_BOOTTIME`.
     private func publishCrashContext() {
-        let (started, since, session, screen) = box.state.withLock { s in
-            (s.machine.isStarted, s.machine.activeSince, s.sessionID, s.pages.currentScreen ?? "")
+        guard configuration.captureCrashes else { return }
+        let (storedSince, session, screen) = box.state.withLock { s in
+            (s.storedStartSince, s.sessionID, s.pages.currentScreen ?? "")
         }
+        let since = storedSince ?? 0
         let now = configuration.monotonicNanos()
         let boot = BootClock.nowNanos()
         let elapsed = now >= since ? now - since : 0
         // The record's field holds 127 bytes and a NUL: cut at a character's end, not inside one.
         let screenName = clipped(screen, toBytes: Int(TRIBUTARY_CRASH_SCREEN_NAME) - 1)
-        tributary_crash_set_context(started ? 1 : 0, boot >= elapsed ? boot - elapsed : 0, session, screenName)
+        tributary_crash_set_context(storedSince != nil ? 1 : 0, boot >= elapsed ? boot - elapsed : 0, session, screenName)
     }
 
     // MARK: Lifecycle
@@ -258,6 +265,10 @@ public final class AutoTracker: Sendable {
                     do {
                         receipts.append(try tracker.trackAutomatic(event, properties: properties))
                         lastTrackFailed = false
+                        if event == "$AppStart" || event == "$AppEnd" {
+                            box.state.withLock { s in s.storedStartSince = event == "$AppStart" ? s.machine.activeSince : nil }
+                            publishCrashContext()
+                        }
                     } catch {
                         lastTrackFailed = true
                         if let undo { self.undo(undo) }

@@ -258,6 +258,33 @@ struct CrashRecordTests {
         #expect(record.reason(limit: 100).split(separator: "\n").count == 1)
     }
 
+    @Test("a crash would record an open $AppStart only while the store holds one: not a refused one, and until its $AppEnd is stored")
+    func crashContextFollowsTheStore() throws {
+        try withTemporaryGroup { group in
+            defer { tributary_crash_uninstall() }
+            // 300 bytes: smaller than an $AppStart with its presets. The lifecycle goes on; the store has no start.
+            let refusing = try makeAuto(group, clock: ManualClock(), maxEventBytes: 300, producerID: "small", captureCrashes: true)
+            try refusing.start()
+            try refusing.handle(.didFinishLaunching(inBackground: false))
+            #expect(throws: TrackingError.self) { try refusing.handle(.didBecomeActive) }
+            #expect(refusing.phase == .active)
+            #expect(tributary_crash_context_foreground(nil) == 0, "a crash now would backfill an $AppEnd for no $AppStart")
+            tributary_crash_uninstall()
+
+            let clock = ManualClock()
+            let auto = try makeAuto(group, clock: clock, producerID: "app", captureCrashes: true)
+            try auto.start()
+            try auto.handle(.didFinishLaunching(inBackground: false))
+            try auto.handle(.didBecomeActive)
+            var since: UInt64 = 0
+            #expect(tributary_crash_context_foreground(&since) == 1, "the $AppStart is stored")
+            #expect(since > 0)
+            try auto.handle(.didEnterBackground)
+            #expect(try storedEvents(group).map(\.event).suffix(2) == ["$AppStart", "$AppEnd"])
+            #expect(tributary_crash_context_foreground(nil) == 0, "its $AppEnd is stored")
+        }
+    }
+
     @Test("a crash in the background gives $AppCrashed only")
     func backgroundCrash() throws {
         try withTemporaryGroup { group in

@@ -72,6 +72,10 @@ int tributary_crash_uninstall(void);
 void tributary_crash_set_context(uint32_t foreground, uint64_t active_since_ns, const char *session_id,
                                  const char *screen_name);
 
+/// What a crash now would record as `foreground` (and, through `active_since_ns` when not NULL, as
+/// `active_since_ns`): the context last published.
+uint32_t tributary_crash_context_foreground(uint64_t *active_since_ns);
+
 /// Sets the app version every later record carries (call it before the handlers can run; a
 /// longer version is cut at 255 bytes).
 void tributary_crash_set_app_version(const char *app_version);
