@@ -51,7 +51,10 @@ struct Demo: AsyncParsableCommand {
         say("   \(url)")
 
         let produced = appEvents + 2 * extensionEvents
-        let begin = Date()
+        // Intervals on the monotonic clock: a wall clock stepped meanwhile (NTP) neither ends the wait early
+        // nor stretches the rate.
+        let clock = ContinuousClock()
+        let begin = clock.now
         say("== producers: app (\(appEvents), group commit), share-extension and widget (\(extensionEvents) each)")
         let producers = [
             try launch(bin, "tributary-sim", ["load", "--group", group, "--producer-id", "app", "--count", "\(appEvents)",
@@ -75,12 +78,13 @@ struct Demo: AsyncParsableCommand {
             producer.waitUntilExit()
             guard producer.terminationStatus == 0 else { throw runFailure("A producer failed (exit \(producer.terminationStatus)).") }
         }
-        let producedAt = Date()
-        say("   \(produced) events durable in the store after \(String(format: "%.2f", producedAt.timeIntervalSince(begin))) s")
-        _ = try launch(bin, "tributary", ["flush", "--group", group]).0
+        say("   \(produced) events durable in the store after \(String(format: "%.2f", Self.seconds(clock.now - begin))) s")
+        let (flush, _) = try launch(bin, "tributary", ["flush", "--group", group])
+        started.append(flush)
+        flush.waitUntilExit()
 
         var stats: [String: Any] = [:]
-        while Date().timeIntervalSince(begin) < timeout {
+        while clock.now - begin < .seconds(timeout) {
             stats = try await fetchStats(String(url))
             if (stats["unique"] as? Int ?? 0) >= produced { break }
             guard agent.isRunning else {
@@ -88,7 +92,7 @@ struct Demo: AsyncParsableCommand {
             }
             try await Task.sleep(for: .milliseconds(50))
         }
-        let elapsed = Date().timeIntervalSince(begin)
+        let elapsed = Self.seconds(clock.now - begin)
         let unique = stats["unique"] as? Int ?? 0
         let duplicates = stats["duplicates"] as? Int ?? 0
         let violations = (stats["order_violations"] as? [String: Int] ?? [:]).values.reduce(0, +)
@@ -118,6 +122,10 @@ struct Demo: AsyncParsableCommand {
         say("  end to end                   \(Int(Double(unique) / elapsed)) events/s (\(String(format: "%.2f", elapsed)) s)")
         say("  agent exit status            \(agent.terminationStatus) (SIGTERM)")
         guard unique == produced, violations == 0, duplicatesAfterDedup == 0, keys.count == unique else { throw ExitCode(1) }
+    }
+
+    private static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     private func launch(_ bin: URL, _ name: String, _ arguments: [String], capture: Bool = false) throws -> (Process, FileHandle?) {

@@ -52,8 +52,18 @@ struct Hybrid: AsyncParsableCommand {
         let foreignPages = PageServer()
         let (ports, portsContinuation) = AsyncStream.makeStream(of: Int.self)
         try await withThrowingTaskGroup(of: Void.self) { tasks in
-            tasks.addTask { try await pages.run { portsContinuation.yield($0) } }
-            tasks.addTask { try await foreignPages.run { portsContinuation.yield($0) } }
+            // A server that fails to start ends the stream, so the wait below ends too (a failed child task
+            // does not cancel the group's body).
+            for server in [pages, foreignPages] {
+                tasks.addTask {
+                    do {
+                        try await server.run { portsContinuation.yield($0) }
+                    } catch {
+                        portsContinuation.finish()
+                        throw error
+                    }
+                }
+            }
             var iterator = ports.makeAsyncIterator()
             guard let trusted = await iterator.next(), let foreign = await iterator.next() else {
                 throw runFailure("The page servers did not start.")

@@ -79,11 +79,15 @@ struct Load: AsyncParsableCommand {
 
     func validate() throws {
         guard concurrency >= 0 else { throw ValidationError("--concurrency must not be negative.") }
+        // A day at most: the pause is held in nanoseconds.
+        if let intervalMillis, !(0...86_400_000).contains(intervalMillis) {
+            throw ValidationError("--interval-ms must be 0 … 86400000 (a day), not \(intervalMillis).")
+        }
         guard kind == "app" || kind == "extension" else { throw ValidationError("--kind must be app or extension, not '\(kind)'.") }
     }
 
     func run() async throws {
-        let pause = intervalMillis.map { UInt64(max(0, $0)) * 1_000_000 } ?? options.pauseNanos
+        let pause = intervalMillis.map { UInt64($0) * 1_000_000 } ?? options.pauseNanos
         try await produceLoad(options, kind: ProducerKind(name: kind) ?? .app, event: event, concurrency: concurrency, pause: pause)
     }
 }
