@@ -13,9 +13,15 @@ public struct BridgeConfiguration: Sendable {
     /// document has, whatever page embeds it, and what the host calls a context it does not know.
     public var allowedOrigins: Set<String> {
         get { trustedOrigins }
-        set { trustedOrigins = Self.trusted(newValue) }
+        set {
+            trustedOrigins = Self.trusted(newValue)
+            ignoredOrigins = newValue.compactMap { origin in Self.problem(withOrigin: origin).map { (origin, $0) } }
+                .sorted { $0.0 < $1.0 }
+        }
     }
     private var trustedOrigins: Set<String>
+    /// The origins given that are left out of ``allowedOrigins``, with why.
+    private var ignoredOrigins: [(origin: String, why: String)] = []
     /// Further server URLs whose host and `project` are accepted too (the JS SDK's
     /// `app_js_bridge.white_list`). Default none.
     public var allowedServerURLs: [String] = []
@@ -31,12 +37,45 @@ public struct BridgeConfiguration: Sendable {
     /// A configuration for an app whose server is `serverURL`, trusting frames of `allowedOrigins`.
     public init(serverURL: String, allowedOrigins: Set<String>) {
         self.serverURL = serverURL
-        trustedOrigins = Self.trusted(allowedOrigins)
+        trustedOrigins = []
+        self.allowedOrigins = allowedOrigins
     }
 
-    /// `origins` normalised, without opaque ones.
+    /// What in this configuration can never match a page, one sentence each: an origin left out of
+    /// ``allowedOrigins`` (opaque, or not `scheme://host[:port]`), a ``serverURL`` or an
+    /// ``allowedServerURLs`` entry without a host. Empty when there is none. ``HybridBridge`` logs each
+    /// when it is created: every message such a value was meant for would be refused, and say only
+    /// `foreign_origin` or `foreign_project`.
+    public var problems: [String] {
+        var problems = ignoredOrigins.map { "Allowed origin '\($0.origin)' \($0.why); it is ignored." }
+        if ServerProject(url: serverURL) == nil {
+            problems.append(
+                "The server URL '\(serverURL)' has no host: every page event is refused as foreign_project "
+                    + "(give an absolute URL, like https://host/sa?project=name).")
+        }
+        for url in allowedServerURLs where ServerProject(url: url) == nil {
+            problems.append("Allowed server URL '\(url)' has no host; it is ignored.")
+        }
+        return problems
+    }
+
+    /// `origins` normalised, without the ones no frame can have (``problem(withOrigin:)``).
     private static func trusted(_ origins: Set<String>) -> Set<String> {
-        Set(origins.filter { !isOpaque($0) }.map(normalizedOrigin))
+        Set(origins.filter { problem(withOrigin: $0) == nil }.map(normalizedOrigin))
+    }
+
+    /// Why `origin` can never be trusted, or nil: opaque, or more than `scheme://host[:port]`.
+    static func problem(withOrigin origin: String) -> String? {
+        if isOpaque(origin) {
+            return "is opaque or names no scheme and host (an opaque origin, `null`, is never trusted; "
+                + "write `http://127.0.0.1:8080`, not `127.0.0.1:8080`)"
+        }
+        let normalized = normalizedOrigin(origin)
+        guard let separator = normalized.range(of: "://") else { return nil }
+        if normalized[separator.upperBound...].contains(where: { "/?#".contains($0) }) {
+            return "has a path, query or fragment; a frame's origin is only scheme://host[:port]"
+        }
+        return nil
     }
 
     /// Whether `origin` is opaque, or names no host: `null` as the web writes it, `://` as Chromium

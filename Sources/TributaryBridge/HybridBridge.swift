@@ -77,6 +77,7 @@ public final class HybridBridge: Sendable {
         appServer = ServerProject(url: configuration.serverURL)
         allowedServers = Set(
             ([configuration.serverURL] + configuration.allowedServerURLs).compactMap(ServerProject.init(url:)))
+        for problem in configuration.problems { logger.error("bridge configuration: \(problem)") }
     }
 
     /// What the bridge has seen so far.

@@ -457,6 +457,20 @@ struct HybridBridgeTests {
         }
     }
 
+    @Test("a configuration value no page can ever match is named among its problems, not dropped unsaid")
+    func configurationProblems() {
+        var configuration = BridgeConfiguration(
+            serverURL: "sa.example.com/sa", allowedOrigins: [Self.origin, "127.0.0.1:8080", "https://a.example/app", "null"])
+        configuration.allowedServerURLs = ["https://b.example/sa", "/sa?project=x"]
+        #expect(configuration.allowedOrigins == [Self.origin], "a path never matches a frame's origin either")
+        let problems = configuration.problems
+        #expect(problems.count == 5, "\(problems)")
+        for named in ["'127.0.0.1:8080'", "'https://a.example/app'", "'null'", "'sa.example.com/sa' has no host", "'/sa?project=x'"] {
+            #expect(problems.contains { $0.contains(named) }, "\(named) not named: \(problems)")
+        }
+        #expect(BridgeConfiguration(serverURL: Self.server, allowedOrigins: [Self.origin, "HTTP://Example.com:80/"]).problems.isEmpty)
+    }
+
     @Test("JSON keeps booleans and numbers apart")
     func jsonKinds() {
         #expect(
