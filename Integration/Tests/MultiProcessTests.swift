@@ -103,8 +103,13 @@ struct MultiProcessTests {
             #expect(cli.status == 0, "status after kill failed: \(cli.stderr)")
 
             for survivor in survivors {
+                // Bounded: once (2026-11-25, under the full suite's load) two survivors stayed blocked in LMDB's
+                // robust writer mutex for minutes after the victim's death, until a debugger's attach woke
+                // them (a lost wake-up; docs/store-format.md). A hang here fails the test rather than CI's run.
+                let limit = survivor.process.killAfter(.seconds(120))
+                defer { limit.cancel() }
                 let result = await survivor.process.finish()
-                #expect(result.status == 0, "\(survivor.id) failed after the kill: \(result.stderr)")
+                #expect(result.status == 0, "\(survivor.id) failed after the kill (killed after 120 s if it hung): \(result.stderr)")
             }
 
             let stored = try Self.storedEvents(group)  // throws on any torn or corrupt record
