@@ -6,6 +6,10 @@ public enum EventRules {
     public static let maxStringBytes = 8192
     /// Longest login or anonymous id, in UTF-8 bytes.
     public static let maxIDBytes = 255
+    /// The most one identity field (`distinct_id`, `login_id`, `anonymous_id`) adds to an encoded event:
+    /// an id of ``maxIDBytes`` bytes, each escaped in two (`"` and `\`), with its key, quotes and comma.
+    /// The identity is written in the store's transaction, after the size check: the check reserves this.
+    static let maxEncodedIDFieldBytes = 2 * maxIDBytes + 32
     /// The dates a property can hold, in seconds since 1970: 0001-01-02 through 9999-12-30 (UTC). A
     /// date is written in local time as `yyyy-MM-dd HH:mm:ss.SSS`, and a day's margin at each end
     /// keeps its year within 1 … 9999 in every time zone (UTC−12 … UTC+14). NaN is outside.

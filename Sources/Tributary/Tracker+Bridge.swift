@@ -163,7 +163,7 @@ extension Tracker {
                 prepared.bootID = .current
             }
         }
-        let size = prepared.prefix.count + prepared.suffix.count + 4 * 300
+        let size = prepared.prefix.count + prepared.suffix.count + 4 * EventRules.maxEncodedIDFieldBytes
         guard size <= configuration.maxEventBytes else {
             throw TrackingError(
                 .eventTooLarge, field: page.event,

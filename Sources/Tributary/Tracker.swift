@@ -217,7 +217,7 @@ public final class Tracker: Sendable {
             wallTimeMillis: moment?.wallTimeMillis ?? configuration.wallMillis(),
             bootTimeNanos: moment?.bootTimeNanos ?? configuration.monotonicNanos(), eventID: moment?.eventID)
         if let bootID = moment?.bootID { prepared.bootID = bootID }
-        let size = prepared.prefix.count + prepared.suffix.count + 3 * 300
+        let size = prepared.prefix.count + prepared.suffix.count + 3 * EventRules.maxEncodedIDFieldBytes
         guard size <= configuration.maxEventBytes else {
             throw TrackingError(
                 .eventTooLarge, field: event,

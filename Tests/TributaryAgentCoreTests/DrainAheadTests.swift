@@ -35,15 +35,22 @@ struct DrainAheadTests {
     func boundedWhileAnswered() async throws {
         try await Self.withAgent(events: 3000, faults: FaultConfiguration(seed: 1, latencyMillis: 20), { $0.drainAhead = 500 }) {
             agent, collector in
+            // Sampled on a thread of its own: a task would share the two-thread pool the agent's run keeps busy,
+            // and a starved sampler sees neither the peak nor the outbox filling.
             let largest = Largest()
-            let watcher = Task {
-                while !Task.isCancelled {
-                    largest.record(try agent.outbox.pending().count)
-                    try await Task.sleep(for: .milliseconds(2))
+            let done = DoneFlag()
+            let stopped = DispatchSemaphore(value: 0)
+            let outbox = agent.outbox
+            Thread.detachNewThread {
+                while !done.isSet {
+                    if let pending = try? outbox.pending().count { largest.record(pending) }
+                    usleep(2000)
                 }
+                stopped.signal()
             }
             let report = try await agent.runOnce()
-            watcher.cancel()
+            done.set()
+            stopped.wait()
             #expect(report.drained == 3000 && report.delivered == 3000)
             #expect(largest.value <= 500 + 100, "outbox pending peaked at \(largest.value)")
             #expect(largest.value >= 200, "the outbox still holds batches ahead of the uploads")

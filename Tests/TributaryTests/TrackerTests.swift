@@ -176,6 +176,32 @@ struct TrackerTests {
         }
     }
 
+    @Test("the size check leaves room for the identity: with the longest ids, each byte escaped, a stored event stays within maxEventBytes")
+    func sizeCheckReservesIdentity() async throws {
+        try await withTemporaryGroup { group in
+            var config = Tracker.Configuration(groupDirectory: group)
+            config.maxEventBytes = 4096
+            let tracker = try Tracker(configuration: config)
+            // Written into the event in the store's transaction, after the check: 255 bytes, 510 escaped.
+            let quotes = String(repeating: "\"", count: EventRules.maxIDBytes)
+            _ = try tracker.identify(anonymousID: quotes)
+            _ = try tracker.login(quotes)
+            var accepted = 0
+            for length in stride(from: 0, through: 4096, by: 8) {
+                do {
+                    try await tracker.track("Grown", properties: ["p": .string(String(repeating: "x", count: length))])
+                    accepted += 1
+                } catch let error as TrackingError {
+                    #expect(error.code == .eventTooLarge)
+                    break
+                }
+            }
+            #expect(accepted > 10, "events of ordinary size fit")
+            let sizes = try tracker.store.events(limit: 1000).map { try $0.record.get().body.count }
+            #expect(sizes.count == accepted && sizes.allSatisfy { $0 <= 4096 }, "largest stored: \(sizes.max() ?? 0) bytes")
+        }
+    }
+
     @Test("group commit: concurrent callers each get their own durable receipt")
     func groupCommit() async throws {
         try await withTemporaryGroup { group in
