@@ -71,7 +71,9 @@ extension Tracker {
             DeepLink.launchEvent, properties: properties.merging(launch.eventProperties) { $1 },
             withoutLaunchPrefix: newChannel ? "$latest_utm_" : nil)
         let receipt = try await committer.commit(prepared)
-        if newChannel { replaceLaunchProperties(prefix: "$latest_utm_", with: launch.latestProperties, setBy: receipt.seq) }
+        if newChannel {
+            replaceLaunchProperties(prefix: "$latest_utm_", with: launch.latestProperties, setBy: receipt.seq)
+        }
         return receipt
     }
 }

@@ -388,16 +388,16 @@ final class UploadSession: @unchecked Sendable {
         guard limit > 0, deadLettersInARow >= limit, !refusedAfterHalt else { return nil }
         refusedAfterHalt = true
         let cap = configuration.backoff.cap
-        let halt =
+        let interval = String(format: "%g", cap.seconds)
+        haltReason =
             "the collector refused the last \(deadLettersInARow) events one by one (the last: \(reason)); it seems to "
             + "refuse every event: check the collector URL, --format and the collector's limits. The next refused "
-            + "event stays in the outbox and is sent again every \(cap.seconds) s; the refused ones are dead letters "
+            + "event stays in the outbox and is sent again every \(interval) s; the refused ones are dead letters "
             + "(tributary dead-letters; --replay once fixed)"
-        haltReason = halt
         lastError = reason
-        logger.error("collector refuses event after event; halting uploads instead of dead-lettering the backlog", metadata: [
-            "tributary.dead_letters_in_a_row": "\(deadLettersInARow)", "tributary.reason": "\(reason)",
-        ])
+        logger.error(
+            "collector refuses event after event; halting uploads instead of dead-lettering the backlog",
+            metadata: ["tributary.dead_letters_in_a_row": "\(deadLettersInARow)", "tributary.reason": "\(reason)"])
         return .wait(cap)
     }
 

@@ -184,13 +184,15 @@ public final class AutoTracker: Sendable {
         let (storedSince, session, screen) = box.state.withLock { s in
             (s.storedStartSince, s.sessionID, s.pages.currentScreen ?? "")
         }
-        let since = storedSince ?? 0
-        let now = configuration.monotonicNanos()
-        let boot = BootClock.nowNanos()
-        let elapsed = now >= since ? now - since : 0
+        let activeSince = storedSince.map { since in
+            let now = configuration.monotonicNanos()
+            let boot = BootClock.nowNanos()
+            let elapsed = now >= since ? now - since : 0
+            return boot >= elapsed ? boot - elapsed : 0
+        }
         // The record's field holds 127 bytes and a NUL: cut at a character's end, not inside one.
         let screenName = clipped(screen, toBytes: Int(TRIBUTARY_CRASH_SCREEN_NAME) - 1)
-        tributary_crash_set_context(storedSince != nil ? 1 : 0, boot >= elapsed ? boot - elapsed : 0, session, screenName)
+        tributary_crash_set_context(activeSince != nil ? 1 : 0, activeSince ?? 0, session, screenName)
     }
 
     // MARK: Lifecycle
@@ -266,7 +268,9 @@ public final class AutoTracker: Sendable {
                         receipts.append(try tracker.trackAutomatic(event, properties: properties))
                         lastTrackFailed = false
                         if event == "$AppStart" || event == "$AppEnd" {
-                            box.state.withLock { s in s.storedStartSince = event == "$AppStart" ? s.machine.activeSince : nil }
+                            box.state.withLock { s in
+                                s.storedStartSince = event == "$AppStart" ? s.machine.activeSince : nil
+                            }
                             publishCrashContext()
                         }
                     } catch {

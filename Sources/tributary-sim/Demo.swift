@@ -78,7 +78,8 @@ struct Demo: AsyncParsableCommand {
             producer.waitUntilExit()
             guard producer.terminationStatus == 0 else { throw runFailure("A producer failed (exit \(producer.terminationStatus)).") }
         }
-        say("   \(produced) events durable in the store after \(String(format: "%.2f", Self.seconds(clock.now - begin))) s")
+        let producedAfter = String(format: "%.2f", Self.seconds(clock.now - begin))
+        say("   \(produced) events durable in the store after \(producedAfter) s")
         let (flush, _) = try launch(bin, "tributary", ["flush", "--group", group])
         started.append(flush)
         flush.waitUntilExit()

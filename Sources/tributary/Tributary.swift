@@ -341,8 +341,9 @@ struct Config: ParsableCommand {
             server_url (an http:// or https:// URL), format (sensors or ndjson), flush_bulk_size (50 … \
             1000000 events) and flush_interval_seconds (5 … 86400). A running agent applies them within \
             a poll interval, each one whose option it was not started with (--server, --format, --bulk-size, \
-            --flush-interval; for server_url and format, nor TRIBUTARY_SERVER, TRIBUTARY_FORMAT). The group's store must exist (a producer creates it). An unknown key is exit 64, \
-            a value out of range (or stored settings that are not valid) exit 65, and nothing is written.
+            --flush-interval; for server_url and format, nor TRIBUTARY_SERVER, TRIBUTARY_FORMAT). The \
+            group's store must exist (a producer creates it). An unknown key is exit 64, a value out of \
+            range (or stored settings that are not valid) exit 65, and nothing is written.
             """,
         subcommands: [ConfigShow.self, ConfigSet.self, ConfigUnset.self],
         defaultSubcommand: ConfigShow.self)

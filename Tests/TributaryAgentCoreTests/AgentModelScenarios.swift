@@ -131,11 +131,9 @@ struct AgentModelScenarios {
                 var oracle = Oracle(ledgers: [])
                 oracle.batchSize = 8
                 // Each request whose answer was lost (a lost ack, a hang, a timeout after the collector
-                // committed) may repeat one batch. Its events usually come back under the same batch id, but
-                // a 413 on the retry returns them to the pool and they travel again under new ids, which
-                // `repeated_batches` cannot see: count the uncertain requests too.
-                // Counted from the operations, not from the collector: an agent that sent acknowledged batches
-                // again would raise `repeated_batches`, and with it its own allowance.
+                // committed) may repeat one batch: the allowance counts those operations, not the collector's
+                // `repeated_batches`, which an agent sending acknowledged batches again would raise with it (and
+                // which misses a repeat whose events a 413 on the retry returned to the pool, under new ids).
                 oracle.inFlightWindows = uncertainRequests
                 oracle.expectedUndelivered = model.poison
                 let repeated = try await collector.stats().repeatedBatches
