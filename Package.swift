@@ -172,6 +172,8 @@ let package = Package(
             dependencies: [
                 "Tributary", "TributaryBridge", "TributaryTestSupport", "TributaryCollector", "tributary", "tributary-sim",
                 "tributary-agent", "tributary-collector",
+                // A lost wake-up made by hand (MultiProcessTests): the futex wake that ends it if the watch did not.
+                "CLMDB",
             ],
             path: "Integration/Tests",
             swiftSettings: strict

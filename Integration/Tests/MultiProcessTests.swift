@@ -1,3 +1,4 @@
+import CLMDB
 import Foundation
 import Synchronization
 import Testing
@@ -105,7 +106,8 @@ struct MultiProcessTests {
             for survivor in survivors {
                 // Bounded: once (2026-11-25, under the full suite's load) two survivors stayed blocked in LMDB's
                 // robust writer mutex for minutes after the victim's death, until a debugger's attach woke
-                // them (a lost wake-up; docs/store-format.md). A hang here fails the test rather than CI's run.
+                // them (a lost wake-up, which LockWordWatch now makes up; docs/store-format.md). A hang here
+                // fails the test rather than CI's run.
                 let limit = survivor.process.killAfter(.seconds(120))
                 defer { limit.cancel() }
                 let result = await survivor.process.finish()
@@ -287,6 +289,45 @@ struct MultiProcessTests {
 
     /// A producer (`tributary track`) that took LMDB's writer lock (records put, not committed) and was
     /// stopped there (SIGSTOP). SIGKILL it when done: its transaction is then aborted.
+    @Test("a wake-up lost when a writer died holding LMDB's writer mutex is made up within a second or two by the lock word watch")
+    func lostWakeUpMadeUp() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            let words = try #require(tracker.store.watchedLockWords, "the lock file's layout is the one the watch knows")
+            let writerWord = try #require(UnsafeMutablePointer<UInt32>(bitPattern: words[1]))
+            let writer = try await Self.stoppedWriter(group)
+            defer { writer.send(SIGKILL) }
+            // This process's write waits for the stopped writer's mutex: its word gets FUTEX_WAITERS.
+            let waiting = Task.detached { try await tracker.track("Waiter") }
+            let futexWaiters: UInt32 = 0x8000_0000
+            let ownerDied: UInt32 = 0x4000_0000
+            let began = ContinuousClock.now
+            while writerWord.pointee & futexWaiters == 0 && ContinuousClock.now - began < .seconds(20) {
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            try #require(writerWord.pointee & futexWaiters != 0, "the write never waited for the mutex")
+            // What the kernel does when the owner dies (its thread id gone, owner-died set), without the
+            // wake-up that should follow: the waiter sleeps on, the mutex free to take over.
+            writerWord.pointee = futexWaiters | ownerDied
+            let lost = ContinuousClock.now
+            var stored = false
+            while !stored && ContinuousClock.now - lost < .seconds(15) {
+                try await Task.sleep(for: .milliseconds(20))
+                stored = try tracker.store.status().pendingEvents == 1
+            }
+            let tookOver = ContinuousClock.now - lost
+            if !stored { _ = tributary_futex_wake_all(writerWord) }  // not to leave the write waiting for ever
+            _ = try await waiting.value
+            #expect(stored, "the write still waited \(tookOver) after the owner died")
+            #expect(tookOver < .seconds(5), "made up after \(tookOver)")
+            // The writer, still stopped in its transaction, is dead to the mutex: its kill changes nothing.
+            writer.send(SIGKILL)
+            _ = await writer.finish()
+            try await tracker.track("After")
+            #expect(try tracker.store.status().pendingEvents == 2)
+        }
+    }
+
     static func stoppedWriter(_ group: String) async throws -> ChildProcess {
         let writer = try ChildProcess(
             "tributary", ["track", "--group", group, "Held"], environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.append"])

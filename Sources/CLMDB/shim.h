@@ -9,4 +9,15 @@
 // statfs (not in Swift's Glibc module): a store on tmpfs, where LMDB's fsyncs promise nothing, is told
 // by its file system's magic number.
 #include <sys/vfs.h>
+// FUTEX_WAKE on a word of LMDB's lock file (LockWordWatch): syscall(2) is variadic, which Swift cannot call.
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/// Wakes every thread, of any process, waiting on the process-shared futex `word`; the number woken, or
+/// -1 with errno (EFAULT for an address not mapped).
+static inline long tributary_futex_wake_all(const void *word) {
+    return syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
 #endif

@@ -53,6 +53,9 @@ final class Environment: @unchecked Sendable {
     let file: (device: UInt64, inode: UInt64)?
     /// The device and inode of its lock file (`<path>-lock`) when it was opened, or nil.
     let lockFile: (device: UInt64, inode: UInt64)?
+    /// The lock file's mutex words that ``LockWordWatch`` wakes every second, or nil when it does not
+    /// (its mapping not found, or a layout it does not know).
+    private(set) var watchedLockWords: [UInt]?
     /// LMDB's descriptor of the data file (nil if it could not be had: the file is then never taken
     /// for deleted).
     private let dataFD: Int32?
@@ -123,6 +126,7 @@ final class Environment: @unchecked Sendable {
             users -= 1
             guard users == 0 else { return }
             if table[path] === self { table[path] = nil }
+            LockWordWatch.shared.unwatch(self)
             mdb_env_close(env)
             if directoryFD >= 0 { close(directoryFD) }
         }
@@ -183,6 +187,11 @@ final class Environment: @unchecked Sendable {
             dataFD = nil
         }
         lockFile = Self.identity(of: path + "-lock")
+        if let lockFile,
+            let mapping = Self.sharedMappings(ofInode: lockFile.inode, permissions: "rw-s").first(where: { $0.offset == 0 })
+        {
+            watchedLockWords = LockWordWatch.shared.watch(self, lockMapping: mapping.start)
+        }
     }
 
     /// What to do when a store cannot be opened beside its replaced predecessor, or written after one of
@@ -475,28 +484,37 @@ final class Environment: @unchecked Sendable {
         }
     }
 
-    /// The read-only shared mappings of the store's data file in `/proc/self/maps`.
+    /// The read-only shared mappings of the store's data file in `/proc/self/maps`. Only those
+    /// ("r--s"): MADV_DONTNEED would discard a private mapping's written pages, never a shared read-only
+    /// one's.
     private func storeMappings() -> [(start: UInt, end: UInt)] {
         var st = stat()
-        guard stat(path, &st) == 0, let maps = fopen("/proc/self/maps", "r") else { return [] }
+        guard stat(path, &st) == 0 else { return [] }
+        return Self.sharedMappings(ofInode: UInt64(st.st_ino), permissions: "r--s").map { ($0.start, $0.end) }
+    }
+
+    /// This process's mappings of the file with inode `inode` and permissions `permissions` (as
+    /// `/proc/self/maps` writes them), with the file offset each begins at.
+    private static func sharedMappings(ofInode inode: UInt64, permissions: String) -> [(start: UInt, end: UInt, offset: UInt)] {
+        guard let maps = fopen("/proc/self/maps", "r") else { return [] }
         defer { fclose(maps) }
         var buffer: UnsafeMutablePointer<CChar>?
         var capacity = 0
         defer { free(buffer) }
-        var ranges: [(start: UInt, end: UInt)] = []
-        // Lines: "start-end perms offset dev inode path"; the store's map is the one with its inode.
+        var ranges: [(start: UInt, end: UInt, offset: UInt)] = []
+        // Lines: "start-end perms offset dev inode path"; a file's maps are the ones with its inode.
         // (getline, not String(contentsOfFile:): /proc files report size 0 and may be read short.)
         while getline(&buffer, &capacity, maps) > 0, let buffer {
             let line = String(cString: buffer)
             let fields = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
-            // Only a read-only shared mapping ("r--s"): MADV_DONTNEED would discard a private mapping's
-            // written pages, never a shared read-only one's.
-            guard fields.count == 6, fields[1] == "r--s", UInt(fields[4]) == UInt(st.st_ino) else { continue }
+            guard fields.count == 6, fields[1] == permissions, UInt64(fields[4]) == inode,
+                let offset = UInt(fields[2], radix: 16)
+            else { continue }
             let bounds = fields[0].split(separator: "-")
             guard bounds.count == 2, let start = UInt(bounds[0], radix: 16), let end = UInt(bounds[1], radix: 16),
                 end > start, start != 0
             else { continue }
-            ranges.append((start, end))
+            ranges.append((start, end, offset))
         }
         return ranges
     }

@@ -122,6 +122,10 @@ public final class SharedStore: Sendable {
     /// Fault injection for this store's LMDB calls (tests only).
     package var faults: LMDBFaults { environment.faults }
 
+    /// The addresses of the lock file's mutex words that ``LockWordWatch`` wakes every second (reader
+    /// table's, writer's), or nil when none are watched (tests: a lost wake-up made by hand).
+    package var watchedLockWords: [UInt]? { environment.watchedLockWords }
+
     /// The id of the last write transaction committed to the store by any process (tests: that a
     /// refused write committed nothing).
     package var lastTransactionID: Int { environment.lastTransactionID }
