@@ -133,7 +133,7 @@ struct DevToolsPipeTests {
         ] {
             #expect(!WebViewHost.admit(noise, to: queue), "\(noise.method ?? "a reply") was queued")
         }
-        for event in ["Target.attachedToTarget", "Runtime.executionContextCreated", "Page.frameAttached", DevToolsPipe.closedEvent] {
+        for event in ["Target.attachedToTarget", DevToolsPipe.closedEvent] {
             #expect(WebViewHost.admit(message(event), to: queue))
         }
         // A frame over the limit only as a binding call, which the bridge refuses for its size.
@@ -152,6 +152,46 @@ struct DevToolsPipeTests {
         #expect(!empty.admit(1), "the queue holds 150 bytes of a 100-byte bound")
         empty.release(150)
         #expect(empty.admit(1))
+    }
+
+    @Test("the reader takes frame events in itself, never queued, and queues a page message with the origin it is credited with")
+    func readerTakesFrameEvents() {
+        func event(_ method: String, _ params: [String: JSON]) -> DevToolsMessage {
+            DevToolsMessage(id: nil, method: method, sessionID: "s1", body: .object(params), error: nil)
+        }
+        func created(_ id: Int, _ origin: String, frame: String) -> DevToolsMessage {
+            event("Runtime.executionContextCreated", [
+                "context": .object([
+                    "id": .number(Double(id)), "origin": .string(origin),
+                    "auxData": .object(["isDefault": .bool(true), "frameId": .string(frame)]),
+                ])
+            ])
+        }
+        let queue = MessageQueueGauge(limit: 1 << 20)
+        let trusted: Set<String> = ["https://app.example"]
+        var origins = FrameOrigins()
+        var queued: [WebViewHost.Queued] = []
+        func take(_ message: DevToolsMessage) {
+            if let item = WebViewHost.take(message, origins: &origins, queue: queue, trusted: trusted) { queued.append(item) }
+        }
+        take(created(1, "https://app.example", frame: "main"))
+        // A page adding and removing iframes in a loop while run() waits on a commit: nothing piles up.
+        for n in 2...1001 {
+            take(event("Page.frameAttached", ["frameId": .string("f\(n)"), "parentFrameId": .string("main")]))
+            take(created(n, "https://ads.example", frame: "f\(n)"))
+            take(event("Runtime.executionContextDestroyed", ["executionContextId": .number(Double(n))]))
+            take(event("Page.frameDetached", ["frameId": .string("f\(n)"), "reason": .string("remove")]))
+        }
+        #expect(queued.isEmpty && origins.contexts.count == 1 && origins.frames.count == 1 && origins.parents.isEmpty)
+        // Page messages: credited when read, against what the browser reported before them.
+        take(event("Runtime.bindingCalled", ["name": .string(WebViewHost.bindingName), "executionContextId": .number(1), "payload": .string("{}")]))
+        take(event("Page.frameAttached", ["frameId": .string("ad"), "parentFrameId": .string("main")]))
+        take(created(9, "https://ads.example", frame: "ad"))
+        take(event("Runtime.bindingCalled", ["name": .string(WebViewHost.bindingName), "executionContextId": .number(9), "payload": .string("{}")]))
+        take(event("Page.frameRequestedNavigation", ["frameId": .string("ad"), "url": .string("sensorsanalytics://trackEvent?event=E")]))
+        take(event("Runtime.executionContextDestroyed", ["executionContextId": .number(9)]))
+        take(event("Runtime.bindingCalled", ["name": .string(WebViewHost.bindingName), "executionContextId": .number(9), "payload": .string("{}")]))
+        #expect(queued.map(\.origin) == ["https://app.example", "https://ads.example", "https://ads.example", "null"])
     }
 
     @Test("frame origins: contexts and frames are forgotten when the browser says they are gone, and only then")

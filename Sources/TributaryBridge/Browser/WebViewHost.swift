@@ -25,7 +25,7 @@ public final class WebViewHost: Sendable {
     public let configuration: BridgeConfiguration
     private let browser: ChromiumProcess
     private let pipe: DevToolsPipe
-    private let inbox: AsyncStream<DevToolsMessage>
+    private let inbox: AsyncStream<Queued>
     private let queue: MessageQueueGauge
     private let logger: Logger
 
@@ -40,14 +40,56 @@ public final class WebViewHost: Sendable {
         self.configuration = configuration
         self.logger = logger
         browser = try ChromiumProcess(executable: executable)
-        let (stream, continuation) = AsyncStream.makeStream(of: DevToolsMessage.self)
+        let (stream, continuation) = AsyncStream.makeStream(of: Queued.self)
         inbox = stream
         let queue = MessageQueueGauge(limit: max(configuration.maxQueuedBytes, configuration.maxMessageBytes))
         self.queue = queue
+        let trusted = configuration.allowedOrigins
+        // Only the reader thread touches it; boxed to be captured.
+        let origins = SendableBox(FrameOrigins())
         pipe = DevToolsPipe(browser: browser, maxFrameBytes: Self.maxFrameBytes(for: configuration)) { message in
-            guard Self.admit(message, to: queue) else { return }
-            continuation.yield(message)
+            guard let queued = origins.update({ Self.take(message, origins: &$0, queue: queue, trusted: trusted) }) else {
+                return
+            }
+            continuation.yield(queued)
             if message.method == DevToolsPipe.closedEvent { continuation.finish() }
+        }
+    }
+
+    /// A message for ``run(bridge:)``, with the origin of the frame that sent it (a page message's).
+    struct Queued: Sendable {
+        var message: DevToolsMessage
+        var origin: String
+    }
+
+    /// What the DevTools reader does with `message`, in the order the browser sent it: a frame or
+    /// context event updates `origins` and goes no further; anything else is queued for
+    /// ``run(bridge:)`` if ``admit(_:to:)`` takes it, with the origin it is credited with (resolved here,
+    /// against the frames and contexts the browser had reported before it). Frame events are thus never
+    /// queued: a page that adds and removes iframes in a loop while ``run(bridge:)`` waits on a commit
+    /// piled them up, unbounded.
+    static func take(
+        _ message: DevToolsMessage, origins: inout FrameOrigins, queue: MessageQueueGauge, trusted: Set<String>
+    ) -> Queued? {
+        if origins.record(message) { return nil }
+        guard admit(message, to: queue) else { return nil }
+        return Queued(message: message, origin: origin(of: message, in: origins, trusted: trusted))
+    }
+
+    /// The origin a page message is credited with: its execution context's for a binding call (one too
+    /// large to be read too), ``navigationOrigin(frame:origins:parents:trusted:)`` for a navigation;
+    /// "null" when it is not known, or for any other message.
+    static func origin(of message: DevToolsMessage, in origins: FrameOrigins, trusted: Set<String>) -> String {
+        let body = message.body
+        switch message.method {
+        case "Runtime.bindingCalled", DevToolsPipe.frameTooLargeEvent:
+            guard let id = body["executionContextId"]?.number else { return "null" }
+            return origins.context(Int(id), session: message.sessionID ?? "")
+        case "Page.frameRequestedNavigation":
+            guard let frame = body["frameId"]?.string else { return "null" }
+            return navigationOrigin(frame: frame, origins: origins.frames, parents: origins.parents, trusted: trusted)
+        default:
+            return "null"
         }
     }
 
@@ -101,7 +143,8 @@ public final class WebViewHost: Sendable {
     /// call, a `sensorsanalytics:` navigation) only while `queue` has room for it; the browser's events
     /// ``run(bridge:)`` handles always; nothing else. What `run` does not handle is not queued: a page
     /// (a foreign frame too) can send console messages, exceptions and other navigations as fast as it
-    /// likes, and they piled up, uncounted, while `run` waited on a commit.
+    /// likes, and they piled up, uncounted, while `run` waited on a commit. (Frame and context events
+    /// never get here: ``take(_:origins:queue:trusted:)`` takes them in.)
     static func admit(_ message: DevToolsMessage, to queue: MessageQueueGauge) -> Bool {
         if let bytes = queuedBytes(message) { return queue.admit(bytes) }
         // A frame over the limit matters only as a binding call (refused as message_too_large); a page
@@ -112,9 +155,9 @@ public final class WebViewHost: Sendable {
         return browserEvents.contains(message.method ?? "")
     }
 
-    /// The browser's events ``run(bridge:)`` handles, queued whatever their number: they come from the
-    /// browser's own work (targets, frames, documents), not from what a script sends.
-    static let browserEvents: Set<String> = FrameOrigins.events.union(["Target.attachedToTarget", DevToolsPipe.closedEvent])
+    /// The browser's events ``run(bridge:)`` handles, queued whatever their number: a new target (a tab,
+    /// a cross-site iframe's process) to set up, and the end of the browser.
+    static let browserEvents: Set<String> = ["Target.attachedToTarget", DevToolsPipe.closedEvent]
 
     private let userAgentOverride = SendableBox<String>("")
 
@@ -149,11 +192,9 @@ public final class WebViewHost: Sendable {
     /// Handles the browser's events in order until the browser goes away: sets up every new target and
     /// hands each bridge message, with the origin of the frame that sent it, to `bridge`.
     public func run(bridge: HybridBridge) async {
-        var origins = FrameOrigins()
-        for await message in inbox {
-            let session = message.sessionID ?? ""
+        for await queued in inbox {
+            let message = queued.message
             let body = message.body
-            if origins.record(message) { continue }
             switch message.method {
             case "Target.attachedToTarget":
                 guard let child = body["sessionId"]?.string else { continue }
@@ -161,9 +202,8 @@ public final class WebViewHost: Sendable {
                 if type == "page" || type == "iframe" { setUp(session: child) }
                 pipe.send("Runtime.runIfWaitingForDebugger", session: child)
             case "Runtime.bindingCalled":
-                if body["name"]?.string == Self.bindingName, let id = body["executionContextId"]?.number {
-                    let origin = origins.context(Int(id), session: session)
-                    await bridge.receive(body["payload"]?.string ?? "", origin: origin, channel: .messageHandler)
+                if body["name"]?.string == Self.bindingName, body["executionContextId"]?.number != nil {
+                    await bridge.receive(body["payload"]?.string ?? "", origin: queued.origin, channel: .messageHandler)
                 }
                 queue.release(Self.queuedBytes(message) ?? 0)
                 bridge.refuseOverloaded(queue.takeDropped())
@@ -178,19 +218,15 @@ public final class WebViewHost: Sendable {
                         ])
                     continue
                 }
-                let id = body["executionContextId"]?.number.map { Int($0) }
-                let origin = id.map { origins.context($0, session: session) } ?? "null"
-                bridge.refuseUnread(byteCount: bytes, origin: origin, channel: .messageHandler)
+                bridge.refuseUnread(byteCount: bytes, origin: queued.origin, channel: .messageHandler)
             case "Page.frameRequestedNavigation":
                 // Only sensorsanalytics: navigations are queued (queuedBytes), and counted until handled here.
                 defer {
                     queue.release(Self.queuedBytes(message) ?? 0)
                     bridge.refuseOverloaded(queue.takeDropped())
                 }
-                guard let url = body["url"]?.string, let frame = body["frameId"]?.string else { continue }
-                let origin = Self.navigationOrigin(
-                    frame: frame, origins: origins.frames, parents: origins.parents, trusted: configuration.allowedOrigins)
-                if await bridge.receiveNavigation(url, origin: origin) == nil {
+                guard let url = body["url"]?.string, body["frameId"]?.string != nil else { continue }
+                if await bridge.receiveNavigation(url, origin: queued.origin) == nil {
                     logger.debug("navigation to another sensorsanalytics:// action ignored")
                 }
             default:
@@ -242,12 +278,13 @@ public final class WebViewHost: Sendable {
 }
 
 /// The origins of the browser's execution contexts and frames, and the frames' parents, as the
-/// browser reports them: what ``WebViewHost/run(bridge:)`` credits a page message to.
+/// browser reports them: what a page message is credited to, kept by the DevTools reader
+/// (``WebViewHost/take(_:origins:queue:trusted:)``).
 ///
 /// Contexts and frames are forgotten when the browser says they are gone: a long-lived page that
 /// keeps creating and removing iframes (rotating ads, say) grew these maps for the life of the app.
-/// The browser's events come in order, so a message is always handled before the end of the context
-/// or frame that sent it.
+/// The browser's events come in order, and the reader resolves a message's origin when it reads it:
+/// always before the end of the context or frame that sent it.
 struct FrameOrigins {
     /// "<session>#<context id>" → the context's origin ("null" for an opaque one).
     private(set) var contexts: [String: String] = [:]
@@ -311,6 +348,7 @@ final class SendableBox<Value: Sendable>: Sendable {
     init(_ value: Value) { self.value = Mutex(value) }
     func get() -> Value { value.withLock { $0 } }
     func set(_ new: Value) { value.withLock { $0 = new } }
+    func update<Result>(_ body: (inout Value) -> Result) -> Result { value.withLock { body(&$0) } }
 }
 
 /// The page messages waiting between the DevTools reader and ``WebViewHost/run(bridge:)``: their bytes,
