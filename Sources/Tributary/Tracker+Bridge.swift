@@ -163,11 +163,13 @@ extension Tracker {
                 prepared.bootID = .current
             }
         }
-        let size = prepared.prefix.count + prepared.suffix.count + 4 * EventRules.maxEncodedIDFieldBytes
-        guard size <= configuration.maxEventBytes else {
+        let encoded = prepared.prefix.count + prepared.suffix.count
+        let identity = 4 * EventRules.maxEncodedIDFieldBytes
+        guard encoded + identity <= configuration.maxEventBytes else {
             throw TrackingError(
                 .eventTooLarge, field: page.event,
-                "Page event \(page.event) encodes to about \(size) bytes; the limit is \(configuration.maxEventBytes).")
+                "Page event \(page.event) encodes to about \(encoded) bytes, and its identity may add up to "
+                    + "\(identity); the limit is \(configuration.maxEventBytes).")
         }
         return prepared
     }

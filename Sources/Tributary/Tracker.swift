@@ -217,11 +217,13 @@ public final class Tracker: Sendable {
             wallTimeMillis: moment?.wallTimeMillis ?? configuration.wallMillis(),
             bootTimeNanos: moment?.bootTimeNanos ?? configuration.monotonicNanos(), eventID: moment?.eventID)
         if let bootID = moment?.bootID { prepared.bootID = bootID }
-        let size = prepared.prefix.count + prepared.suffix.count + 3 * EventRules.maxEncodedIDFieldBytes
-        guard size <= configuration.maxEventBytes else {
+        let encoded = prepared.prefix.count + prepared.suffix.count
+        let identity = 3 * EventRules.maxEncodedIDFieldBytes
+        guard encoded + identity <= configuration.maxEventBytes else {
             throw TrackingError(
                 .eventTooLarge, field: event,
-                "Event \(event) encodes to about \(size) bytes; the limit is \(configuration.maxEventBytes).")
+                "Event \(event) encodes to about \(encoded) bytes, and its identity may add up to \(identity); the "
+                    + "limit is \(configuration.maxEventBytes).")
         }
         return prepared
     }

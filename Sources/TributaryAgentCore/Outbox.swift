@@ -764,6 +764,11 @@ public final class Outbox: Sendable {
         try db.cachedStatement(sql: "DELETE FROM outbox WHERE id BETWEEN ? AND ?").execute(arguments: range)
         let deleted = db.changesCount
         try Self.endInFlight(db)
+        if deleted > 0 {
+            try db.cachedStatement(
+                sql: "UPDATE agent_state SET value = 0 WHERE key = 'dead_letters_in_a_row' AND value != 0"
+            ).execute()
+        }
         try Self.bump(db, "delivered", deleted)
         try Self.bump(db, "pending_count", -deleted)
         try Self.bump(db, "pending_bytes", -bytes)
@@ -795,8 +800,20 @@ public final class Outbox: Sendable {
             try Self.bump(db, "pending_bytes", -row.body.count * deleted)
             try Self.bump(db, "dead_letters", 1)
             try Self.bump(db, "dead_letter_bytes", row.body.count)
+            try Self.bump(db, "dead_letters_in_a_row", 1)
             beforeCommit()
         }
+    }
+
+    /// Events dead-lettered since an event was last delivered (by this agent's runs and the ones before):
+    /// what ``UploadConfiguration/haltAfterDeadLetters`` is held against. A delivery sets it back to 0.
+    public func deadLettersInARow() throws -> Int {
+        try writer.read { db in Int(try Self.state(db, "dead_letters_in_a_row")) }
+    }
+
+    /// Sets ``deadLettersInARow()`` back to 0 (a new destination is judged afresh).
+    public func forgetDeadLettersInARow() throws {
+        try writer.write { db in try Self.setState(db, "dead_letters_in_a_row", 0) }
     }
 
     /// Counts a retry (for status).

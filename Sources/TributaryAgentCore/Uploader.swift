@@ -101,8 +101,9 @@ final class UploadSession: @unchecked Sendable {
     /// first half is sent alone once before it is dead-lettered: a refusal of the whole batch that
     /// does not recur (a proxy that mangled one body) then dead-letters nothing.
     private var suspectRefusedAlone = false
-    /// Events dead-lettered since an event was last delivered (``UploadConfiguration/haltAfterDeadLetters``).
-    private var deadLettersInARow = 0
+    /// Whether the count of dead letters in a row (kept in the outbox: ``Outbox/deadLettersInARow()``)
+    /// is to be set back to 0 before it is next read: the destination changed.
+    private var forgetDeadLettersInARow = false
     /// Whether the event about to be dead-lettered was held back by a halt and sent alone again: it is
     /// dead-lettered if refused once more, rather than halting again.
     private var refusedAfterHalt = false
@@ -186,7 +187,7 @@ final class UploadSession: @unchecked Sendable {
             batchLimit = configuration.batchSize
             sizeCeiling = nil
             suspectRefusedAlone = false
-            deadLettersInARow = 0
+            forgetDeadLettersInARow = true
             refusedAfterHalt = false
         }
     }
@@ -214,7 +215,7 @@ final class UploadSession: @unchecked Sendable {
         let count: Int
         if let suspect {
             if suspect.count == 1 && suspectRefusedAlone {
-                if let halt = haltBeforeDeadLetter(reason: suspectReason.reason) {
+                if let halt = try haltBeforeDeadLetter(reason: suspectReason.reason) {
                     suspectRefusedAlone = false  // sent alone again after the halt's wait
                     return halt
                 }
@@ -226,7 +227,7 @@ final class UploadSession: @unchecked Sendable {
                     "tributary.reason": "\(suspectReason.reason)",
                 ])
                 self.suspect = nil
-                countDeadLetter()
+                refusedAfterHalt = false
                 return .progressed(delivered: 0, deadLettered: 1)
             }
             let half: [Outbox.Row]
@@ -296,11 +297,9 @@ final class UploadSession: @unchecked Sendable {
         switch outcome {
         case .delivered:
             CrashPoint.hit("upload.after-ack")
+            // Its transaction sets the outbox's count of dead letters in a row back to 0.
             if try outbox.acknowledge(batchID, then: next?.batch) { ready = next }
-            if count > 0 {
-                deadLettersInARow = 0
-                refusedAfterHalt = false
-            }
+            if count > 0 { refusedAfterHalt = false }
             if let suspect {
                 // The first half was fine, so the rejected event is in the second half (if the refusal
                 // recurs: a half left alone is sent alone before it is dead-lettered).
@@ -338,11 +337,11 @@ final class UploadSession: @unchecked Sendable {
             lastError = reason
             if count == 1, let row = try outbox.rows(inBatch: batchID).first {
                 // Held back by a halt, the batch in flight (this one event) is what the next step sends.
-                if let halt = haltBeforeDeadLetter(reason: reason) { return halt }
+                if let halt = try haltBeforeDeadLetter(reason: reason) { return halt }
                 try outbox.deadLetter(row, status: 413, reason: "too large even alone: \(reason)") {
                     CrashPoint.hit("deadletter.before-commit")
                 }
-                countDeadLetter()
+                refusedAfterHalt = false
                 suspect = nil
                 // The 413s that halved the size down to one were this event's: the size may grow again.
                 sizeCeiling = nil
@@ -381,11 +380,17 @@ final class UploadSession: @unchecked Sendable {
     }
 
     /// Halts instead of dead-lettering the refused event, when ``UploadConfiguration/haltAfterDeadLetters``
-    /// events were dead-lettered in a row and this one was not already sent again after a halt: nil
-    /// when it is to be dead-lettered.
-    private func haltBeforeDeadLetter(reason: String) -> Step? {
+    /// events were dead-lettered in a row (this run's and the runs' before: the count is the outbox's)
+    /// and this one was not already sent again after a halt: nil when it is to be dead-lettered.
+    private func haltBeforeDeadLetter(reason: String) throws -> Step? {
         let limit = configuration.haltAfterDeadLetters
-        guard limit > 0, deadLettersInARow >= limit, !refusedAfterHalt else { return nil }
+        guard limit > 0, !refusedAfterHalt else { return nil }
+        if forgetDeadLettersInARow {
+            try outbox.forgetDeadLettersInARow()
+            forgetDeadLettersInARow = false
+        }
+        let deadLettersInARow = try outbox.deadLettersInARow()
+        guard deadLettersInARow >= limit else { return nil }
         refusedAfterHalt = true
         let cap = configuration.backoff.cap
         let interval = String(format: "%g", cap.seconds)
@@ -399,12 +404,6 @@ final class UploadSession: @unchecked Sendable {
             "collector refuses event after event; halting uploads instead of dead-lettering the backlog",
             metadata: ["tributary.dead_letters_in_a_row": "\(deadLettersInARow)", "tributary.reason": "\(reason)"])
         return .wait(cap)
-    }
-
-    /// Counts a dead letter towards the halt (``haltBeforeDeadLetter(reason:)``).
-    private func countDeadLetter() {
-        deadLettersInARow += 1
-        refusedAfterHalt = false
     }
 
     /// POSTs one encoded batch, running `whileWaiting` while the request is out.

@@ -59,8 +59,9 @@ public final class AutoTracker: Sendable {
         /// page's again after a trip to the background. Sent, and cleared, when the app becomes active.
         var pageViewOwed: [String: PropertyValue]?
         /// Since when (the configured clock) an `$AppStart` is stored without its `$AppEnd`; nil when
-        /// none is. What the crash handler records: a crash backfills an `$AppEnd` only for a start the
-        /// store holds, whatever the lifecycle's phase (a start refused, an end not yet stored).
+        /// none is. The crash handler records a start open only while the store holds one and the app is
+        /// in the foreground: a crash backfills an `$AppEnd` for no start the store refused, and none,
+        /// whose duration would count time in the background, after an `$AppEnd` the store refused.
         var storedStartSince: UInt64?
     }
 
@@ -175,14 +176,14 @@ public final class AutoTracker: Sendable {
         return receipts
     }
 
-    /// Tells the crash handler whether the store holds an `$AppStart` without its `$AppEnd`, and since
-    /// when (``State/storedStartSince``); nothing without crash capture. The handler reads
+    /// Tells the crash handler whether an `$AppStart` is open, and since when: one the store holds without
+    /// its `$AppEnd`, in the foreground (``State/storedStartSince``); nothing without crash capture. The handler reads
     /// `CLOCK_BOOTTIME`, so the start is translated from the configured clock (an injected one may run
     /// ahead) into `CLOCK_BOOTTIME`.
     private func publishCrashContext() {
         guard configuration.captureCrashes else { return }
         let (storedSince, session, screen) = box.state.withLock { s in
-            (s.storedStartSince, s.sessionID, s.pages.currentScreen ?? "")
+            (s.machine.isStarted ? s.storedStartSince : nil, s.sessionID, s.pages.currentScreen ?? "")
         }
         let activeSince = storedSince.map { since in
             let now = configuration.monotonicNanos()

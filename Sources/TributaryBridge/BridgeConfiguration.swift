@@ -49,12 +49,14 @@ public struct BridgeConfiguration: Sendable {
     public var problems: [String] {
         var problems = ignoredOrigins.map { "Allowed origin '\($0.origin)' \($0.why); it is ignored." }
         if ServerProject(url: serverURL) == nil {
+            let others = allowedServerURLs.contains { ServerProject(url: $0) != nil }
             problems.append(
-                "The server URL '\(serverURL)' has no host: every page event is refused as foreign_project "
-                    + "(give an absolute URL, like https://host/sa?project=name).")
+                "The server URL '\(serverURL)' is not an absolute URL with a host (like https://host/sa?project=name): "
+                    + (others ? "page events naming the app's server" : "every page event") + " is refused as "
+                    + "foreign_project, and the legacy channel's user-agent marker names no server.")
         }
         for url in allowedServerURLs where ServerProject(url: url) == nil {
-            problems.append("Allowed server URL '\(url)' has no host; it is ignored.")
+            problems.append("Allowed server URL '\(url)' is not an absolute URL with a host; it is ignored.")
         }
         return problems
     }
@@ -64,7 +66,9 @@ public struct BridgeConfiguration: Sendable {
         Set(origins.filter { problem(withOrigin: $0) == nil }.map(normalizedOrigin))
     }
 
-    /// Why `origin` can never be trusted, or nil: opaque, or more than `scheme://host[:port]`.
+    /// Why `origin` can never be trusted, or nil: opaque, or other than `scheme://host[:port]` as a
+    /// browser writes a frame's origin (no path, query or fragment, no user, no wildcard, no space, a
+    /// numeric port).
     static func problem(withOrigin origin: String) -> String? {
         if isOpaque(origin) {
             return "is opaque or names no scheme and host (an opaque origin, `null`, is never trusted; "
@@ -72,8 +76,23 @@ public struct BridgeConfiguration: Sendable {
         }
         let normalized = normalizedOrigin(origin)
         guard let separator = normalized.range(of: "://") else { return nil }
-        if normalized[separator.upperBound...].contains(where: { "/?#".contains($0) }) {
+        let scheme = normalized[..<separator.lowerBound]
+        let authority = normalized[separator.upperBound...]
+        if authority.contains(where: { "/?#".contains($0) }) {
             return "has a path, query or fragment; a frame's origin is only scheme://host[:port]"
+        }
+        if !scheme.allSatisfy({ $0.isLetter || $0.isNumber || "+-.".contains($0) })
+            || authority.contains(where: { $0.isWhitespace || "@*\\".contains($0) })
+        {
+            return "is not scheme://host[:port] as a browser writes a frame's origin (no user, no wildcard, no space)"
+        }
+        // The port: after the host (after the brackets of an IPv6 address), digits only.
+        let host = authority.hasPrefix("[") ? authority[(authority.firstIndex(of: "]") ?? authority.endIndex)...] : authority
+        if let colon = host.lastIndex(of: ":") {
+            let port = host[host.index(after: colon)...]
+            guard !port.isEmpty, port.allSatisfy(\.isASCII), port.allSatisfy(\.isNumber) else {
+                return "has a port that is not a number; a frame's origin is only scheme://host[:port]"
+            }
         }
         return nil
     }

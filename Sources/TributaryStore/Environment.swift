@@ -187,10 +187,14 @@ final class Environment: @unchecked Sendable {
             dataFD = nil
         }
         lockFile = Self.identity(of: path + "-lock")
-        if let lockFile,
-            let mapping = Self.sharedMappings(ofInode: lockFile.inode, permissions: "rw-s").first(where: { $0.offset == 0 })
-        {
-            watchedLockWords = LockWordWatch.shared.watch(self, lockMapping: mapping.start)
+        // LMDB's own mapping of the lock file: by inode and by path (two stores on two file systems may
+        // have lock files of the same inode number), and only if there is exactly one.
+        if let lockFile, let lockPath = realpath(path + "-lock", nil) {
+            let resolved = String(cString: lockPath)
+            free(lockPath)
+            let mappings = Self.sharedMappings(ofInode: lockFile.inode, permissions: "rw-s")
+                .filter { $0.offset == 0 && $0.path == resolved }
+            if mappings.count == 1 { watchedLockWords = LockWordWatch.shared.watch(self, lockMapping: mappings[0].start) }
         }
     }
 
@@ -494,14 +498,16 @@ final class Environment: @unchecked Sendable {
     }
 
     /// This process's mappings of the file with inode `inode` and permissions `permissions` (as
-    /// `/proc/self/maps` writes them), with the file offset each begins at.
-    private static func sharedMappings(ofInode inode: UInt64, permissions: String) -> [(start: UInt, end: UInt, offset: UInt)] {
+    /// `/proc/self/maps` writes them), with the file offset each begins at and the path it names.
+    private static func sharedMappings(
+        ofInode inode: UInt64, permissions: String
+    ) -> [(start: UInt, end: UInt, offset: UInt, path: String)] {
         guard let maps = fopen("/proc/self/maps", "r") else { return [] }
         defer { fclose(maps) }
         var buffer: UnsafeMutablePointer<CChar>?
         var capacity = 0
         defer { free(buffer) }
-        var ranges: [(start: UInt, end: UInt, offset: UInt)] = []
+        var ranges: [(start: UInt, end: UInt, offset: UInt, path: String)] = []
         // Lines: "start-end perms offset dev inode path"; a file's maps are the ones with its inode.
         // (getline, not String(contentsOfFile:): /proc files report size 0 and may be read short.)
         while getline(&buffer, &capacity, maps) > 0, let buffer {
@@ -514,7 +520,7 @@ final class Environment: @unchecked Sendable {
             guard bounds.count == 2, let start = UInt(bounds[0], radix: 16), let end = UInt(bounds[1], radix: 16),
                 end > start, start != 0
             else { continue }
-            ranges.append((start, end, offset))
+            ranges.append((start, end, offset, fields[5].trimmingCharacters(in: .whitespacesAndNewlines)))
         }
         return ranges
     }

@@ -35,17 +35,18 @@ final class LockWordWatch: Sendable {
     /// The watched words (addresses in the lock file mappings) of each open environment. The wakes run
     /// under this lock, so a word is never woken after ``unwatch(_:)`` returned (its mapping may be gone).
     private let words = Mutex<[ObjectIdentifier: [UInt]]>([:])
-    /// Whether the thread that wakes the words runs (it is started with the first watched store).
-    private let running = Mutex(false)
+    /// The process the thread that wakes the words was started in (with the first watched store), or
+    /// 0: a process forked from it has no such thread, and starts its own.
+    private let runningIn = Mutex<pid_t>(0)
 
     /// Watches the mutex words of the lock file LMDB mapped at `lockMapping`, for `owner` (an open
     /// environment); returns the words' addresses, or nil when the layout is not the known one.
     func watch(_ owner: AnyObject, lockMapping start: UInt) -> [UInt]? {
         guard let found = Self.mutexWords(lockMapping: start) else { return nil }
         words.withLock { $0[ObjectIdentifier(owner)] = found }
-        let start = running.withLock { running in
-            defer { running = true }
-            return !running
+        let start = runningIn.withLock { pid in
+            defer { pid = getpid() }
+            return pid != getpid()
         }
         if start { Thread.detachNewThread { [self] in wakeForever() } }
         return found

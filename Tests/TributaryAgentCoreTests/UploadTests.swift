@@ -284,12 +284,17 @@ struct UploadTests {
                 #expect(letters.allSatisfy { $0.status == status })
                 #expect(try agent.outbox.pending().count == 290, "the 11th refused event was kept, and every one after it")
                 #expect(try await collector.stats().unique == 0)
+                // The next run (a timer's --once, a restart) goes on counting: it halts at once, dead-lettering none.
+                let again = await #expect(throws: AgentError.self) { try await Self.agent(group, collector).runOnce() }
+                #expect(again?.code == .halted, "\(String(describing: again))")
+                #expect(try agent.outbox.deadLetters().count == 10 && agent.outbox.deadLettersInARow() == 10)
 
                 try await collector.setFaults(.none)
                 _ = try await Self.agent(group, collector).runOnce()
                 #expect(try await collector.stats().unique == 290)
                 let seqs = try await collector.events(limit: 1000).compactMap(\.seq)
                 #expect(seqs == Array(11...300))
+                #expect(try agent.outbox.deadLettersInARow() == 0, "a delivery starts the count again")
             }
         }
     }
