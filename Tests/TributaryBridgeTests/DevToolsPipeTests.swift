@@ -1,4 +1,6 @@
 import Foundation
+import Logging
+import Synchronization
 import Testing
 import Tributary
 
@@ -253,6 +255,21 @@ struct DevToolsPipeTests {
         #expect(!FileManager.default.fileExists(atPath: browser.userDataDirectory), "the profile came back")
     }
 
+    @Test("a command sent without waiting that the browser refuses is logged as a warning, with its name and the browser's error")
+    func failedCommandLogged() async throws {
+        let browser = try ChromiumProcess()
+        defer { browser.terminate() }
+        let captured = CapturedLogs()
+        let pipe = DevToolsPipe(browser: browser, maxFrameBytes: 1 << 20, logger: Logger(label: "test") { _ in captured }) { _ in }
+        pipe.send("Runtime.noSuchCommand")
+        pipe.send("Browser.getVersion")
+        // Replies come in order: once a call is answered, both sends were.
+        _ = try await pipe.call("Browser.getVersion")
+        let warnings = captured.store.lines.withLock { $0 }
+        #expect(warnings.count == 1, "\(warnings)")
+        #expect(warnings.first?.contains("DevTools command failed") == true && warnings.first?.contains("Runtime.noSuchCommand") == true)
+    }
+
     @Test("a killed browser: commands throw browserExited and this process lives on; after the stop none is written")
     func killedBrowser() async throws {
         let browser = try ChromiumProcess()
@@ -319,5 +336,25 @@ struct DevToolsPipeTests {
         #expect(clock.now - began < .seconds(10), "the stop waited on the blocked write")
         #expect(writeEnded.wait(timeout: .now() + 10) == .success, "the blocked write never ended")
         #expect(kill(browser.pid, 0) != 0, "the browser still runs")
+    }
+}
+
+/// A log handler that keeps every line it is given (level, message and metadata).
+struct CapturedLogs: LogHandler, Sendable {
+    final class Lines: Sendable {
+        let lines = Mutex<[String]>([])
+    }
+
+    let store = Lines()
+    var metadata: Logger.Metadata = [:]
+    var logLevel: Logger.Level = .trace
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        store.lines.withLock { $0.append("\(event.level) \(event.message) \(event.metadata ?? [:])") }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Synchronization
 
 #if canImport(Glibc)
@@ -27,18 +28,24 @@ final class DevToolsPipe: Sendable {
     private struct State {
         var nextID = 1
         var waiting: [Int: CheckedContinuation<JSON, any Error>] = [:]
+        /// The commands sent without waiting (``send(_:_:session:)``) whose reply has not come, by id:
+        /// a failure is logged with the command's name.
+        var unanswered: [Int: String] = [:]
         var closed = false
     }
 
     private let browser: ChromiumProcess
     private let state = Mutex(State())
+    private let logger: Logger
 
     /// - Parameter maxFrameBytes: the largest frame read; a longer one is skipped up to its NUL and
     ///   reported as a ``frameTooLargeEvent`` (see ``FrameSplitter``).
     init(
-        browser: ChromiumProcess, maxFrameBytes: Int, onMessage: @escaping @Sendable (DevToolsMessage) -> Void
+        browser: ChromiumProcess, maxFrameBytes: Int, logger: Logger = Logger(label: "tributary.devtools"),
+        onMessage: @escaping @Sendable (DevToolsMessage) -> Void
     ) {
         self.browser = browser
+        self.logger = logger
         let fd = browser.replyFD
         let thread = Thread { [self] in
             self.readLoop(fd: fd, maxFrameBytes: maxFrameBytes, onMessage: onMessage)
@@ -47,15 +54,21 @@ final class DevToolsPipe: Sendable {
         thread.start()
     }
 
-    /// Sends a command without waiting for its reply. A command to a browser that is gone is dropped:
-    /// the reader reports the end (``closedEvent``).
+    /// Sends a command without waiting for its reply; a reply that says it failed is logged as a warning
+    /// (a target the bridge's binding or script could not be set up in misses page events). A command to
+    /// a browser that is gone is dropped: the reader reports the end (``closedEvent``).
     @discardableResult
     func send(_ method: String, _ params: [String: JSON] = [:], session: String? = nil) -> Int {
         let id = state.withLock { state in
             defer { state.nextID += 1 }
+            state.unanswered[state.nextID] = method
             return state.nextID
         }
-        try? write(id: id, method: method, params: params, session: session)
+        do {
+            try write(id: id, method: method, params: params, session: session)
+        } catch {
+            _ = state.withLock { $0.unanswered.removeValue(forKey: id) }  // no reply will come
+        }
         return id
     }
 
@@ -110,7 +123,13 @@ final class DevToolsPipe: Sendable {
                 frames.consume(UnsafeRawBufferPointer(rebasing: bytes[0..<n])) { frame in
                     switch frame {
                     case .complete(let text):
-                        if let json = JSON.parse(text) { dispatch(json, onMessage) }
+                        if let json = JSON.parse(text) {
+                            dispatch(json, onMessage)
+                        } else {
+                            logger.warning("DevTools frame that is not JSON skipped", metadata: [
+                                "tributary.devtools.bytes": "\(text.count)",
+                            ])
+                        }
                     case .tooLarge(let skipped):
                         dispatchTooLarge(skipped, onMessage)
                     }
@@ -120,6 +139,7 @@ final class DevToolsPipe: Sendable {
         close(fd)
         let waiting = state.withLock { state in
             state.closed = true
+            state.unanswered = [:]
             defer { state.waiting = [:] }
             return state.waiting
         }
@@ -163,7 +183,13 @@ final class DevToolsPipe: Sendable {
             id: id, method: json["method"]?.string, sessionID: json["sessionId"]?.string,
             body: json["params"] ?? json["result"] ?? .null, error: json["error"]?["message"]?.string)
         if let id {
-            let continuation = state.withLock { $0.waiting.removeValue(forKey: id) }
+            let (continuation, sent) = state.withLock { ($0.waiting.removeValue(forKey: id), $0.unanswered.removeValue(forKey: id)) }
+            if let sent, let error = message.error {
+                logger.warning("DevTools command failed", metadata: [
+                    "tributary.devtools.method": "\(sent)", "tributary.devtools.session": "\(message.sessionID ?? "browser")",
+                    "tributary.devtools.error": "\(error)",
+                ])
+            }
             if let error = message.error {
                 continuation?.resume(throwing: BrowserError(.protocolError, "DevTools command \(id) failed: \(error)"))
             } else {

@@ -47,7 +47,7 @@ public final class WebViewHost: Sendable {
         let trusted = configuration.allowedOrigins
         // Only the reader thread touches it; boxed to be captured.
         let origins = SendableBox(FrameOrigins())
-        pipe = DevToolsPipe(browser: browser, maxFrameBytes: Self.maxFrameBytes(for: configuration)) { message in
+        pipe = DevToolsPipe(browser: browser, maxFrameBytes: Self.maxFrameBytes(for: configuration), logger: logger) { message in
             guard let queued = origins.update({ Self.take(message, origins: &$0, queue: queue, trusted: trusted) }) else {
                 return
             }
