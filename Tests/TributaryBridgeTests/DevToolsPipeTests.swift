@@ -232,6 +232,17 @@ struct DevToolsPipeTests {
         #expect(origins.context(1, session: "s2") == "null" && origins.context(1, session: "s1") == "https://app.example")
         _ = origins.record(event("Runtime.executionContextsCleared", "s1", [:]))
         #expect(origins.contexts.isEmpty)
+        // A tab closed (its target detached) takes its frames along: it sends no frameDetached for them. The
+        // frame it ran out of process for stays the parent's child, as the parent session recorded it.
+        _ = origins.record(created(1, "https://tab.example", frame: "tab", session: "s3"))
+        _ = origins.record(event("Page.frameAttached", "s3", ["frameId": .string("tab-child"), "parentFrameId": .string("tab")]))
+        _ = origins.record(created(2, "https://tab.example", frame: "tab-child", session: "s3"))
+        _ = origins.record(created(1, "https://ads.example", frame: "oopif", session: "s4"))
+        #expect(origins.frames["tab"] != nil && origins.frames["tab-child"] != nil && origins.parents["tab-child"] == "tab")
+        _ = origins.record(event("Target.detachedFromTarget", "", ["sessionId": .string("s3")]))
+        _ = origins.record(event("Target.detachedFromTarget", "s1", ["sessionId": .string("s4")]))
+        #expect(origins.frames["tab"] == nil && origins.frames["tab-child"] == nil && origins.parents["tab-child"] == nil)
+        #expect(origins.frames["oopif"] == nil && origins.parents["oopif"] == "main" && origins.frames["main"] == "https://app.example")
         let binding = origins.record(event("Runtime.bindingCalled", "s1", [:]))
         #expect(!binding, "not an event of its own")
     }

@@ -292,6 +292,10 @@ struct FrameOrigins {
     private(set) var frames: [String: String] = [:]
     /// Frame id → its parent frame's id.
     private(set) var parents: [String: String] = [:]
+    /// The session whose events recorded each entry of `frames`, and of `parents`: a target's entries
+    /// go with it when it is detached (a tab closed sends no `Page.frameDetached` for its frames).
+    private var frameSessions: [String: String] = [:]
+    private var parentSessions: [String: String] = [:]
 
     /// The events ``record(_:)`` takes.
     static let events: Set<String> = [
@@ -314,6 +318,7 @@ struct FrameOrigins {
             contexts["\(session)#\(Int(id))"] = origin
             if context["auxData"]?["isDefault"] == .bool(true), let frame = context["auxData"]?["frameId"]?.string {
                 frames[frame] = origin
+                frameSessions[frame] = session
             }
         case "Runtime.executionContextDestroyed":
             if let id = body["executionContextId"]?.number { contexts["\(session)#\(Int(id))"] = nil }
@@ -321,14 +326,29 @@ struct FrameOrigins {
             forgetContexts(of: session)
         case "Target.detachedFromTarget":
             // Sent on the parent's session, naming the child's.
-            if let child = body["sessionId"]?.string { forgetContexts(of: child) }
+            if let child = body["sessionId"]?.string {
+                forgetContexts(of: child)
+                for (frame, owner) in frameSessions where owner == child {
+                    frames[frame] = nil
+                    frameSessions[frame] = nil
+                }
+                for (frame, owner) in parentSessions where owner == child {
+                    parents[frame] = nil
+                    parentSessions[frame] = nil
+                }
+            }
         case "Page.frameAttached":
-            if let frame = body["frameId"]?.string, let parent = body["parentFrameId"]?.string { parents[frame] = parent }
+            if let frame = body["frameId"]?.string, let parent = body["parentFrameId"]?.string {
+                parents[frame] = parent
+                parentSessions[frame] = session
+            }
         case "Page.frameDetached":
             // A frame swapped into another process is detached with reason "swap" and lives on there.
             if let frame = body["frameId"]?.string, body["reason"]?.string != "swap" {
                 frames[frame] = nil
                 parents[frame] = nil
+                frameSessions[frame] = nil
+                parentSessions[frame] = nil
             }
         default:
             return false
