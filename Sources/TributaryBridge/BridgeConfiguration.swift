@@ -87,7 +87,8 @@ public struct BridgeConfiguration: Sendable {
             return "is not scheme://host[:port] as a browser writes a frame's origin (no user, no wildcard, no space)"
         }
         // The port: after the host (after the brackets of an IPv6 address), digits only.
-        let host = authority.hasPrefix("[") ? authority[(authority.firstIndex(of: "]") ?? authority.endIndex)...] : authority
+        let host =
+            authority.hasPrefix("[") ? authority[(authority.firstIndex(of: "]") ?? authority.endIndex)...] : authority
         if let colon = host.lastIndex(of: ":") {
             let port = host[host.index(after: colon)...]
             guard !port.isEmpty, port.allSatisfy(\.isASCII), port.allSatisfy(\.isNumber) else {

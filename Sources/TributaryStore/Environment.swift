@@ -194,7 +194,9 @@ final class Environment: @unchecked Sendable {
             free(lockPath)
             let mappings = Self.sharedMappings(ofInode: lockFile.inode, permissions: "rw-s")
                 .filter { $0.offset == 0 && $0.path == resolved }
-            if mappings.count == 1 { watchedLockWords = LockWordWatch.shared.watch(self, lockMapping: mappings[0].start) }
+            if mappings.count == 1 {
+                watchedLockWords = LockWordWatch.shared.watch(self, lockMapping: mappings[0].start)
+            }
         }
     }
 

@@ -183,11 +183,13 @@ final class DevToolsPipe: Sendable {
             id: id, method: json["method"]?.string, sessionID: json["sessionId"]?.string,
             body: json["params"] ?? json["result"] ?? .null, error: json["error"]?["message"]?.string)
         if let id {
-            let (continuation, sent) = state.withLock { ($0.waiting.removeValue(forKey: id), $0.unanswered.removeValue(forKey: id)) }
+            let (continuation, sent) = state.withLock { state in
+                (state.waiting.removeValue(forKey: id), state.unanswered.removeValue(forKey: id))
+            }
             if let sent, let error = message.error {
                 logger.warning("DevTools command failed", metadata: [
-                    "tributary.devtools.method": "\(sent)", "tributary.devtools.session": "\(message.sessionID ?? "browser")",
-                    "tributary.devtools.error": "\(error)",
+                    "tributary.devtools.method": "\(sent)", "tributary.devtools.error": "\(error)",
+                    "tributary.devtools.session": "\(message.sessionID ?? "browser")",
                 ])
             }
             if let error = message.error {

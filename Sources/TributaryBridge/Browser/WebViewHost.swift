@@ -47,10 +47,10 @@ public final class WebViewHost: Sendable {
         let trusted = configuration.allowedOrigins
         // Only the reader thread touches it; boxed to be captured.
         let origins = SendableBox(FrameOrigins())
-        pipe = DevToolsPipe(browser: browser, maxFrameBytes: Self.maxFrameBytes(for: configuration), logger: logger) { message in
-            guard let queued = origins.update({ Self.take(message, origins: &$0, queue: queue, trusted: trusted) }) else {
-                return
-            }
+        let maxFrameBytes = Self.maxFrameBytes(for: configuration)
+        pipe = DevToolsPipe(browser: browser, maxFrameBytes: maxFrameBytes, logger: logger) { message in
+            let queued = origins.update { Self.take(message, origins: &$0, queue: queue, trusted: trusted) }
+            guard let queued else { return }
             continuation.yield(queued)
             if message.method == DevToolsPipe.closedEvent { continuation.finish() }
         }
