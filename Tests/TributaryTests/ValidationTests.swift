@@ -107,11 +107,14 @@ struct ValidationTests {
         (#"{"a": "#, .malformedProperties),
         (#"{"n": 18446744073709551615}"#, .inexactNumber),
         (#"{"n": -9223372036854775809}"#, .inexactNumber),
+        // One key twice, as written or escaped: JSONDecoder would keep one value and drop the other.
+        (#"{"a": 1, "b": "a", "a": 2}"#, .malformedProperties),
+        (#"{"a\"b": 1, "a\u0022b": 2}"#, .malformedProperties),
     ])
     func propertiesFromJSON(text: String, code: TrackingError.Code?) throws {
         if let code {
             let error = #expect(throws: TrackingError.self) { try PropertyValue.properties(fromJSON: text) }
-            #expect(error?.code == code)
+            #expect(error?.code == code, "\(String(describing: error))")
         } else {
             let parsed = try PropertyValue.properties(fromJSON: text)
             #expect(parsed == ["a": .int(1), "b": .double(1.5), "c": .string("x"), "d": .bool(true), "e": .list(["x", "y"])])
