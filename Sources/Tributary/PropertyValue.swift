@@ -1,4 +1,5 @@
 import Foundation
+import TributaryJSON
 
 /// A property value an event may carry (the Sensors Analytics value types).
 public enum PropertyValue: Sendable, Hashable {
@@ -128,7 +129,7 @@ private func topLevelKeys(of text: String) -> [String] {
             while i < bytes.count && bytes[i] != UInt8(ascii: "\"") { i += bytes[i] == UInt8(ascii: "\\") ? 2 : 1 }
             let literal = bytes[start...min(i, bytes.count - 1)]
             var next = i + 1
-            while next < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[next]) { next += 1 }
+            while next < bytes.count, JSONBytes.isWhitespace(bytes[next]) { next += 1 }
             if depth == 1, next < bytes.count, bytes[next] == UInt8(ascii: ":"),
                 let key = try? JSONDecoder().decode(String.self, from: Data(literal))
             {

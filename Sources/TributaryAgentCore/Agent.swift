@@ -121,7 +121,7 @@ public final class Agent: Service, Sendable {
         let rewound = try outbox.reconcile(
             lastAssignedSeq: status.lastAssignedSeq, oldestSeq: status.oldestSeq
         ) { seq in
-            try store.rawEvent(seq: seq).map { raw in raw.withUnsafeBytes(Outbox.recordIdentity) }
+            try store.rawEvent(seq: seq).map(Outbox.recordIdentity)
         }
         if let rewound {
             logger.warning(

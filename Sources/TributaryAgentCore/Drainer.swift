@@ -67,8 +67,7 @@ public struct Drainer: Sendable {
         guard let lastSeq = chunk.entries.last?.seq else { return 0 }
         // Which record the outbox drained last (read again, once per chunk: hashing each record as the scan
         // passes it would cost every event).
-        let lastRecord = try store.rawEvent(seq: lastSeq)
-        chunk.lastRecordIdentity = lastRecord.map { $0.withUnsafeBytes(Outbox.recordIdentity) } ?? 0
+        chunk.lastRecordIdentity = try store.rawEvent(seq: lastSeq).map(Outbox.recordIdentity) ?? 0
         let inserted = try outbox.insertDrained(chunk) { CrashPoint.hit("drain.before-outbox-commit") }
         if inserted.skipped > 0 {
             logger.notice(

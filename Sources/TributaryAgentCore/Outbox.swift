@@ -410,7 +410,7 @@ public final class Outbox: Sendable {
 
     /// A store record's identity: FNV-1a of its first 64 bytes, its header (with the CRC-32 of the whole
     /// record, the producer and the sequence numbers); never 0.
-    static func recordIdentity(_ record: UnsafeRawBufferPointer) -> UInt64 {
+    static func recordIdentity(_ record: [UInt8]) -> UInt64 {
         let hash = fnv1a64(record.prefix(64))
         return hash == 0 ? 1 : hash
     }

@@ -78,7 +78,7 @@ struct Demo: AsyncParsableCommand {
             producer.waitUntilExit()
             guard producer.terminationStatus == 0 else { throw runFailure("A producer failed (exit \(producer.terminationStatus)).") }
         }
-        let producedAfter = String(format: "%.2f", Self.seconds(clock.now - begin))
+        let producedAfter = String(format: "%.2f", (clock.now - begin) / .seconds(1))
         say("   \(produced) events durable in the store after \(producedAfter) s")
         let (flush, _) = try launch(bin, "tributary", ["flush", "--group", group])
         started.append(flush)
@@ -93,7 +93,7 @@ struct Demo: AsyncParsableCommand {
             }
             try await Task.sleep(for: .milliseconds(50))
         }
-        let elapsed = Self.seconds(clock.now - begin)
+        let elapsed = (clock.now - begin) / .seconds(1)
         let unique = stats["unique"] as? Int ?? 0
         let duplicates = stats["duplicates"] as? Int ?? 0
         let violations = (stats["order_violations"] as? [String: Int] ?? [:]).values.reduce(0, +)
@@ -123,10 +123,6 @@ struct Demo: AsyncParsableCommand {
         say("  end to end                   \(Int(Double(unique) / elapsed)) events/s (\(String(format: "%.2f", elapsed)) s)")
         say("  agent exit status            \(agent.terminationStatus) (SIGTERM)")
         guard unique == produced, violations == 0, duplicatesAfterDedup == 0, keys.count == unique else { throw ExitCode(1) }
-    }
-
-    private static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     private func launch(_ bin: URL, _ name: String, _ arguments: [String], capture: Bool = false) throws -> (Process, FileHandle?) {

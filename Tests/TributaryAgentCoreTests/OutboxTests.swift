@@ -60,10 +60,10 @@ struct OutboxTests {
             func record(_ seq: UInt64, _ text: String) -> Outbox.DrainedChunk {
                 var chunk = Outbox.DrainedChunk()
                 chunk.entries = [.corrupt(seq: seq, raw: Array(text.utf8), reason: "test")]
-                chunk.lastRecordIdentity = Array(text.utf8).withUnsafeBytes(Outbox.recordIdentity)
+                chunk.lastRecordIdentity = Outbox.recordIdentity(Array(text.utf8))
                 return chunk
             }
-            let identity = { (text: String) in Array(text.utf8).withUnsafeBytes(Outbox.recordIdentity) }
+            let identity = { (text: String) in Outbox.recordIdentity(Array(text.utf8)) }
             #expect(try outbox.reconcile(lastAssignedSeq: 0, oldestSeq: nil) { _ in nil } == nil, "nothing drained yet")
             try outbox.insertDrained(record(9, "the ninth"))
             // Deleted once drained, or still there after a crash before the delete (once or more): in place.
