@@ -42,6 +42,8 @@ struct CLITests {
         (["dead-letters", "--group", "{g}", "--id", "3"], 64, "--replay"),
         (["dead-letters", "--outbox", "{g}-junk"], 74, "cannot be read"),
         (["dead-letters", "--outbox", "{g}-empty"], 66, "no outbox"),
+        (["dead-letters", "--group", "{g}-junk"], 64, "is not a directory"),
+        (["dead-letters", "--group", "{g}/missing"], 66, "cannot be used"),
         (["flush", "--group", "{g}/missing"], 66, "cannot be used"),
         (["status", "--group", "{g}-junk"], 64, "is not a directory"),
         (["track", "--group", "{g}-junk", "X"], 64, "is not a directory"),
@@ -132,8 +134,8 @@ struct CLITests {
         #expect(!result.stderr.contains("USAGE") && !result.stderr.contains("Usage"), "a run-time failure printed the usage: \(result.stderr)")
     }
 
-    /// An outbox at `path` holding `count` dead letters (events e1, e2, … refused with 422).
-    static func outboxWithDeadLetters(_ path: String, count: Int) throws -> Outbox {
+    /// An outbox at `path` holding `count` dead letters (events e1, e2, … refused with 422, `reason`).
+    static func outboxWithDeadLetters(_ path: String, count: Int, reason: String = "HTTP 422") throws -> Outbox {
         let outbox = try Outbox(path: path)
         try outbox.insertDrained((1...count).map { n in
             .event(Outbox.Row(
@@ -141,9 +143,32 @@ struct CLITests {
                 wallMillis: 1, bootNanos: 2, bootID: .current, body: Array(#"{"event_id":"e\#(n)"}"#.utf8), batchID: nil))
         })
         for row in try outbox.nextBatch(maxCount: count, maxBytes: 1 << 20) {
-            try outbox.deadLetter(row, status: 422, reason: "HTTP 422")
+            try outbox.deadLetter(row, status: 422, reason: reason)
         }
         return outbox
+    }
+
+    @Test("dead-letters prints each dead letter on one line, whatever the collector's reason held (line breaks, tabs, escapes)")
+    func deadLetterReasonOneLine() async throws {
+        try await withTemporaryGroup { group in
+            let path = group + "-outbox.sqlite"
+            // As an outbox written before the agent made its reasons one line holds a proxy's answer.
+            _ = try Self.outboxWithDeadLetters(
+                path, count: 2, reason: "HTTP 422: <html>\r\n<body>\tbad\u{1B}[31m event</body>\r\n")
+            let listed = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", path])
+            #expect(listed.status == 0, "\(listed.stderr)")
+            let lines = listed.stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
+            #expect(lines.count == 2, "\(listed.stdout)")
+            for line in lines {
+                let fields = line.split(separator: "\t", omittingEmptySubsequences: false)
+                #expect(fields.count == 6, "\(line)")
+                #expect(fields.last == #"HTTP 422: <html> <body> bad\u{1b}[31m event</body>"#)
+            }
+            // --json keeps the reason as it was stored.
+            let json = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", path, "--json"])
+            let array = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
+            #expect(array.first?["reason"] as? String == "HTTP 422: <html>\r\n<body>\tbad\u{1B}[31m event</body>\r\n")
+        }
     }
 
     @Test("dead-letters lists at most --limit, oldest first, and says on stderr how many more there are")
@@ -578,6 +603,41 @@ struct CLITests {
         }
     }
 
+    @Test("tributary-sim exits 74 when its ledger cannot be opened or written, not by a trap", arguments: [
+        (["extension", "--events", "2", "--ledger", "/dev/full"], "Cannot write to the ledger /dev/full"),
+        (["app", "--events", "2", "--ledger", "/dev/full"], "Cannot write to the ledger /dev/full"),
+        (["load", "--count", "2", "--ledger", "{g}/missing/ledger"], "Cannot open the ledger"),
+    ])
+    func simLedgerFailure(arguments: [String], message: String) async throws {
+        try await withTemporaryGroup { group in
+            let result = try await ChildProcess.run(
+                "tributary-sim", arguments.map { $0.replacingOccurrences(of: "{g}", with: group) } + ["--group", group])
+            #expect(result.status == 74, "stderr: \(result.stderr)")
+            #expect(result.stderr.contains(message), "stderr: \(result.stderr)")
+        }
+    }
+
+    @Test("tributary-sim demo refuses bad options before it starts or removes anything", arguments: [
+        (["--format", "xml"], "--format"),
+        (["--timeout", "0"], "--timeout"),
+        (["--app-events=-5"], "--app-events"),
+        (["--group", "{g}/kept"], "holds notes.txt, which no demo put there"),
+        (["--group", "{g}/kept/notes.txt"], "is not a directory the demo may remove"),
+    ])
+    func demoOptions(arguments: [String], message: String) async throws {
+        try await withTemporaryGroup { group in
+            try FileManager.default.createDirectory(atPath: group + "/kept", withIntermediateDirectories: true)
+            let notes = group + "/kept/notes.txt"
+            _ = FileManager.default.createFile(atPath: notes, contents: Data("mine".utf8))
+            let result = try await ChildProcess.run(
+                "tributary-sim", ["demo", "--group", group + "/demo"] + arguments.map { $0.replacingOccurrences(of: "{g}", with: group) })
+            #expect(result.status == 64, "stderr: \(result.stderr)")
+            #expect(result.stderr.contains(message), "stderr: \(result.stderr)")
+            #expect(FileManager.default.fileExists(atPath: notes))
+            #expect(!FileManager.default.fileExists(atPath: group + "/demo"))
+        }
+    }
+
     @Test("status shows the outbox's bytes against its quota, and says when dead letters fill it")
     func statusOutboxFull() async throws {
         try await withTemporaryGroup { group in
@@ -667,6 +727,7 @@ struct CLITests {
             ["flush", "--group", "{g}"],
             ["status", "--group", "{g}/nested"],
             ["dead-letters", "--outbox", "{g}/outbox.sqlite"],
+            ["dead-letters", "--group", "{g}"],
           ])
     func permissionDenied(arguments: [String]) async throws {
         try await withTemporaryGroup { group in

@@ -58,7 +58,8 @@ public enum UploadOutcome: Sendable, Equatable {
     /// Classifies an HTTP status (with its Retry-After, the response's `Date`, and a snippet of the
     /// response body). A Retry-After date is read against the collector's `Date` when it sent one.
     static func classify(status: Int, retryAfter: String?, date: String? = nil, body: String) -> UploadOutcome {
-        let reason = "HTTP \(status)" + (body.isEmpty ? "" : ": \(body.prefix(200))")
+        let snippet = oneLine(body.prefix(200))
+        let reason = "HTTP \(status)" + (snippet.isEmpty ? "" : ": \(snippet)")
         switch status {
         case 200..<300: return .delivered
         case 408, 429, 500..<600:
@@ -68,6 +69,29 @@ public enum UploadOutcome: Sendable, Equatable {
         default: return .halt(status: status, reason: reason)
         }
     }
+}
+
+/// `text` as one line fit for a log line, a terminal and a tab-separated listing: its whitespace runs
+/// (line breaks and tabs among them) become one space, any other control character its `\u{…}` escape,
+/// and its ends are trimmed. A collector's answer is foreign text (an HTML error page of a proxy, say,
+/// with CRLFs), and its reason is shown in `tributary status` and `tributary dead-letters`.
+package func oneLine(_ text: some StringProtocol) -> String {
+    var line = ""
+    var pendingSpace = false
+    for scalar in text.unicodeScalars {
+        if scalar.properties.isWhitespace {
+            pendingSpace = !line.isEmpty
+            continue
+        }
+        if pendingSpace { line.append(" ") }
+        pendingSpace = false
+        if scalar.properties.generalCategory == .control {
+            line += "\\u{\(String(scalar.value, radix: 16))}"
+        } else {
+            line.unicodeScalars.append(scalar)
+        }
+    }
+    return line
 }
 
 /// Sends batches from the outbox, oldest first, one request at a time, and applies each outcome.

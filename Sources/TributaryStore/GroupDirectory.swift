@@ -55,6 +55,14 @@ enum GroupDirectory {
             lmdbCode: err)
     }
 
+    /// Throws unless `path` is a directory this user may list and enter; opens and creates nothing.
+    static func checkReadable(_ path: String) throws(StoreError) {
+        guard try examine(path) != nil else { throw unavailable(path, ENOENT) }
+        if faccessat(AT_FDCWD, path, R_OK | X_OK, AT_EACCESS) != 0, errno == EACCES {
+            throw StoreError.permissionDenied("the group directory \(path)", directory: path)
+        }
+    }
+
     /// The group directory's `stat`, or nil when there is nothing at `path`.
     ///
     /// - Throws: ``StoreError/Code/notADirectory`` when `path`, or a folder on the way to it, is something

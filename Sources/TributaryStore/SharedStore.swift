@@ -91,6 +91,16 @@ public final class SharedStore: Sendable {
         try GroupDirectory.checkStoreExists(groupDirectory)
     }
 
+    /// Throws unless `groupDirectory` is a directory this user may look inside (whether or not it holds a
+    /// store yet); opens nothing.
+    ///
+    /// - Throws: ``StoreError/Code/directoryUnavailable`` when there is nothing there,
+    ///   ``StoreError/Code/notADirectory`` when the path is not a directory, and
+    ///   ``StoreError/Code/permissionDenied`` when this user may not list or enter it.
+    package static func checkDirectory(groupDirectory: String) throws(StoreError) {
+        try GroupDirectory.checkReadable(groupDirectory)
+    }
+
     /// The reader lock table's occupied slots, as `mdb_reader_list` prints them ("pid thread txnid").
     ///
     /// A slot whose process died while reading stays until ``clearStaleReaders()`` (every process runs it

@@ -13,7 +13,8 @@ struct CollectorCommand: AsyncParsableCommand {
         commandName: "tributary-collector",
         abstract: "Reference collector for Tributary batches, with dedup, order checks and fault injection.",
         discussion: """
-            Accepts batches on POST /sa (Sensors form) and POST /ingest (gzip NDJSON), stores unique events \
+            Accepts batches on POST /sa or POST /ingest (either path; the Content-Type says whether the body \
+            is the Sensors form or gzip NDJSON), stores unique events \
             in SQLite, and serves GET /stats, GET /events and GET|POST /control/faults; POST /count/<name>/… \
             counts another SDK's batches by name without storing them (GET /count). Once listening it \
             prints exactly one line to stdout: "LISTENING http://HOST:PORT". SIGTERM or SIGINT shut it down \

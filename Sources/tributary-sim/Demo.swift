@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import TributaryStore
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -29,6 +30,45 @@ struct Demo: AsyncParsableCommand {
 
     @Option(help: "Give up waiting for delivery after this many seconds.")
     var timeout: Double = 120
+
+    func validate() throws {
+        guard ["sensors", "ndjson"].contains(format) else {
+            throw ValidationError("--format must be sensors or ndjson, not '\(format)'.")
+        }
+        guard appEvents >= 0, extensionEvents >= 0 else {
+            throw ValidationError("--app-events and --extension-events must not be negative.")
+        }
+        guard timeout > 0, timeout <= 86_400 else {  // NaN and inf fail too
+            throw ValidationError("--timeout must be more than 0 and at most a day of seconds; got \(timeout).")
+        }
+        guard !group.isEmpty else { throw ValidationError("--group must name a directory.") }
+        // The demo removes both directories first: only ones that hold nothing but what a demo puts there.
+        try Self.checkRemovable(group, keeping: Self.groupFiles)
+        try Self.checkRemovable(group + "-state", keeping: Self.stateFiles)
+    }
+
+    /// What a demo's group directory holds: the store and the agent's files.
+    static let groupFiles: Set<String> = [
+        SharedStore.fileName, SharedStore.fileName + "-lock",
+        AgentChannel.lockFile, AgentChannel.socketFile, AgentChannel.statusFile,
+    ]
+
+    /// What the demo's `-state` directory next to it holds: the outbox, its SQLite files and lock.
+    static let stateFiles: Set<String> = ["outbox.sqlite", "outbox.sqlite-wal", "outbox.sqlite-shm", "outbox.sqlite-journal", "outbox.sqlite.lock"]
+
+    /// Throws unless `path` is missing, or a directory holding only names in `expected`.
+    static func checkRemovable(_ path: String, keeping expected: Set<String>) throws {
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { return }
+        let entries = isDirectory.boolValue ? try? FileManager.default.contentsOfDirectory(atPath: path) : nil
+        guard let entries else {
+            throw ValidationError("\(path) is not a directory the demo may remove and create anew; give --group a new path.")
+        }
+        if let other = entries.sorted().first(where: { !expected.contains($0) }) {
+            throw ValidationError(
+                "\(path) holds \(other), which no demo put there; the demo removes its directories first, so give --group a new path (or remove \(path) yourself).")
+        }
+    }
 
     func run() async throws {
         let bin = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()

@@ -74,7 +74,11 @@ struct Hybrid: AsyncParsableCommand {
             let host = try WebViewHost(configuration: configuration, logger: logger)
             defer { host.close() }
             let tracker = try options.openTracker(kind: .hybrid)
-            try tracker.registerSuperProperties(["app_channel": "tributary-sim"])
+            do {
+                try tracker.registerSuperProperties(["app_channel": "tributary-sim"])
+            } catch {
+                throw producerFailure(error)
+            }
             let ledger = try Ledger(path: options.ledger)
             let bridge = HybridBridge(tracker: tracker, configuration: configuration, logger: logger) { receipt in
                 ledger.record(receipt)

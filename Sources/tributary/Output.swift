@@ -165,8 +165,10 @@ struct StatusReport: Encodable {
             }
             lines.append("  delivered:    \(a.delivered) events in \(a.batches) batches, \(a.retries) retries")
             lines.append("  dead letters: \(a.deadLetters)\(a.corruptRecords > 0 ? " (\(a.corruptRecords) corrupt store records)" : "")")
-            if let halt = a.haltReason { lines.append("  HALTED:       \(halt)") }
-            if let error = a.lastError { lines.append("  last error:   \(error)") }
+            // One line each, whatever the collector answered (reports written before the agent made its
+            // reasons one line hold them as it sent them).
+            if let halt = a.haltReason { lines.append("  HALTED:       \(oneLine(halt))") }
+            if let error = a.lastError { lines.append("  last error:   \(oneLine(error))") }
         } else {
             lines.append("agent:          no report (tributary-agent has not run on this group)")
         }

@@ -277,6 +277,9 @@ struct DeadLetters: ParsableCommand {
         try reportingErrors {
             var path = outbox
             if path == nil, let group {
+                // The group's own failures (not a directory, not this user's to look in) are said as such,
+                // not as a missing outbox at the default path the status file would have overridden.
+                try SharedStore.checkDirectory(groupDirectory: group)
                 path = AgentChannel.readStatus(groupDirectory: group)?.outboxPath
                     ?? AgentConfiguration.defaultOutboxPath(groupDirectory: group)
             }
@@ -322,7 +325,7 @@ struct DeadLetters: ParsableCommand {
                 say("no dead letters in \(path)")
             } else {
                 for l in letters {
-                    say("\(l.id)\tseq \(l.seq)\t\(l.eventID ?? "-")\t\(l.producer ?? "-")\tHTTP \(l.status)\t\(l.reason)")
+                    say("\(l.id)\tseq \(l.seq)\t\(l.eventID ?? "-")\t\(l.producer ?? "-")\tHTTP \(l.status)\t\(oneLine(l.reason))")
                 }
             }
             // Said on stderr: stdout stays the list (or the JSON array) a script reads.

@@ -79,6 +79,18 @@ struct BackoffTests {
         #expect(d == .seconds(80))
     }
 
+    @Test("a collector's answer becomes a one-line reason: whitespace runs one space, other control characters escaped")
+    func reasonOneLine() {
+        let page = "<html>\r\n<head><title>400 Bad Request</title></head>\r\n\t<body>\u{1B}[2Jbad\u{7F}</body>\r\n"
+        let outcome = UploadOutcome.classify(status: 400, retryAfter: nil, body: page)
+        guard case .rejected(400, let reason) = outcome else {
+            Issue.record("a 400 is a rejection, not \(outcome)")
+            return
+        }
+        #expect(reason == #"HTTP 400: <html> <head><title>400 Bad Request</title></head> <body>\u{1b}[2Jbad\u{7f}</body>"#)
+        #expect(UploadOutcome.classify(status: 503, retryAfter: nil, body: " \r\n ") == .retry(reason: "HTTP 503", retryAfter: nil))
+    }
+
     @Test("status classification", arguments: [
         (200, "delivered"), (204, "delivered"), (408, "retry"), (429, "retry"), (500, "retry"), (503, "retry"),
         (413, "tooLarge"), (400, "rejected"), (422, "rejected"), (401, "halt"), (403, "halt"), (404, "halt"),
