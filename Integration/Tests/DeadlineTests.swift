@@ -446,6 +446,35 @@ struct DeadlineTests {
         }
     }
 
+    @Test("a store deleted under an agent with a backlog: the agent drains the deleted file to its end before it exits 75, losing nothing")
+    func storeReplacedWithBacklog() async throws {
+        try await withTemporaryGroup { group in
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(latencyMillis: 100))) { collector in
+                try await Self.produce(group, 3000)
+                // A drain held back by its bound (200 events ahead) and skipped while a full batch waits: turns
+                // that drain nothing while the deleted file still holds most of the backlog.
+                let agent = try ChildProcess(
+                    "tributary-agent", Self.args(group, collector.url, ["--drain-ahead", "200", "--batch-size", "100"]))
+                _ = try await HybridBrowserTests.delivered(collector, count: 100, within: 30)
+                for _ in 0..<10 where FileManager.default.fileExists(atPath: group) {
+                    try? FileManager.default.removeItem(atPath: group)
+                }
+                try await Self.produce(group, 20)
+                let guardStop = Task {
+                    try await Task.sleep(for: .seconds(120))
+                    agent.send(SIGTERM)
+                }
+                defer { guardStop.cancel() }
+                let exit = await agent.finish()
+                #expect(exit.status == 75, "\(exit.stderr)")
+                let next = try await ChildProcess.run("tributary-agent", Self.args(group, collector.url, ["--once"]))
+                #expect(next.status == 0, "\(next.stderr)")
+                let stats = try await collector.stats()
+                #expect(stats.unique == 3020 && stats.duplicates == 0, "\(stats)")
+            }
+        }
+    }
+
     @Test("the agent unit does not restart on an exit code the operations guide says a restart cannot help")
     func unitRestartPrevention() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -434,9 +434,11 @@ public final class Agent: Service, Sendable {
             let batchWaiting = queued >= configuration.upload.batchSize && uploadMayStart(loop, pending: queued)
             let drained = isStopping || batchWaiting ? 0 : try drainRespectingQuota(&loop)
             loop.report.drained += drained
-            if drained == 0, !isStopping, store.isReplaced {
+            if drained == 0, !isStopping, store.isReplaced, try !oldStoreHoldsUndrained() {
                 // The producers now write a file this process does not have open: nothing more would
-                // ever be drained. A new start opens the new store (``Outbox/adoptStore(_:)``).
+                // ever be drained. A new start opens the new store (``Outbox/adoptStore(_:)``). Not before
+                // the old file is drained (a drain skipped this turn, or held by the drain-ahead bound, is
+                // no empty store): its events are reachable only through this process's mapping.
                 throw AgentError(
                     .storeReplaced,
                     "The shared store in \(store.groupDirectory) was deleted or created anew while the agent ran; "
@@ -787,6 +789,12 @@ public final class Agent: Service, Sendable {
             "tributary.server": "\(effective.serverURL ?? "none")", "tributary.format": "\(effective.format)",
             "tributary.bulk_size": "\(effective.bulkSize)", "tributary.flush_interval_s": "\(effective.flushInterval.seconds)",
         ])
+    }
+
+    /// Whether the store this process has open holds an event above the outbox's `last_drained_seq`: one
+    /// the drain has not moved yet (events drained but not yet deleted from it are not counted).
+    private func oldStoreHoldsUndrained() throws -> Bool {
+        (try store.status().newestSeq ?? 0) > (try outbox.lastDrainedSeq())
     }
 
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in
