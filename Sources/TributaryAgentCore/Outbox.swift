@@ -811,9 +811,27 @@ public final class Outbox: Sendable {
         try writer.read { db in Int(try Self.state(db, "dead_letters_in_a_row")) }
     }
 
-    /// Sets ``deadLettersInARow()`` back to 0 (a new destination is judged afresh).
-    public func forgetDeadLettersInARow() throws {
-        try writer.write { db in try Self.setState(db, "dead_letters_in_a_row", 0) }
+    /// The run of dead letters as it stands for uploads to `destination` (a fingerprint of the collector
+    /// URL and wire format): ``deadLettersInARow()``, set back to 0 first when the run was counted
+    /// against another destination (a new one is judged afresh, also when it changed between two runs
+    /// of the agent), and the seq of the event held back by the last halt, if any.
+    public func deadLetterRun(destination: UInt64) throws -> (inARow: Int, heldSeq: UInt64?) {
+        try writer.write { db in
+            let fingerprint = Int64(bitPattern: destination)
+            if try Self.state(db, "dead_letters_destination") != fingerprint {
+                try Self.setState(db, "dead_letters_in_a_row", 0)
+                try Self.setState(db, "halted_seq", 0)
+                try Self.setState(db, "dead_letters_destination", fingerprint)
+            }
+            let held = try Self.state(db, "halted_seq")
+            return (Int(try Self.state(db, "dead_letters_in_a_row")), held > 0 ? UInt64(held) : nil)
+        }
+    }
+
+    /// Records that uploads halted holding back the refused event `seq`: sent alone again after the
+    /// halt, by this run or a later one, it is dead-lettered if refused once more.
+    public func holdAfterHalt(seq: UInt64) throws {
+        try writer.write { db in try Self.setState(db, "halted_seq", Int64(seq)) }
     }
 
     /// Counts a retry (for status).

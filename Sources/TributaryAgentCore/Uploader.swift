@@ -125,12 +125,6 @@ final class UploadSession: @unchecked Sendable {
     /// first half is sent alone once before it is dead-lettered: a refusal of the whole batch that
     /// does not recur (a proxy that mangled one body) then dead-letters nothing.
     private var suspectRefusedAlone = false
-    /// Whether the count of dead letters in a row (kept in the outbox: ``Outbox/deadLettersInARow()``)
-    /// is to be set back to 0 before it is next read: the destination changed.
-    private var forgetDeadLettersInARow = false
-    /// Whether the event about to be dead-lettered was held back by a halt and sent alone again: it is
-    /// dead-lettered if refused once more, rather than halting again.
-    private var refusedAfterHalt = false
     /// Batch size after 413s; grows back on success, up to `sizeCeiling`.
     private var batchLimit: Int
     /// After a 413, the batch size it halved to: the limit grows back no further than this, so that a
@@ -211,8 +205,6 @@ final class UploadSession: @unchecked Sendable {
             batchLimit = configuration.batchSize
             sizeCeiling = nil
             suspectRefusedAlone = false
-            forgetDeadLettersInARow = true
-            refusedAfterHalt = false
         }
     }
 
@@ -239,7 +231,7 @@ final class UploadSession: @unchecked Sendable {
         let count: Int
         if let suspect {
             if suspect.count == 1 && suspectRefusedAlone {
-                if let halt = try haltBeforeDeadLetter(reason: suspectReason.reason) {
+                if let halt = try haltBeforeDeadLetter(suspect[0], reason: suspectReason.reason) {
                     suspectRefusedAlone = false  // sent alone again after the halt's wait
                     return halt
                 }
@@ -251,7 +243,6 @@ final class UploadSession: @unchecked Sendable {
                     "tributary.reason": "\(suspectReason.reason)",
                 ])
                 self.suspect = nil
-                refusedAfterHalt = false
                 return .progressed(delivered: 0, deadLettered: 1)
             }
             let half: [Outbox.Row]
@@ -323,7 +314,6 @@ final class UploadSession: @unchecked Sendable {
             CrashPoint.hit("upload.after-ack")
             // Its transaction sets the outbox's count of dead letters in a row back to 0.
             if try outbox.acknowledge(batchID, then: next?.batch) { ready = next }
-            if count > 0 { refusedAfterHalt = false }
             if let suspect {
                 // The first half was fine, so the rejected event is in the second half (if the refusal
                 // recurs: a half left alone is sent alone before it is dead-lettered).
@@ -361,11 +351,10 @@ final class UploadSession: @unchecked Sendable {
             lastError = reason
             if count == 1, let row = try outbox.rows(inBatch: batchID).first {
                 // Held back by a halt, the batch in flight (this one event) is what the next step sends.
-                if let halt = try haltBeforeDeadLetter(reason: reason) { return halt }
+                if let halt = try haltBeforeDeadLetter(row, reason: reason) { return halt }
                 try outbox.deadLetter(row, status: 413, reason: "too large even alone: \(reason)") {
                     CrashPoint.hit("deadletter.before-commit")
                 }
-                refusedAfterHalt = false
                 suspect = nil
                 // The 413s that halved the size down to one were this event's: the size may grow again.
                 sizeCeiling = nil
@@ -403,19 +392,16 @@ final class UploadSession: @unchecked Sendable {
         }
     }
 
-    /// Halts instead of dead-lettering the refused event, when ``UploadConfiguration/haltAfterDeadLetters``
-    /// events were dead-lettered in a row (this run's and the runs' before: the count is the outbox's)
-    /// and this one was not already sent again after a halt: nil when it is to be dead-lettered.
-    private func haltBeforeDeadLetter(reason: String) throws -> Step? {
+    /// Halts instead of dead-lettering the refused event `row`, when ``UploadConfiguration/haltAfterDeadLetters``
+    /// events were dead-lettered in a row (this run's and the runs' before, to this destination: the count
+    /// is the outbox's) and `row` was not already held back by a halt (then sent alone again, by this run
+    /// or a later one): nil when it is to be dead-lettered.
+    private func haltBeforeDeadLetter(_ row: Outbox.Row, reason: String) throws -> Step? {
         let limit = configuration.haltAfterDeadLetters
-        guard limit > 0, !refusedAfterHalt else { return nil }
-        if forgetDeadLettersInARow {
-            try outbox.forgetDeadLettersInARow()
-            forgetDeadLettersInARow = false
-        }
-        let deadLettersInARow = try outbox.deadLettersInARow()
-        guard deadLettersInARow >= limit else { return nil }
-        refusedAfterHalt = true
+        guard limit > 0 else { return nil }
+        let (deadLettersInARow, heldSeq) = try outbox.deadLetterRun(destination: destinationFingerprint)
+        guard deadLettersInARow >= limit, heldSeq != row.seq else { return nil }
+        try outbox.holdAfterHalt(seq: row.seq)
         let cap = configuration.backoff.cap
         let interval = String(format: "%g", cap.seconds)
         haltReason =
@@ -428,6 +414,11 @@ final class UploadSession: @unchecked Sendable {
             "collector refuses event after event; halting uploads instead of dead-lettering the backlog",
             metadata: ["tributary.dead_letters_in_a_row": "\(deadLettersInARow)", "tributary.reason": "\(reason)"])
         return .wait(cap)
+    }
+
+    /// The collector URL and wire format, as ``Outbox/deadLetterRun(destination:)`` tells destinations apart.
+    private var destinationFingerprint: UInt64 {
+        fnv1a64("\(configuration.format.rawValue) \(configuration.serverURL ?? "")".utf8)
     }
 
     /// POSTs one encoded batch, running `whileWaiting` while the request is out.

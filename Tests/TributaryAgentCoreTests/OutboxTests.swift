@@ -80,6 +80,31 @@ struct OutboxTests {
         }
     }
 
+    @Test("the run of dead letters is kept per destination, with the event a halt held back, and a delivery ends it")
+    func deadLetterRun() throws {
+        try withTemporaryGroup { dir in
+            let path = dir + "/outbox.sqlite"
+            let outbox = try Outbox(path: path)
+            try outbox.insertDrained((1...10).map { .event(Self.row($0)) })
+            #expect(try outbox.deadLetterRun(destination: 7) == (0, nil))
+            for row in try outbox.nextBatch(maxCount: 3, maxBytes: .max) {
+                try outbox.deadLetter(row, status: 400, reason: "HTTP 400")
+            }
+            try outbox.holdAfterHalt(seq: 4)
+            // Kept for the next run of the agent (a new connection), to the same destination.
+            #expect(try Outbox(path: path).deadLetterRun(destination: 7) == (3, 4))
+            // Another destination is judged afresh, and so is the first one again after it.
+            #expect(try outbox.deadLetterRun(destination: 8) == (0, nil))
+            try outbox.deadLetter(try #require(try outbox.nextBatch(maxCount: 1, maxBytes: .max).first), status: 400, reason: "HTTP 400")
+            #expect(try outbox.deadLetterRun(destination: 8) == (1, nil))
+            #expect(try outbox.deadLetterRun(destination: 7) == (0, nil))
+            try outbox.deadLetter(try #require(try outbox.nextBatch(maxCount: 1, maxBytes: .max).first), status: 400, reason: "HTTP 400")
+            let batch = try outbox.nextBatch(maxCount: 2, maxBytes: .max)
+            try outbox.acknowledge(try #require(batch.first?.batchID))
+            #expect(try outbox.deadLetterRun(destination: 7).inARow == 0)
+        }
+    }
+
     @Test("pending counters match the table through insert, ack, dead letter and replay")
     func pendingCounters() throws {
         try withTemporaryGroup { dir in

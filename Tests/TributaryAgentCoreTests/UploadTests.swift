@@ -266,16 +266,24 @@ struct UploadTests {
     }
 
     @Test(
-        "a collector that refuses every event halts the agent after 10 dead letters, not the whole backlog; fixed, the rest goes",
-        arguments: [400, 413])
-    func refusesEverythingHalts(status: Int) async throws {
+        "a collector that refuses every event halts the agent after 10 dead letters, not the whole backlog; each later run dead-letters the one held; fixed, the rest goes",
+        arguments: [(400, false), (413, false), (400, true)])
+    func refusesEverythingHalts(status: Int, urlFromGroupSettings: Bool) async throws {
         try await withTemporaryGroup { group in
             let tracker = try Tracker(configuration: .init(groupDirectory: group))
             for i in 0..<300 { try await tracker.track("Ordinary", properties: ["i": .int(Int64(i))]) }
             // A wrong format, or a proxy answering 400 to everything: every request refused as bad data. Or
             // a body limit below any event: every event too large even alone.
             try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(forcedStatus: status))) { collector in
-                let agent = try Self.agent(group, collector) { $0.upload.batchSize = 50 }
+                // The URL from --server, or from the group's settings (each run then starts with none and
+                // takes it from the store: no new destination for all that).
+                if urlFromGroupSettings {
+                    try SharedStore(groupDirectory: group).setAgentSettings(AgentSettings(serverURL: collector.url + "/sa"))
+                }
+                func newAgent() throws -> Agent {
+                    try Self.agent(group, serverURL: urlFromGroupSettings ? nil : collector.url + "/sa") { $0.upload.batchSize = 50 }
+                }
+                let agent = try newAgent()
                 let halted = await #expect(throws: AgentError.self) { try await agent.runOnce() }
                 #expect(halted?.code == .halted, "\(String(describing: halted))")
                 #expect(halted?.message.contains("refused the last 10 events one by one") == true, "\(String(describing: halted))")
@@ -284,16 +292,20 @@ struct UploadTests {
                 #expect(letters.allSatisfy { $0.status == status })
                 #expect(try agent.outbox.pending().count == 290, "the 11th refused event was kept, and every one after it")
                 #expect(try await collector.stats().unique == 0)
-                // The next run (a timer's --once, a restart) goes on counting: it halts at once, dead-lettering none.
-                let again = await #expect(throws: AgentError.self) { try await Self.agent(group, collector).runOnce() }
-                #expect(again?.code == .halted, "\(String(describing: again))")
-                #expect(try agent.outbox.deadLetters().count == 10 && agent.outbox.deadLettersInARow() == 10)
+                // The next runs (a timer's --once, restarts) go on counting: each sends the event held back
+                // alone, dead-letters it when it is refused again, and halts at the next one.
+                for run in 1...2 {
+                    let again = await #expect(throws: AgentError.self) { try await newAgent().runOnce() }
+                    #expect(again?.code == .halted, "\(String(describing: again))")
+                    #expect(try agent.outbox.deadLetters().map(\.seq) == Array(1...UInt64(10 + run)))
+                    #expect(try agent.outbox.deadLettersInARow() == 10 + run)
+                }
 
                 try await collector.setFaults(.none)
-                _ = try await Self.agent(group, collector).runOnce()
-                #expect(try await collector.stats().unique == 290)
+                _ = try await newAgent().runOnce()
+                #expect(try await collector.stats().unique == 288)
                 let seqs = try await collector.events(limit: 1000).compactMap(\.seq)
-                #expect(seqs == Array(11...300))
+                #expect(seqs == Array(13...300))
                 #expect(try agent.outbox.deadLettersInARow() == 0, "a delivery starts the count again")
             }
         }
