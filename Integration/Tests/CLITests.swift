@@ -205,8 +205,10 @@ struct CLITests {
         }
     }
 
-    @Test("tributary-agent refuses a duration it cannot hold, or a negative count, with exit 64, naming the option", arguments: [
+    @Test("tributary-agent refuses a duration it cannot hold, a negative count or a bad URL, with exit 64, naming the option", arguments: [
         (["--once", "--deadline", "inf"], "--deadline"),
+        (["--server", "ftp://collector.example.com/sa"], "--server must be an http:// or https:// URL"),
+        (["--server", "collector.example.com"], "--server must be an http:// or https:// URL"),
         (["--halt-after-dead-letters=-1"], "--halt-after-dead-letters"),
         (["--backoff-cap", "1e300"], "--backoff-cap"),
         (["--max-retry-after=-1"], "--max-retry-after"),
@@ -220,6 +222,7 @@ struct CLITests {
                 "tributary-agent", ["--group", group, "--server", "http://127.0.0.1:9/sa", "--outbox", group + "-outbox.sqlite"] + extra)
             #expect(result.status == 64, "stderr: \(result.stderr)")
             #expect(result.stderr.contains(flag))
+            #expect(!FileManager.default.fileExists(atPath: group + "-outbox.sqlite"), "refused before anything is created")
         }
     }
 

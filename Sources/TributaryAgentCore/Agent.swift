@@ -641,7 +641,7 @@ public final class Agent: Service, Sendable {
     private func stepCancelledAtExpiry(
         _ session: UploadSession, maxEvents: Int, timeout: Duration
     ) async throws -> UploadSession.Step {
-        let answerBy = ContinuousClock.now + timeout + .seconds(1)
+        let answerBy = ContinuousClock.now + timeout + Heartbeat.answerGrace
         return try await withThrowingTaskGroup(of: UploadSession.Step?.self) { group in
             group.addTask { try await session.step(maxEvents: maxEvents, timeout: timeout) }
             group.addTask { [budget] in
@@ -914,8 +914,16 @@ final class Heartbeat: Sendable {
 
     func beat() { lastBeat.store(BootClock.nowNanos(), ordering: .releasing) }
 
+    /// How long after its timeout a request's answer may still be read before the step cancels it.
+    static let answerGrace: Duration = .seconds(1)
+
+    /// A request with `timeout` is out: the loop counts as alive until the step ends it, at most
+    /// ``answerGrace`` after the timeout, and applies its outcome (a second more for that: a synced
+    /// outbox write on a loaded machine). A watchdog ping that found it dead in between would leave a
+    /// gap of a whole watchdog interval.
     func requestStarted(timeout: Duration) {
-        requestDeadline.store(BootClock.nowNanos() + UInt64(max(0, timeout.seconds) * 1e9), ordering: .releasing)
+        let until = max(.zero, timeout) + Self.answerGrace + .seconds(1)
+        requestDeadline.store(BootClock.nowNanos() + UInt64(until.seconds * 1e9), ordering: .releasing)
     }
 
     func requestEnded() {

@@ -140,11 +140,13 @@ struct AgentCommand: AsyncParsableCommand {
         if format == nil, let text = Self.environment("TRIBUTARY_FORMAT"), WireFormat(rawValue: text) == nil {
             throw ValidationError("TRIBUTARY_FORMAT must be sensors or ndjson, not '\(text)'.")
         }
-        if server == nil, let text = Self.environment("TRIBUTARY_SERVER") {
+        // A bad URL is a bad option (64) from the flag as from the environment, not a configuration
+        // error found once the agent starts (78).
+        if let (source, text) = server.map({ ("--server", $0) }) ?? Self.environment("TRIBUTARY_SERVER").map({ ("TRIBUTARY_SERVER", $0) }) {
             do throws(StoreError) {
                 try AgentSettings.validateServerURL(text)
             } catch {
-                throw ValidationError("TRIBUTARY_SERVER must be an http:// or https:// URL with a host, not '\(text)'.")
+                throw ValidationError("\(source) must be an http:// or https:// URL with a host, not '\(text)'.")
             }
         }
         for (flag, seconds, zeroAllowed) in durationOptions {
