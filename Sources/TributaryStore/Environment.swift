@@ -252,10 +252,18 @@ final class Environment: @unchecked Sendable {
         // have other tables): only its meta table is read here, and the transaction is aborted.
         var meta: MDB_dbi = 0
         if mdb_dbi_open(txn, "meta", 0, &meta) == MDB_SUCCESS {
-            let stored: UInt32? = withKey(MetaKey.schemaVersion) { key in
+            // The value stays valid (in the map) until the transaction ends.
+            let value: UnsafeRawBufferPointer? = withKey(MetaKey.schemaVersion) { key in
                 var value = MDB_val()
                 guard mdb_get(txn, meta, &key, &value) == MDB_SUCCESS else { return nil }
-                return decodeU32(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
+                return UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
+            }
+            let stored: UInt32?
+            do throws(StoreError) {
+                stored = try value.map { bytes throws(StoreError) in try decodeMeta(bytes, key: MetaKey.schemaVersion) }
+            } catch {
+                mdb_txn_abort(txn)
+                throw error
             }
             if let stored, stored > SharedStore.schemaVersion {
                 mdb_txn_abort(txn)
@@ -695,8 +703,14 @@ final class Environment: @unchecked Sendable {
         case MDB_MAP_FULL:
             throw StoreError(.storeFull, "\(call) on \(path): the store reached its size quota.", lmdbCode: rc)
         case MDB_INVALID, MDB_VERSION_MISMATCH:
+            // Either file can give either code (their headers' magic and format): the message names both.
+            let what = rc == MDB_INVALID ? "is not an LMDB environment (no LMDB header)" : "has another LMDB format"
             throw StoreError(
-                .unsupportedSchema, "\(path) is not an LMDB store this version of liblmdb can read.", lmdbCode: rc)
+                .unreadableStore,
+                "\(call) on \(path): the data file or its lock file \(what). A lock file made by an LMDB build of "
+                    + "another word size (a process of another architecture using the group) is replaced once no process "
+                    + "has it open; a damaged data file must be restored or moved away (a producer then creates a new, "
+                    + "empty store).", lmdbCode: rc)
         default:
             throw StoreError(.lmdb, "\(call) failed on \(path).", lmdbCode: rc)
         }

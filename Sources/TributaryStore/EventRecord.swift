@@ -171,6 +171,9 @@ public struct EventRecord: Sendable, Equatable {
         let boot = r.u64()
         let bootID = r.bytes(16)
         let idLength = Int(r.u16())
+        guard (1...Self.maxProducerIDBytes).contains(idLength) else {
+            throw Corruption(reason: "producer id length \(idLength) is not 1 … \(Self.maxProducerIDBytes)")
+        }
         guard headerLength == fixedHeaderSize + idLength, headerLength <= bytes.count else {
             throw Corruption(reason: "header length \(headerLength) does not match producer id length \(idLength)")
         }

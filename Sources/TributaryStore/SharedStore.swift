@@ -154,8 +154,12 @@ public final class SharedStore: Sendable {
     private static func checkSchema(_ environment: Environment, groupDirectory: String) throws -> UInt64 {
         let meta = environment.tables.meta
         let (stored, storeID): (UInt32?, UInt64?) = try environment.read { txn in
-            (try withKey(MetaKey.schemaVersion) { key in try txn.withValue(meta, &key) { $0.map(decodeU32) } },
-             try withKey(MetaKey.storeID) { key in try txn.withValue(meta, &key) { $0.map(decodeU64) } })
+            (try withKey(MetaKey.schemaVersion) { key in
+                try txn.withValue(meta, &key) { try $0.map { try decodeMeta($0, key: MetaKey.schemaVersion, as: UInt32.self) } }
+            },
+             try withKey(MetaKey.storeID) { key in
+                try txn.withValue(meta, &key) { try $0.map { try decodeMeta($0, key: MetaKey.storeID, as: UInt64.self) } }
+            })
         }
         if let stored, stored > Self.schemaVersion { throw unsupportedSchema(stored, groupDirectory: groupDirectory) }
         if stored != nil, let storeID { return storeID }
@@ -166,7 +170,9 @@ public final class SharedStore: Sendable {
                 }
             }
             return try withKey(MetaKey.storeID) { key in
-                if let existing = try txn.withValue(meta, &key, { $0.map(decodeU64) }) { return existing }
+                if let existing = try txn.withValue(meta, &key, { try $0.map { try decodeMeta($0, key: MetaKey.storeID, as: UInt64.self) } }) {
+                    return existing
+                }
                 let created = 1 + randomInteger(upTo: UInt64.max - 1)
                 try withUnsafeBytes(of: created.bigEndian) { try txn.put(meta, &key, $0) }
                 return created
@@ -252,9 +258,10 @@ public final class SharedStore: Sendable {
                 try self.store(identity, in: txn)
             }
             var registration = try self.registration(in: txn, producerID: producer.id)
-            var lastSeq = try withKey(MetaKey.lastSeq) { key in
-                try txn.withValue(tables.meta, &key) { $0.map(decodeU64) ?? 0 }
-            }
+            var lastSeq = try self.lastAssignedSeq(in: txn)
+            // Never below the newest event's seq: a `last_seq` behind it (a store file put back beside a
+            // newer lock file, a tool that rewrote it) would hand a seq out again.
+            if let newest = try txn.lastKey(tables.events).flatMap(decodeSequence) { lastSeq = max(lastSeq, newest) }
             let now = BootClock.wallMillis()
             var appended: [Appended] = []
             appended.reserveCapacity(count)
@@ -267,7 +274,8 @@ public final class SharedStore: Sendable {
                 let record = EventRecord(
                     producerKind: producer.kind, producerID: producer.id, pid: producer.pid,
                     producerSeq: registration.lastSeq, wallTimeMillis: draft.wallTimeMillis,
-                    bootTimeNanos: draft.bootTimeNanos, bootID: draft.bootID, body: draft.body)
+                    // A boot time means nothing without its boot: the format keeps it 0 then.
+                    bootTimeNanos: draft.bootID == .unknown ? 0 : draft.bootTimeNanos, bootID: draft.bootID, body: draft.body)
                 footprint += Environment.footprint(ofRecord: record.encodedSize, pageSize: environment.pageSize)
                 try room.check(adding: footprint)
                 try withKey(lastSeq) { key in
@@ -513,6 +521,15 @@ public final class SharedStore: Sendable {
         }
     }
 
+    /// The store's `meta/last_seq` (0 before the first append).
+    private func lastAssignedSeq(in txn: Transaction) throws -> UInt64 {
+        try withKey(MetaKey.lastSeq) { key in
+            try txn.withValue(environment.tables.meta, &key) {
+                try $0.map { try decodeMeta($0, key: MetaKey.lastSeq, as: UInt64.self) } ?? 0
+            }
+        }
+    }
+
     private func registration(in txn: Transaction, producerID: String) throws -> ProducerRegistration {
         let dbi = environment.tables.producers
         return try withKey(producerID) { key in
@@ -567,9 +584,7 @@ public final class SharedStore: Sendable {
                 return false
             }
             status.newestSeq = try txn.lastKey(tables.events).flatMap(decodeSequence)
-            status.lastAssignedSeq = try withKey(MetaKey.lastSeq) { key in
-                try txn.withValue(tables.meta, &key) { $0.map(decodeU64) ?? 0 }
-            }
+            status.lastAssignedSeq = try self.lastAssignedSeq(in: txn)
             return status
         }
         status.producers = try producers()
@@ -666,12 +681,20 @@ enum IdentityKey {
     static let deviceID = "device_id"
 }
 
-func decodeU64(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
-    bytes.count == 8 ? UInt64(bigEndian: bytes.loadUnaligned(as: UInt64.self)) : 0
-}
-
-func decodeU32(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
-    bytes.count == 4 ? UInt32(bigEndian: bytes.loadUnaligned(as: UInt32.self)) : 0
+/// The big-endian integer the meta value of `key` holds. A value of another size is damage (a tool
+/// that rewrote it, a damaged page): refused by name rather than read as 0, which would number events
+/// from 1 again (`last_seq`), take a newer schema for a readable one, or make a store id of 0.
+func decodeMeta<T: FixedWidthInteger & UnsignedInteger>(
+    _ bytes: UnsafeRawBufferPointer, key: String, as type: T.Type = T.self
+) throws(StoreError) -> T {
+    guard bytes.count == MemoryLayout<T>.size else {
+        throw StoreError(
+            .corruptRecord,
+            "The store's meta/\(key) holds \(bytes.count) bytes, not \(MemoryLayout<T>.size): its metadata is damaged. "
+                + "Nothing was written; restore the group directory from a backup, or move the store away (a producer "
+                + "then creates a new one).")
+    }
+    return T(bigEndian: bytes.loadUnaligned(as: T.self))
 }
 
 // MARK: Test hooks (package access only)
@@ -685,7 +708,6 @@ extension SharedStore {
         }
     }
 
-    /// Writes a schema version (tests use it to simulate a store from a newer Tributary).
     /// Deletes the table `name` from the store (tests: a store of another schema).
     package func dropTable(_ name: String) throws {
         try environment.write { txn in
@@ -695,12 +717,17 @@ extension SharedStore {
         }
     }
 
+    /// Writes a schema version (tests use it to simulate a store from a newer Tributary).
     package func overwriteSchemaVersion(_ version: UInt32) throws {
+        try withUnsafeBytes(of: version.bigEndian) { try overwriteMeta(MetaKey.schemaVersion, bytes: Array($0)) }
+    }
+
+    /// Writes `bytes` as the meta value of `key` (`last_seq`, `store_id`, `schema_version`: tests plant
+    /// damaged or stale metadata).
+    package func overwriteMeta(_ key: String, bytes: [UInt8]) throws {
         let dbi = environment.tables.meta
         try environment.write { txn in
-            try withKey(MetaKey.schemaVersion) { key in
-                try withUnsafeBytes(of: version.bigEndian) { try txn.put(dbi, &key, $0) }
-            }
+            try withKey(key) { key in try bytes.withUnsafeBytes { try txn.put(dbi, &key, $0) } }
         }
     }
 }

@@ -25,6 +25,11 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         public static let directoryUnavailable = Code(rawValue: "directoryUnavailable")
         /// The store was written by a newer, incompatible version of Tributary.
         public static let unsupportedSchema = Code(rawValue: "unsupportedSchema")
+        /// The store's data file or lock file is not an LMDB environment this liblmdb reads (`MDB_INVALID`,
+        /// `MDB_VERSION_MISMATCH`): a damaged file, or a lock file made by an LMDB build of another format
+        /// (another word size, a process of another architecture sharing the directory) and still in use.
+        /// Nothing was opened or written.
+        public static let unreadableStore = Code(rawValue: "unreadableStore")
         /// A value is too large to be stored (an LMDB key or record limit).
         public static let valueTooLarge = Code(rawValue: "valueTooLarge")
         /// Any other LMDB failure; ``StoreError/lmdbCode`` holds LMDB's result code.

@@ -51,6 +51,15 @@ struct EventRecordTests {
         #expect(error?.reason.contains("version 9") == true)
     }
 
+    @Test("a producer id length outside 1 … 255 is corruption, even under a valid CRC", arguments: [0, 256])
+    func producerIDLength(length: Int) {
+        let bytes = Self.sample(id: String(repeating: "p", count: length)).encoded()
+        let error = #expect(throws: EventRecord.Corruption.self) {
+            try bytes.withUnsafeBytes { try EventRecord.decode($0) }
+        }
+        #expect(error?.reason.contains("producer id length \(length)") == true, "\(String(describing: error))")
+    }
+
     @Test("boot id parses and prints the canonical form")
     func bootID() {
         let text = "52fe9acc-1bcf-4248-9725-f68ca9e48bf7"

@@ -571,6 +571,58 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("a last_seq of the wrong size is refused as damaged metadata, and nothing is written; one behind the newest event is never handed out again")
+    func damagedLastSeq() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            try Self.append(store, 3)
+            _ = try store.deleteEvents(through: 3)  // drained: an empty store would number from 1 again
+            try store.overwriteMeta(MetaKey.lastSeq, bytes: [0, 0, 0, 3])
+            let before = store.lastTransactionID
+            let error = #expect(throws: StoreError.self) { try Self.append(store, 1) }
+            #expect(error?.code == .corruptRecord, "\(String(describing: error))")
+            #expect(error?.message.contains("meta/last_seq holds 4 bytes, not 8") == true, "\(String(describing: error))")
+            #expect(store.lastTransactionID == before)
+            #expect(throws: StoreError.self) { try store.status() }
+
+            // Valid but behind the newest event the store holds (9, after 7 and 8): the next seq follows the newest.
+            try store.overwriteMeta(MetaKey.lastSeq, bytes: withUnsafeBytes(of: UInt64(6).bigEndian) { Array($0) })
+            try Self.append(store, 3)
+            try store.overwriteMeta(MetaKey.lastSeq, bytes: withUnsafeBytes(of: UInt64(2).bigEndian) { Array($0) })
+            #expect(try Self.append(store, 2).map(\.seq) == [10, 11])
+        }
+    }
+
+    @Test("an event whose boot is unknown is stored with a boot time of 0, as the record format says")
+    func unknownBootTime() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            let appended = try store.append(producer: Self.producer, count: 2) { index, _ in
+                SharedStore.Draft(
+                    wallTimeMillis: 1, bootTimeNanos: 123_456, bootID: index == 0 ? .unknown : .current, body: Array("{}".utf8))
+            }
+            let records = try appended.map { try #require(try store.rawEvent(seq: $0.seq)) }
+                .map { bytes in try bytes.withUnsafeBytes { try EventRecord.decode($0) } }
+            #expect(records.map(\.bootTimeNanos) == [0, 123_456])
+        }
+    }
+
+    @Test("a data file that is not an LMDB environment is refused as unreadable (not as a newer schema) and left untouched")
+    func unreadableDataFile() throws {
+        try withTemporaryGroup { group in
+            _ = try SharedStore(groupDirectory: group)  // the directory, as a producer makes it
+            let path = group + "/" + SharedStore.fileName
+            try FileManager.default.removeItem(atPath: path)
+            var generator = SystemRandomNumberGenerator()
+            let garbage = Data((0..<8192).map { _ in UInt8.random(in: 0...255, using: &generator) })
+            try garbage.write(to: URL(fileURLWithPath: path))
+            let error = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group) }
+            #expect(error?.code == .unreadableStore, "\(String(describing: error))")
+            #expect(error?.message.contains("no LMDB header") == true, "\(String(describing: error))")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == garbage)
+        }
+    }
+
     @Test("the directory a path is in, as the permission messages name it", arguments: [
         ("/var/lib/app/group", "/var/lib/app"), ("/group", "/"), ("group", "."), ("app/group", "app"),
     ])
