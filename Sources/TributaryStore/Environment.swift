@@ -385,7 +385,13 @@ final class Environment: @unchecked Sendable {
     /// it changes and records the pages it frees, so deleting events needs fresh pages too; if appends
     /// could fill the whole quota, the agent's drain could never delete what it moved to the outbox, and
     /// the store would stay full for good.
-    var reserve: Int { max(quota / 64, 32 * pageSize) }
+    var reserve: Int { Self.reserve(quota: quota, pageSize: pageSize) }
+
+    /// ``reserve`` for a store of `quota` bytes in pages of `pageSize` bytes.
+    static func reserve(quota: Int, pageSize: Int) -> Int { max(quota / 64, 32 * pageSize) }
+
+    /// The page size LMDB gives a store it creates here: the system's, at most LMDB's largest (32 KiB).
+    static let newStorePageSize = min(Int(sysconf(Int32(_SC_PAGESIZE))), 32 << 10)
 
     /// The bytes a record of `encodedSize` bytes takes in the events table: a record over about half
     /// a page goes to overflow pages of its own, whole pages; a smaller one shares a leaf page.

@@ -27,9 +27,15 @@ public final class SharedStore: Sendable {
         public init() {}
     }
 
-    /// The smallest quota a store may have: 512 KiB. Appends leave part of the quota to the agent's
-    /// deletes (at least 128 KiB, docs/store-format.md); a quota much smaller would hold no event at all.
-    public static let minimumQuota = 512 << 10
+    /// The smallest quota a store may have on this machine: 512 KiB, or 96 LMDB pages where pages are
+    /// larger than 4 KiB (1.5 MiB with 16 KiB pages; 3 MiB with LMDB's largest, 32 KiB, which kernels
+    /// with 64 KiB pages get). Appends leave part of the quota to the agent's deletes (at least 32
+    /// pages, docs/store-format.md); a quota much smaller would hold no event at all.
+    public static let minimumQuota = minimumQuota(pageSize: Environment.newStorePageSize)
+
+    /// The smallest quota for a store of LMDB pages of `pageSize` bytes: room for the reserve, a new
+    /// store's pages and the largest event, with some to spare.
+    static func minimumQuota(pageSize: Int) -> Int { max(512 << 10, 96 * pageSize) }
 
     /// The schema this code writes, stored under `meta/schema_version`.
     public static let schemaVersion: UInt32 = 1
@@ -50,8 +56,8 @@ public final class SharedStore: Sendable {
         guard options.quota >= Self.minimumQuota else {
             throw StoreError(
                 .invalidOptions,
-                "A store's quota must be at least \(Self.minimumQuota) bytes, not \(options.quota): appends leave at "
-                    + "least 128 KiB of it for the agent's deletes.")
+                "A store's quota must be at least \(Self.minimumQuota) bytes on this machine, not \(options.quota): appends "
+                    + "leave at least 32 of its pages (\(32 * Environment.newStorePageSize) bytes) for the agent's deletes.")
         }
         guard options.initialMapSize > 0 else {
             throw StoreError(

@@ -220,6 +220,16 @@ struct SharedStoreTests {
         }
     }
 
+    @Test("the smallest quota leaves room for an event of the largest size whatever LMDB's page size", arguments: [4096, 16384, 32768])
+    func minimumQuotaPages(pageSize: Int) throws {
+        let quota = SharedStore.minimumQuota(pageSize: pageSize)
+        let limit = quota - Environment.reserve(quota: quota, pageSize: pageSize)
+        // A new store's pages (meta, table roots, identity, a registration: about 10), the room check's
+        // allowance for the pages an append copies (8), and an event of the default limit with its header.
+        let largest = Environment.footprint(ofRecord: (256 << 10) + 600, pageSize: pageSize)  // Tracker's maxEventBytes
+        #expect(limit >= (16 + 8) * pageSize + largest, "quota \(quota), append limit \(limit)")
+    }
+
     @Test("one process cannot have a store open with two durabilities or quotas; once closed, it may reopen it")
     func optionsConflict() throws {
         try withTemporaryGroup { group in
