@@ -44,7 +44,7 @@ struct CrashTests {
         "a crash is recorded, chained to the handler installed before ours, and reported at the next start",
         arguments: [
             ("segv", SIGSEGV, "SIGSEGV"), ("fatal", trapSignal, trapSignal == SIGILL ? "SIGILL" : "SIGTRAP"),
-            ("abort", SIGABRT, "SIGABRT"),
+            ("abort", SIGABRT, "SIGABRT"), ("breakpoint", SIGTRAP, "SIGTRAP"),
         ])
     func crashAndRestart(kind: String, signal: Int32, name: String) async throws {
         try await withTemporaryGroup { group in

@@ -239,9 +239,10 @@ static void crash_handler(int sig, siginfo_t *info, void *uctx) {
     int slot = signal_slot(sig);
     if (slot >= 0) sigaction(sig, &g_previous[slot], NULL);
     // A signal sent by kill/raise/abort is not repeated by returning, so send it again: it stays
-    // pending while this handler runs and reaches the previous action on return. A fault (SIGSEGV,
-    // SIGILL from ud2, SIGFPE, ...) repeats by itself when the faulting instruction runs again.
-    if ((info && info->si_code <= 0) || sig == SIGABRT) raise(sig);
+    // pending while this handler runs and reaches the previous action on return. Nor is a breakpoint
+    // trap (x86-64's int3 resumes after the instruction). A fault (SIGSEGV, SIGILL from ud2, SIGFPE,
+    // ...) repeats by itself when the faulting instruction runs again.
+    if ((info && info->si_code <= 0) || sig == SIGABRT || sig == SIGTRAP) raise(sig);
     errno = saved_errno;
 }
 
@@ -321,4 +322,14 @@ int tributary_crash_uninstall(void) {
     g_fd = -1;
     if (fd >= 0) close(fd);
     return 0;
+}
+
+void tributary_crash_breakpoint(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("int3");
+#elif defined(__aarch64__)
+    __asm__ volatile("brk #0xf000");
+#else
+    __builtin_trap();
+#endif
 }

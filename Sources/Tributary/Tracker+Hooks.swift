@@ -2,19 +2,20 @@ import Synchronization
 import TributaryStore
 
 /// When an event happened, for events recorded after the fact (a crash found at the next start), and
-/// the event id to give it so that recording it twice yields the same event.
+/// the event id to give it so that recording it twice yields the same event. Nil fields take the
+/// tracker's clocks and a fresh id, as an event tracked now.
 package struct EventMoment: Sendable {
     /// Wall-clock time of the event, ms since the epoch.
-    package var wallTimeMillis: Int64
+    package var wallTimeMillis: Int64?
     /// `CLOCK_BOOTTIME` reading of the event, in `bootID`.
-    package var bootTimeNanos: UInt64
+    package var bootTimeNanos: UInt64?
     /// The boot the reading belongs to.
-    package var bootID: BootID
+    package var bootID: BootID?
     /// A deterministic event id, or nil for a fresh one.
     package var eventID: String?
 
     /// Creates a moment.
-    package init(wallTimeMillis: Int64, bootTimeNanos: UInt64, bootID: BootID, eventID: String?) {
+    package init(wallTimeMillis: Int64? = nil, bootTimeNanos: UInt64? = nil, bootID: BootID? = nil, eventID: String?) {
         self.wallTimeMillis = wallTimeMillis
         self.bootTimeNanos = bootTimeNanos
         self.bootID = bootID

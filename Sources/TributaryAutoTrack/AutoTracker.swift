@@ -3,6 +3,10 @@ import Synchronization
 import Tributary
 import TributaryStore
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A running performance measurement (see ``AutoTracker/startTiming(_:name:)``).
 public struct TimingToken: Sendable, Hashable {
     /// `$performance_type`: `request`, `image`, or a type of your own.
@@ -58,11 +62,13 @@ public final class AutoTracker: Sendable {
         /// The page view owed to the user: one held back while the app was not visible, or the current
         /// page's again after a trip to the background. Sent, and cleared, when the app becomes active.
         var pageViewOwed: [String: PropertyValue]?
-        /// Since when (the configured clock) an `$AppStart` is stored without its `$AppEnd`; nil when
-        /// none is. The crash handler records a start open only while the store holds one and the app is
-        /// in the foreground: a crash backfills an `$AppEnd` for no start the store refused, and none,
-        /// whose duration would count time in the background, after an `$AppEnd` the store refused.
-        var storedStartSince: UInt64?
+        /// An `$AppStart` the store holds and no `$AppEnd` was tried for yet: since when, in
+        /// `CLOCK_BOOTTIME` (the configured clock's start translated once, when it was stored); nil when
+        /// none. The crash handler records a start open only then: a crash backfills an `$AppEnd` for no
+        /// start the store refused, and none after an `$AppEnd` was tried (stored, or refused: its
+        /// duration would count time in the background). Until the `$AppEnd` is stored, a crash backfills
+        /// it, under the same event id (``CrashRecord/appEndEventID(pid:activeSince:bootID:)``).
+        var storedStartBoot: UInt64?
     }
 
     /// What to do once the state's lock is released.
@@ -177,23 +183,24 @@ public final class AutoTracker: Sendable {
     }
 
     /// Tells the crash handler whether an `$AppStart` is open, and since when: one the store holds without
-    /// its `$AppEnd`, in the foreground (``State/storedStartSince``); nothing without crash capture. The handler reads
-    /// `CLOCK_BOOTTIME`, so the start is translated from the configured clock (an injected one may run
-    /// ahead) into `CLOCK_BOOTTIME`.
+    /// an `$AppEnd` tried for it (``State/storedStartBoot``); nothing without crash capture.
     private func publishCrashContext() {
         guard configuration.captureCrashes else { return }
-        let (storedSince, session, screen) = box.state.withLock { s in
-            (s.machine.isStarted ? s.storedStartSince : nil, s.sessionID, s.pages.currentScreen ?? "")
-        }
-        let activeSince = storedSince.map { since in
-            let now = configuration.monotonicNanos()
-            let boot = BootClock.nowNanos()
-            let elapsed = now >= since ? now - since : 0
-            return boot >= elapsed ? boot - elapsed : 0
+        let (activeSince, session, screen) = box.state.withLock { s in
+            (s.storedStartBoot, s.sessionID, s.pages.currentScreen ?? "")
         }
         // The record's field holds 127 bytes and a NUL: cut at a character's end, not inside one.
         let screenName = clipped(screen, toBytes: Int(TRIBUTARY_CRASH_SCREEN_NAME) - 1)
         tributary_crash_set_context(activeSince != nil ? 1 : 0, activeSince ?? 0, session, screenName)
+    }
+
+    /// `since`, a reading of the configured clock (an injected one may run ahead), as `CLOCK_BOOTTIME`,
+    /// the clock the crash handler reads.
+    private func bootTime(of since: UInt64) -> UInt64 {
+        let now = configuration.monotonicNanos()
+        let boot = BootClock.nowNanos()
+        let elapsed = now >= since ? now - since : 0
+        return boot >= elapsed ? boot - elapsed : 0
     }
 
     // MARK: Lifecycle
@@ -265,13 +272,27 @@ public final class AutoTracker: Sendable {
             do {
                 switch action {
                 case .track(let event, let properties, let undo):
+                    // The start a crash would close stays open until its `$AppEnd` is tried (a crash while
+                    // it commits backfills it); this one then gets the id the backfill would.
+                    let openStart = event == "$AppEnd" ? box.state.withLock { $0.storedStartBoot } : nil
+                    let moment = openStart.flatMap { since in
+                        configuration.captureCrashes
+                            ? EventMoment(eventID: CrashRecord.appEndEventID(pid: getpid(), activeSince: since, bootID: .current))
+                            : nil
+                    }
+                    defer {
+                        if event == "$AppEnd" {
+                            box.state.withLock { $0.storedStartBoot = nil }
+                            publishCrashContext()
+                        }
+                    }
                     do {
-                        receipts.append(try tracker.trackAutomatic(event, properties: properties))
+                        receipts.append(try tracker.trackAutomatic(event, properties: properties, moment: moment))
                         lastTrackFailed = false
-                        if event == "$AppStart" || event == "$AppEnd" {
-                            box.state.withLock { s in
-                                s.storedStartSince = event == "$AppStart" ? s.machine.activeSince : nil
-                            }
+                        if event == "$AppStart" {
+                            let since = box.state.withLock { $0.machine.activeSince }
+                            let boot = bootTime(of: since)
+                            box.state.withLock { $0.storedStartBoot = boot }
                             publishCrashContext()
                         }
                     } catch {

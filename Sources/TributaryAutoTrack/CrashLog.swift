@@ -85,8 +85,23 @@ public struct CrashRecord: Sendable, Hashable {
     }
 
     /// A stable id for one event derived from this crash, so that recording it twice (a crash between
-    /// the commit and the clearing of the crash file) gives the same `event_id`, which dedups.
+    /// the commit and the clearing of the crash file) gives the same `event_id`, which dedups. The
+    /// `$AppEnd` of an open start gets ``appEndEventID(pid:activeSince:bootID:)``, as the live one would.
     func eventID(for event: String) -> String {
+        if event == "$AppEnd" { return Self.appEndEventID(pid: pid, activeSince: activeSince, bootID: bootID) }
+        return Self.derivedID(pid: pid, wallTimeMillis, bootTimeNanos, bootID: bootID, event: event)
+    }
+
+    /// The `event_id` of the `$AppEnd` that closes the `$AppStart` of process `pid` at `activeSince`
+    /// (`CLOCK_BOOTTIME` in `bootID`): the one tracked live and the one backfilled after a crash get the
+    /// same id. A crash after the live one is stored but before the crash context says so records the
+    /// start as still open; the backfill is then the same event again, which the collector dedups.
+    public static func appEndEventID(pid: Int32, activeSince: UInt64, bootID: BootID) -> String {
+        derivedID(pid: pid, 0, activeSince, bootID: bootID, event: "$AppEnd")
+    }
+
+    /// An RFC 9562 version 8 UUID from two FNV-1a-style hashes of the fields.
+    private static func derivedID(pid: Int32, _ wallTimeMillis: Int64, _ bootTimeNanos: UInt64, bootID: BootID, event: String) -> String {
         var h1: UInt64 = 0xcbf2_9ce4_8422_2325
         var h2: UInt64 = 0x8422_2325_cbf2_9ce4
         func mix(_ bytes: some Sequence<UInt8>) {
@@ -152,12 +167,13 @@ public struct CrashLog: Sendable {
     /// `crash-<producer id>.records`; `%` and `/` in the id are written `%25` and `%2F`, and an id too
     /// long for a file name (255 bytes, with `.pending`) keeps its first 160 bytes and a hash of the rest.
     static func fileName(producerID: String) -> String {
+        // By scalar, not by Character: "/" followed by a combining mark is one Character, not "/".
         var safe = ""
-        for character in producerID {
-            switch character {
+        for scalar in producerID.unicodeScalars {
+            switch scalar {
             case "%": safe += "%25"
             case "/": safe += "%2F"
-            default: safe.append(character)
+            default: safe.unicodeScalars.append(scalar)
             }
         }
         if ("crash-" + safe + ".records.pending").utf8.count > 255 {

@@ -102,8 +102,9 @@ public struct LifecycleMachine: Sendable {
     private var startedInThisProcess = false
     private var resigned = false
     private var backgroundSince: UInt64?
-    /// The session was renewed on the way back to the foreground (``AppSignal/willEnterForeground``).
-    private var sessionRenewed = false
+    /// The session was decided on the way back to the foreground (``AppSignal/willEnterForeground``):
+    /// renewed, or kept; ``AppSignal/didBecomeActive`` does not judge it again.
+    private var sessionDecided = false
 
     /// A machine for a process that has not launched yet.
     public init(hasLaunchedBefore: Bool, sessionTimeoutNanos: UInt64 = 30_000_000_000) {
@@ -160,8 +161,8 @@ public struct LifecycleMachine: Sendable {
                 return []
             case .inactive, .background:
                 var effects: [LifecycleEffect] = []
-                if !sessionRenewed, sessionTimedOut(at: now) { effects.append(.newSession) }
-                sessionRenewed = false
+                if !sessionDecided, sessionTimedOut(at: now) { effects.append(.newSession) }
+                sessionDecided = false
                 let cameFromBackground = backgroundSince != nil
                 effects.append(.appStart(isFirstTime: !hasLaunchedBefore, resumeFromBackground: startedInThisProcess))
                 if cameFromBackground { effects += [.resumeTimers, .resendPageView] }
@@ -191,7 +192,7 @@ public struct LifecycleMachine: Sendable {
             phase = .background
             backgroundSince = now
             resigned = false
-            sessionRenewed = false
+            sessionDecided = false
             return effects + [.pauseTimers, .flush]
 
         case .willEnterForeground:
@@ -199,9 +200,11 @@ public struct LifecycleMachine: Sendable {
             phase = .inactive
             resigned = false
             // The pages shown from here on are tracked at once, before didBecomeActive: they belong to
-            // the new session (they carried the one that had timed out).
+            // the new session (they carried the one that had timed out). Decided here either way: a
+            // didBecomeActive that comes late (a lock screen, a prompt) measures no time in front as
+            // time in the background, and does not split the session these pages are in.
+            sessionDecided = true
             guard sessionTimedOut(at: now) else { return [] }
-            sessionRenewed = true
             return [.newSession]
 
         case .willTerminate:

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CTributaryCrash
 import Foundation
 import Synchronization
 import Tributary
@@ -30,7 +31,7 @@ struct App: AsyncParsableCommand {
 
     @Option(
         name: .customLong("crash-kind"),
-        help: "How to crash: segv (null write), fatal (Swift fatalError), abort, threads (4 threads fault at once).")
+        help: "How to crash: segv (null write), fatal (Swift fatalError), abort, threads (4 threads fault at once), breakpoint (the CPU's breakpoint trap).")
     var crashKind: String = "segv"
 
     @Option(
@@ -44,8 +45,8 @@ struct App: AsyncParsableCommand {
     var sessionTimeout: Double = 30
 
     func validate() throws {
-        guard ["segv", "fatal", "abort", "threads"].contains(crashKind) else {
-            throw ValidationError("--crash-kind must be segv, fatal, abort or threads, not '\(crashKind)'.")
+        guard ["segv", "fatal", "abort", "threads", "breakpoint"].contains(crashKind) else {
+            throw ValidationError("--crash-kind must be segv, fatal, abort, threads or breakpoint, not '\(crashKind)'.")
         }
         if let crashAfter, crashAfter < 0 { throw ValidationError("--crash-after must not be negative.") }
         guard sessionTimeout > 0, sessionTimeout <= 86_400 * 365 else {  // NaN and inf fail too
@@ -254,6 +255,9 @@ enum Crash {
             fatalError("tributary-sim: simulated crash")
         case "abort":
             abort()
+        case "breakpoint":
+            tributary_crash_breakpoint()
+            fatalError("tributary-sim: the breakpoint trap did not end the process")
         case "threads":
             // Four threads fault at the same moment: one record, then the process goes.
             let gate = Gate()

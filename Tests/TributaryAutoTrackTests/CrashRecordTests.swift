@@ -1,5 +1,6 @@
 import CTributaryCrash
 import Foundation
+import Synchronization
 import Testing
 import Tributary
 @testable import TributaryAutoTrack
@@ -216,6 +217,9 @@ struct CrashRecordTests {
         #expect(CrashLog.fileName(producerID: "app") == "crash-app.records")
         #expect(CrashLog.fileName(producerID: "team/app") == "crash-team%2Fapp.records")
         #expect(CrashLog.fileName(producerID: "50%/x") == "crash-50%25%2Fx.records")
+        // A combining mark after "/" or "%" makes one Character of the two: escaped all the same.
+        #expect(CrashLog.fileName(producerID: "a/\u{301}b") == "crash-a%2F\u{301}b.records")
+        #expect(CrashLog.fileName(producerID: "a%\u{301}b") == "crash-a%25\u{301}b.records")
         let long = String(repeating: "é", count: 120)  // 240 bytes
         let name = CrashLog.fileName(producerID: long)
         #expect((name + ".pending").utf8.count <= 255)
@@ -282,6 +286,54 @@ struct CrashRecordTests {
             try auto.handle(.didEnterBackground)
             #expect(try storedEvents(group).map(\.event).suffix(2) == ["$AppStart", "$AppEnd"])
             #expect(tributary_crash_context_foreground(nil) == 0, "its $AppEnd is stored")
+        }
+    }
+
+    @Test("the start stays open to a crash until its $AppEnd is stored, and the $AppEnd has the id its backfill would have")
+    func crashContextUntilAppEndStored() throws {
+        try withTemporaryGroup { group in
+            defer { tributary_crash_uninstall() }
+            let auto = try makeAuto(group, clock: ManualClock(), captureCrashes: true)
+            try auto.start()
+            // What a crash would record while each event is prepared (in the tracking call, before the commit).
+            let seen = Mutex<[UInt32]>([])
+            auto.tracker.registerDynamicSuperProperties {
+                seen.withLock { $0.append(tributary_crash_context_foreground(nil)) }
+                return [:]
+            }
+            try auto.handle(.didFinishLaunching(inBackground: false))
+            try auto.handle(.didBecomeActive)
+            var since: UInt64 = 0
+            #expect(tributary_crash_context_foreground(&since) == 1)
+            seen.withLock { $0 = [] }
+            try auto.handle(.didEnterBackground)
+            #expect(seen.withLock { $0 } == [1], "a crash while the $AppEnd commits would backfill it")
+            #expect(tributary_crash_context_foreground(nil) == 0, "stored: no backfill")
+            let end = try #require(try storedEvents(group).last)
+            #expect(end.event == "$AppEnd")
+            #expect(end.eventID == CrashRecord.appEndEventID(pid: getpid(), activeSince: since, bootID: .current))
+        }
+    }
+
+    @Test("an $AppEnd the store refused closes the start for the crash handler, also when the next $AppStart is refused too")
+    func refusedAppEndClosesStart() throws {
+        try withTemporaryGroup { group in
+            defer { tributary_crash_uninstall() }
+            let auto = try makeAuto(group, clock: ManualClock(), maxEventBytes: 4096, captureCrashes: true)
+            try auto.start()
+            let oversized = Atomic<Bool>(false)
+            auto.tracker.registerDynamicSuperProperties {
+                oversized.load(ordering: .relaxed) ? ["padding": .string(String(repeating: "x", count: 5000))] : [:]
+            }
+            try auto.handle(.didFinishLaunching(inBackground: false))
+            try auto.handle(.didBecomeActive)
+            #expect(tributary_crash_context_foreground(nil) == 1)
+            oversized.store(true, ordering: .relaxed)
+            #expect(throws: TrackingError.self) { try auto.handle(.didEnterBackground) }
+            #expect(tributary_crash_context_foreground(nil) == 0)
+            #expect(throws: TrackingError.self) { try auto.handle(.didBecomeActive) }
+            // A crash now would backfill an $AppEnd for the first start, counting the time in the background.
+            #expect(tributary_crash_context_foreground(nil) == 0)
         }
     }
 

@@ -64,6 +64,12 @@ struct LifecycleTests {
                 at(20_100, .didBecomeActive, hotStart),
             ]),
         Scenario(
+            name: "back in front after 25 s, active 10 s later (a lock screen): the same session, as the pages shown meanwhile",
+            steps: coldLaunch + toBackground(10_000, 9.6) + [
+                at(35_000, .willEnterForeground),
+                at(45_000, .didBecomeActive, hotStart),
+            ]),
+        Scenario(
             name: "hot start after 40 s in the background: new session, before the first page shown",
             steps: coldLaunch + toBackground(10_000, 9.6) + [
                 at(50_100, .willEnterForeground, [.newSession]),

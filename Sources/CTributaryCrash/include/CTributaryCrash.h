@@ -86,6 +86,11 @@ uint64_t tributary_crash_checksum(const void *bytes, uint64_t length);
 /// Walks the frame-pointer chain of the calling thread into `frames` (for tests). Returns the count.
 uint32_t tributary_crash_capture_current(uint64_t *frames, uint32_t max);
 
+/// Executes the CPU's breakpoint instruction (`int3` on x86-64, `brk` on arm64), as a debug trap left in
+/// app code does: SIGTRAP, which on x86-64 resumes after the instruction if its handler returns (for
+/// tests of that path).
+void tributary_crash_breakpoint(void);
+
 #ifdef __cplusplus
 }
 #endif
