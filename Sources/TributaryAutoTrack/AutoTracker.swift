@@ -141,6 +141,8 @@ public final class AutoTracker: Sendable {
     /// The records are set aside first and the handlers installed before they are tracked, so a crash
     /// while they are tracked is kept, and a failure to track them (the store full) leaves crash capture
     /// on: the error is thrown after the handlers are in place, and the records wait for the next start.
+    /// An event the tracker refuses for itself (a ``TrackingError``: over `maxEventBytes` even with the
+    /// shortest backtrace) is given up instead, and its error thrown once the other records are tracked.
     @discardableResult
     public func start() throws -> [TrackReceipt] {
         // Capture goes on even when the records cannot be set aside: a record then left in the file is
@@ -152,6 +154,11 @@ public final class AutoTracker: Sendable {
         }
         try setAside.get()
         var receipts: [TrackReceipt] = []
+        // An event no store could ever take (over the tracker's maxEventBytes even with the shortest
+        // backtrace) is given up, and said by the error thrown at the end; kept, it would be refused at
+        // every start, and every crash after it would wait behind it. The store's own refusals (full)
+        // end the start at once, the records kept for the next.
+        var refused: TrackingError?
         for record in try crashLog.readSetAside() {
             let effects = LifecycleMachine.crashEffects(
                 foreground: record.foreground, activeSince: record.activeSince, crashedAt: record.bootTimeNanos)
@@ -162,6 +169,8 @@ public final class AutoTracker: Sendable {
                 // The crashed run's version, not this one's: the app may have been updated since.
                 if let version = record.appVersion, !version.isEmpty { properties["$app_version"] = .string(version) }
                 let event: String
+                // Backtraces of fewer frames, down to the signal's line alone, for an event over the limit.
+                var reasonLimits: [Int] = []
                 switch effect {
                 case .appEnd(let duration, let reason):
                     event = "$AppEnd"
@@ -169,16 +178,31 @@ public final class AutoTracker: Sendable {
                     if let duration { properties["$event_duration"] = .double(duration) }
                 default:
                     event = "$AppCrashed"
-                    properties["app_crashed_reason"] = .string(record.reason())
+                    reasonLimits = [EventRules.maxStringBytes, 2048, 512, 0]
                 }
                 let moment = EventMoment(
                     wallTimeMillis: record.wallTimeMillis, bootTimeNanos: record.bootTimeNanos, bootID: record.bootID,
                     eventID: record.eventID(for: event))
-                receipts.append(try tracker.trackAutomatic(event, properties: properties, moment: moment))
+                var attempt = 0
+                while true {
+                    if attempt < reasonLimits.count {
+                        properties["app_crashed_reason"] = .string(record.reason(limit: reasonLimits[attempt]))
+                    }
+                    do {
+                        receipts.append(try tracker.trackAutomatic(event, properties: properties, moment: moment))
+                        break
+                    } catch let error as TrackingError {
+                        attempt += 1
+                        if error.code == .eventTooLarge, attempt < reasonLimits.count { continue }
+                        if refused == nil { refused = error }
+                        break
+                    }
+                }
             }
         }
         // Also when no record was intact: torn bytes alone are not read again at every start.
         try crashLog.discardSetAside()
+        if let refused { throw refused }
         return receipts
     }
 

@@ -27,7 +27,13 @@ struct Stored {
 }
 
 func storedEvents(_ group: String) throws -> [Stored] {
-    try SharedStore(groupDirectory: group).events(limit: .max).map { entry in
+    try storedEvents(in: SharedStore(groupDirectory: group))
+}
+
+/// Every event `store` holds, decoded (a store opened with options of its own: one process opens a store
+/// with one quota).
+func storedEvents(in store: SharedStore) throws -> [Stored] {
+    try store.events(limit: .max).map { entry in
         let record = try entry.record.get()
         let body = try #require(try JSONSerialization.jsonObject(with: Data(record.body)) as? [String: Any])
         return Stored(

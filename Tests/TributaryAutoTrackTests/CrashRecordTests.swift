@@ -10,7 +10,7 @@ import TributaryTestSupport
 /// A record as the signal handler writes it (the real multi-process crash is in Integration/CrashTests).
 func crashRecordBytes(
     signal: Int32, foreground: Bool, activeSince: UInt64, crashedAt: UInt64, wallMillis: Int64,
-    session: String, screen: String, appVersion: String = "1.0.0"
+    session: String, screen: String, appVersion: String = "1.0.0", frames: Int = 2
 ) -> [UInt8] {
     var r = tributary_crash_record()
     r.magic = TRIBUTARY_CRASH_MAGIC
@@ -28,10 +28,11 @@ func crashRecordBytes(
     withUnsafeMutableBytes(of: &r.boot_id) { $0.copyBytes(from: BootID.current.bytes) }
     withUnsafeMutableBytes(of: &r.session_id) { $0.copyBytes(from: Array(session.utf8)) }
     withUnsafeMutableBytes(of: &r.screen_name) { $0.copyBytes(from: Array(screen.utf8)) }
-    r.frame_count = 2
+    r.frame_count = UInt32(frames)
     withUnsafeMutableBytes(of: &r.frames) { raw in
         raw.storeBytes(of: 0x5555_0000_1234 as UInt64, toByteOffset: 0, as: UInt64.self)
         raw.storeBytes(of: 0x7fff_0000_0042 as UInt64, toByteOffset: 8, as: UInt64.self)
+        for i in 2..<max(2, frames) { raw.storeBytes(of: 0x5555_0000_2000 + UInt64(i), toByteOffset: 8 * i, as: UInt64.self) }
     }
     r.module_count = 1
     r.modules.0.bias = 0x5555_0000_0000
@@ -165,25 +166,40 @@ struct CrashRecordTests {
             let record = crashRecordBytes(
                 signal: SIGSEGV, foreground: true, activeSince: crashedAt - 5_000_000_000, crashedAt: crashedAt,
                 wallMillis: 1_700_000_000_000, session: "s1", screen: "cart")
-            // 700 bytes: smaller than the $AppCrashed event with its presets and reason.
-            let small = try makeAuto(group, clock: clock, maxEventBytes: 700, captureCrashes: true)
+            // A store at its quota (the agent not running): the refusal passes once the agent drains it.
+            var trackerConfig = Tracker.Configuration(groupDirectory: group)
+            trackerConfig.store.quota = SharedStore.minimumQuota
+            trackerConfig.store.initialMapSize = SharedStore.minimumQuota
+            trackerConfig.monotonicNanos = { clock.now() }
+            let tracker = try Tracker(configuration: trackerConfig)
+            for padding in [8000, 500, 0] {
+                do {
+                    while true { try tracker.track("Filler", properties: ["padding": .string(String(repeating: "x", count: padding))]) }
+                } catch let error as StoreError where error.code == .storeFull {}
+            }
+            let filled = try tracker.store.status().newestSeq ?? 0
+            var config = AutoTracker.Configuration()
+            config.monotonicNanos = { clock.now() }
+            let small = try AutoTracker(tracker: tracker, configuration: config)
             defer { tributary_crash_uninstall() }
             try Data(record).write(to: URL(fileURLWithPath: small.crashLog.path))
-            let error = #expect(throws: TrackingError.self) { try small.start() }
-            #expect(error?.code == .eventTooLarge)
+            let error = #expect(throws: StoreError.self) { try small.start() }
+            #expect(error?.code == .storeFull)
             #expect(Self.size(small.crashLog.path) == 0, "the handlers were installed on a fresh crash file")
             #expect(Self.size(small.crashLog.pendingPath) == record.count, "the record was set aside")
-            #expect(try storedEvents(group).isEmpty)
+            #expect(try storedEvents(in: tracker.store).count == Int(filled), "nothing of the crash stored")
 
-            // This run crashes too: its handler appends to the fresh file. The next start reports both, once.
+            // This run crashes too: its handler appends to the fresh file. Once the agent has drained the
+            // store, the next start reports both, once.
             let second = crashRecordBytes(
                 signal: SIGABRT, foreground: false, activeSince: 0, crashedAt: crashedAt + 1_000_000_000,
                 wallMillis: 1_700_000_001_000, session: "s2", screen: "")
             try Data(second).write(to: URL(fileURLWithPath: small.crashLog.path))
             #expect(try small.crashLog.read().map(\.signal) == [SIGSEGV, SIGABRT])
-            let next = try makeAuto(group, clock: clock)
+            _ = try tracker.store.deleteEvents(through: filled)
+            let next = try AutoTracker(tracker: tracker, configuration: config)
             #expect(try next.start().count == 3)
-            #expect(try storedEvents(group).map(\.event) == ["$AppCrashed", "$AppEnd", "$AppCrashed"])
+            #expect(try storedEvents(in: tracker.store).map(\.event) == ["$AppCrashed", "$AppEnd", "$AppCrashed"])
             #expect(try next.crashLog.read().isEmpty)
             #expect(!FileManager.default.fileExists(atPath: next.crashLog.pendingPath))
         }
@@ -334,6 +350,37 @@ struct CrashRecordTests {
             #expect(throws: TrackingError.self) { try auto.handle(.didBecomeActive) }
             // A crash now would backfill an $AppEnd for the first start, counting the time in the background.
             #expect(tributary_crash_context_foreground(nil) == 0)
+        }
+    }
+
+    @Test("a crash record whose event is over the size limit is reported with a shorter backtrace, and one never storable does not hold the others back")
+    func oversizedCrashRecord() throws {
+        try withTemporaryGroup { group in
+            // 4,096 bytes: an $AppCrashed with 64 frames does not fit, one with the signal's line alone does.
+            let auto = try makeAuto(group, clock: ManualClock(), maxEventBytes: 4096)
+            let deep = crashRecordBytes(
+                signal: SIGSEGV, foreground: false, activeSince: 0, crashedAt: 5, wallMillis: 1_700_000_000_000,
+                session: "s1", screen: "", frames: 64)
+            let shallow = crashRecordBytes(
+                signal: SIGABRT, foreground: false, activeSince: 0, crashedAt: 9, wallMillis: 1_700_000_001_000,
+                session: "s2", screen: "")
+            try Data(deep + shallow).write(to: URL(fileURLWithPath: auto.crashLog.path))
+            #expect(try auto.start().count == 2)
+            let reasons = try storedEvents(group).filter { $0.event == "$AppCrashed" }.compactMap { $0["app_crashed_reason"] as? String }
+            #expect(reasons.count == 2)
+            #expect(reasons.first?.hasPrefix("SIGSEGV (signal 11") == true && reasons.first!.split(separator: "\n").count < 65)
+            #expect(reasons.last?.contains("#1 0x00007fff00000042") == true, "the other record whole")
+            #expect(!FileManager.default.fileExists(atPath: auto.crashLog.pendingPath))
+        }
+        try withTemporaryGroup { group in
+            // 300 bytes: no $AppCrashed fits at all. Given up, said once; the next start has nothing to redo.
+            let auto = try makeAuto(group, clock: ManualClock(), maxEventBytes: 300)
+            try Data(crashRecordBytes(
+                signal: SIGSEGV, foreground: false, activeSince: 0, crashedAt: 5, wallMillis: 1, session: "s", screen: "")
+            ).write(to: URL(fileURLWithPath: auto.crashLog.path))
+            let error = #expect(throws: TrackingError.self) { try auto.start() }
+            #expect(error?.code == .eventTooLarge)
+            #expect(try auto.start().isEmpty)
         }
     }
 
