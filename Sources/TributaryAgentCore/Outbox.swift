@@ -96,13 +96,27 @@ public final class Outbox: Sendable {
         // that failed would be retried by the next). The agent checkpoints explicitly (checkpoint()),
         // where the error is seen and stops it.
         try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
+        // A checkpoint that empties the WAL leaves the file at its size: one grown by a large
+        // transaction (a migration's rebuild, a replay of many dead letters) would keep its disk space
+        // for the agent's whole run. SQLite cuts it back to this when it next starts the WAL over.
+        try writer.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA journal_size_limit = \(Self.walSizeLimit)")
+        }
         let migrator = Self.migrator
-        if let whileMigrating, try !writer.read({ db in try migrator.hasCompletedMigrations(db) }) {
-            try whileMigrating { [writer] in try migrator.migrate(writer) }
-        } else {
-            try migrator.migrate(writer)
+        if try !writer.read({ db in try migrator.hasCompletedMigrations(db) }) {
+            // A migration rebuilds tables: its WAL is as large as they are. Emptied and cut at once.
+            let migrate = { [writer] in
+                try migrator.migrate(writer)
+                try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+            }
+            if let whileMigrating { try whileMigrating(migrate) } else { try migrate() }
         }
     }
+
+    /// The size SQLite cuts the WAL back to when it starts it over (`journal_size_limit`): above what
+    /// the agent writes between two of its checkpoints, so that steady work does not truncate and
+    /// regrow the file.
+    static let walSizeLimit = 64 << 20
 
     /// The writer connection's `PRAGMA synchronous` (2 = FULL).
     public func synchronousMode() throws -> Int {
@@ -341,7 +355,7 @@ public final class Outbox: Sendable {
             guard recorded != 0 else { return nil }
             let drained = UInt64(try Self.state(db, "last_drained_seq"))
             try Self.setState(db, "last_drained_seq", 0)
-            try Self.setState(db, "last_drained_record", 0)  // the other store's
+            try Self.forgetDrainedRecord(db)  // the other store's
             return (recorded, drained)
         }
     }
@@ -399,9 +413,12 @@ public final class Outbox: Sendable {
             try Self.bump(db, "corrupt_records", corrupt)
             try Self.bump(db, "dead_letters", corrupt)
             try Self.bump(db, "dead_letter_bytes", corruptBytes)
-            // Which record `last_drained_seq` is (``reconcile(lastAssignedSeq:oldestSeq:identityAt:)``).
-            if highest > already {
+            // Which record the chunk ended with, and at which seq (``reconcile(lastAssignedSeq:oldestSeq:identityAt:)``
+            // takes it only while that seq is `last_drained_seq`: an agent from before identities were kept
+            // may have moved it on since, without a word about the record there).
+            if highest > already, let last = chunk.entries.last?.seq {
                 try Self.setState(db, "last_drained_record", Int64(bitPattern: chunk.lastRecordIdentity))
+                try Self.setState(db, "last_drained_record_seq", Int64(last))
             }
             beforeCommit()
             return Inserted(inserted: inserted, skipped: skipped)
@@ -436,7 +453,9 @@ public final class Outbox: Sendable {
     ) throws -> (before: UInt64, after: UInt64)? {
         let (drained, identity) = try writer.read { db in
             let seq = UInt64(try Self.state(db, "last_drained_seq"))
-            return (seq, UInt64(bitPattern: try Self.state(db, "last_drained_record")))
+            let identitySeq = UInt64(try Self.state(db, "last_drained_record_seq"))
+            // Not known unless it is the record at `last_drained_seq`.
+            return (seq, identitySeq == seq ? UInt64(bitPattern: try Self.state(db, "last_drained_record")) : 0)
         }
         guard drained > 0 else { return nil }
         let reused: Bool
@@ -451,9 +470,17 @@ public final class Outbox: Sendable {
         let after = oldestSeq.map { $0 - 1 } ?? lastAssignedSeq
         try writer.write { db in
             try Self.setState(db, "last_drained_seq", Int64(after))
-            try Self.setState(db, "last_drained_record", 0)
+            try Self.forgetDrainedRecord(db)
         }
         return (drained, after)
+    }
+
+    /// Forgets which record was drained last, and the event a halt held back: seqs from here on name
+    /// other records (another store's, or the same seqs handed out again).
+    private static func forgetDrainedRecord(_ db: Database) throws {
+        try setState(db, "last_drained_record", 0)
+        try setState(db, "last_drained_record_seq", 0)
+        try setState(db, "halted_seq", 0)
     }
 
     /// Runs the cached `INSERT INTO outbox` for one event of a chunk.
@@ -765,8 +792,10 @@ public final class Outbox: Sendable {
         let deleted = db.changesCount
         try Self.endInFlight(db)
         if deleted > 0 {
+            // A delivery ends the run of dead letters, and any hold a halt made (the held event was the
+            // first waiting: delivered, or dead-lettered before this).
             try db.cachedStatement(
-                sql: "UPDATE agent_state SET value = 0 WHERE key = 'dead_letters_in_a_row' AND value != 0"
+                sql: "UPDATE agent_state SET value = 0 WHERE key IN ('dead_letters_in_a_row', 'halted_seq') AND value != 0"
             ).execute()
         }
         try Self.bump(db, "delivered", deleted)
@@ -892,30 +921,50 @@ public final class Outbox: Sendable {
     /// ``UnknownDeadLetters`` and moves none.
     @discardableResult
     public func replayDeadLetters(ids: [Int64]? = nil) throws -> Int {
-        try writer.write { db in
-            let rows = try Self.chosenDeadLetters(db, columns: "*", filter: "event_id IS NOT NULL", ids: ids, replaying: true)
-            var moved = 0
-            for r in rows {
-                try db.execute(
+        // Which ones, decided first (all or nothing with `ids`), then moved a chunk per transaction: a
+        // running agent waits for the outbox's writer one chunk at a time, never for the whole replay
+        // (its busy timeout would stop it), and the bodies in memory are one chunk's. Oldest first, in
+        // the order they were refused (`id`; seqs of two stores, or handed out again, do not order them).
+        let chosen = try writer.read { db in
+            try Self.chosenDeadLetters(db, columns: "id", filter: "event_id IS NOT NULL", ids: ids, replaying: true)
+                .map { $0["id"] as Int64 }
+        }
+        var moved = 0
+        for start in stride(from: 0, to: chosen.count, by: Self.replayChunk) {
+            let chunk = Array(chosen[start..<min(start + Self.replayChunk, chosen.count)])
+            moved += try writer.write { db in
+                let select = try db.cachedStatement(sql: "SELECT * FROM dead_letters WHERE id = ?")
+                let insert = try db.cachedStatement(
                     sql: """
                         INSERT INTO outbox (seq, event_id, producer, producer_kind, producer_seq, wall_ms,
                             boot_ns, boot_id, body)
                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """,
-                    arguments: [
+                        """)
+                let delete = try db.cachedStatement(sql: "DELETE FROM dead_letters WHERE id = ?")
+                var moved = 0
+                var bytes = 0
+                for id in chunk {
+                    // Gone meanwhile (discarded, or replayed by another command): nothing to move.
+                    guard let r = try GRDB.Row.fetchOne(select, arguments: [id]) else { continue }
+                    try insert.execute(arguments: [
                         r["seq"], r["event_id"], r["producer"], r["producer_kind"], r["producer_seq"], r["wall_ms"],
                         r["boot_ns"], r["boot_id"], r["body"],
                     ])
-                let size = (r["body"] as Data).count
-                try Self.bump(db, "pending_count", 1)
-                try Self.bump(db, "pending_bytes", size)
-                try Self.bump(db, "dead_letter_bytes", -size)
-                try db.execute(sql: "DELETE FROM dead_letters WHERE id = ?", arguments: [r["id"] as Int64])
-                moved += 1
+                    try delete.execute(arguments: [id])
+                    bytes += (r["body"] as Data).count
+                    moved += 1
+                }
+                try Self.bump(db, "pending_count", moved)
+                try Self.bump(db, "pending_bytes", bytes)
+                try Self.bump(db, "dead_letter_bytes", -bytes)
+                return moved
             }
-            return moved
         }
+        return moved
     }
+
+    /// Dead letters moved back per transaction by ``replayDeadLetters(ids:)``.
+    static let replayChunk = 200
 
     /// Deletes dead letters (all, or those with the given ids) for good, corrupt records too, and
     /// frees their room in the outbox quota. Returns how many were deleted. With `ids`, all or
@@ -942,7 +991,7 @@ public final class Outbox: Sendable {
             sql += " AND id IN (\(ids.map { _ in "?" }.joined(separator: ",")))"
             arguments = StatementArguments(ids)
         }
-        let rows = try GRDB.Row.fetchAll(db, sql: sql + " ORDER BY seq", arguments: arguments)
+        let rows = try GRDB.Row.fetchAll(db, sql: sql + " ORDER BY id", arguments: arguments)
         if let ids {
             let unknown = Array(Set(ids).subtracting(rows.map { $0["id"] as Int64 })).sorted()
             guard unknown.isEmpty else { throw UnknownDeadLetters(ids: unknown, replaying: replaying) }

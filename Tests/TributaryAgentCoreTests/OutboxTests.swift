@@ -77,6 +77,39 @@ struct OutboxTests {
             try outbox.insertDrained(record(9, "the ninth"))
             let fewer = try #require(try outbox.reconcile(lastAssignedSeq: 6, oldestSeq: nil) { _ in nil })
             #expect(fewer == (before: 9, after: 6))
+
+            // An agent from before identities were kept drained on to 20 (and stopped before its store
+            // delete): the identity recorded is seq 9's, not 20's, and says nothing about the record there.
+            try outbox.insertDrained(record(9, "the ninth"))
+            try outbox.writer.write { db in
+                try db.execute(sql: "UPDATE agent_state SET value = 20 WHERE key = 'last_drained_seq'")
+            }
+            #expect(try outbox.reconcile(lastAssignedSeq: 25, oldestSeq: 15) { $0 == 20 ? identity("the twentieth") : nil } == nil)
+            #expect(try outbox.lastDrainedSeq() == 20)
+        }
+    }
+
+    @Test("dead letters are replayed in the order they were refused, a chunk per transaction, their counters kept")
+    func replayOrderAndChunks() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            _ = try outbox.adoptStore(1)
+            let count = Outbox.replayChunk * 2 + 50
+            try outbox.insertDrained((1...UInt64(count)).map { .event(Self.row(500 + $0)) })
+            for row in try outbox.nextBatch(maxCount: count, maxBytes: .max) {
+                try outbox.deadLetter(row, status: 400, reason: "HTTP 400")
+            }
+            // The store created anew (an app reinstalled): its seqs start again, below the first store's.
+            _ = try outbox.adoptStore(2)
+            try outbox.insertDrained([.event(Self.row(3, eventID: "new-3"))])
+            try outbox.deadLetter(try #require(try outbox.nextBatch(maxCount: 1, maxBytes: .max).first), status: 400, reason: "HTTP 400")
+            let bytes = try outbox.deadLetterBytes()
+            #expect(try outbox.replayDeadLetters() == count + 1)
+            let replayed = try outbox.nextBatch(maxCount: count + 10, maxBytes: .max)
+            #expect(replayed.map(\.seq) == (501...UInt64(500 + count)).map { $0 } + [3], "refused first, replayed first")
+            #expect(try outbox.deadLetterBytes() == 0 && outbox.pending().count == count + 1)
+            #expect(try outbox.pending().bytes == bytes)
+            #expect(try outbox.deadLetters().isEmpty)
         }
     }
 
@@ -99,9 +132,15 @@ struct OutboxTests {
             #expect(try outbox.deadLetterRun(destination: 8) == (1, nil))
             #expect(try outbox.deadLetterRun(destination: 7) == (0, nil))
             try outbox.deadLetter(try #require(try outbox.nextBatch(maxCount: 1, maxBytes: .max).first), status: 400, reason: "HTTP 400")
+            try outbox.holdAfterHalt(seq: 6)
             let batch = try outbox.nextBatch(maxCount: 2, maxBytes: .max)
             try outbox.acknowledge(try #require(batch.first?.batchID))
-            #expect(try outbox.deadLetterRun(destination: 7).inARow == 0)
+            #expect(try outbox.deadLetterRun(destination: 7) == (0, nil), "a delivery ends the run and the hold")
+            // Another store's seqs (an app reinstalled) name other events: a hold is forgotten with them.
+            try outbox.holdAfterHalt(seq: 8)
+            _ = try outbox.adoptStore(1)
+            _ = try outbox.adoptStore(2)
+            #expect(try outbox.deadLetterRun(destination: 7).heldSeq == nil)
         }
     }
 
@@ -285,6 +324,12 @@ struct OutboxTests {
             try old.close()
 
             let outbox = try Outbox(path: path)
+            #expect(
+                (try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) == 0,
+                "the migrations' rebuilds are out of the WAL, and its file cut back")
+            #expect(
+                try outbox.writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA journal_size_limit") }
+                    == Outbox.walSizeLimit)
             let inFlight = try outbox.nextBatch(maxCount: 100, maxBytes: .max)
             #expect(inFlight.map(\.seq) == [1, 2, 3] && inFlight.map(\.id) == [11, 12, 13])
             #expect(inFlight.allSatisfy { $0.batchID == "b-old" }, "the batch in flight keeps its id")
