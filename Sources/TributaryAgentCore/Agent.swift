@@ -559,8 +559,11 @@ public final class Agent: Service, Sendable {
             if let task = budget.current, task.remaining(at: loop.clock.now) <= .zero { continue }
             if loop.clock.now - loop.lastStatusWrite >= .seconds(1) {
                 // The outbox never checkpoints by itself (SQLite would ignore a failed fsync there):
-                // checkpoint here, where an I/O error reaches the fail-stop rule (FatalIO).
-                try outbox.checkpoint(truncate: false)
+                // checkpoint here, where an I/O error reaches the fail-stop rule (FatalIO). Idle, a large
+                // WAL is also cut back (a reader, `tributary status`, may keep that from completing: the
+                // next second tries again).
+                let truncate = pending == 0 && outbox.walFileBytes > configuration.idleWALBytes
+                try outbox.checkpoint(truncate: truncate, patience: truncate ? .milliseconds(200) : nil)
                 writeStatus(session: session, state: loop.state, loop: loop)
                 loop.lastStatusWrite = loop.clock.now
             }

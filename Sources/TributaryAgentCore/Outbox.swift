@@ -96,12 +96,6 @@ public final class Outbox: Sendable {
         // that failed would be retried by the next). The agent checkpoints explicitly (checkpoint()),
         // where the error is seen and stops it.
         try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
-        // A checkpoint that empties the WAL leaves the file at its size: one grown by a large
-        // transaction (a migration's rebuild, a replay of many dead letters) would keep its disk space
-        // for the agent's whole run. SQLite cuts it back to this when it next starts the WAL over.
-        try writer.writeWithoutTransaction { db in
-            try db.execute(sql: "PRAGMA journal_size_limit = \(Self.walSizeLimit)")
-        }
         let migrator = Self.migrator
         if try !writer.read({ db in try migrator.hasCompletedMigrations(db) }) {
             // A migration rebuilds tables: its WAL is as large as they are. Emptied and cut at once.
@@ -113,10 +107,14 @@ public final class Outbox: Sendable {
         }
     }
 
-    /// The size SQLite cuts the WAL back to when it starts it over (`journal_size_limit`): above what
-    /// the agent writes between two of its checkpoints, so that steady work does not truncate and
-    /// regrow the file.
-    static let walSizeLimit = 64 << 20
+    /// The size of the outbox's WAL file (0 when there is none). A checkpoint that empties the WAL
+    /// leaves the file at its size, for the next transactions to write over: one grown by a burst or
+    /// a large transaction (a replay of many dead letters) keeps its disk space until a `TRUNCATE`
+    /// checkpoint (``checkpoint(truncate:patience:)``), which the agent runs once it is idle.
+    public var walFileBytes: Int {
+        var info = stat()
+        return stat(path + "-wal", &info) == 0 ? Int(info.st_size) : 0
+    }
 
     /// The writer connection's `PRAGMA synchronous` (2 = FULL).
     public func synchronousMode() throws -> Int {

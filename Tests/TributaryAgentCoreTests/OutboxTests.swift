@@ -327,9 +327,6 @@ struct OutboxTests {
             #expect(
                 (try FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) == 0,
                 "the migrations' rebuilds are out of the WAL, and its file cut back")
-            #expect(
-                try outbox.writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA journal_size_limit") }
-                    == Outbox.walSizeLimit)
             let inFlight = try outbox.nextBatch(maxCount: 100, maxBytes: .max)
             #expect(inFlight.map(\.seq) == [1, 2, 3] && inFlight.map(\.id) == [11, 12, 13])
             #expect(inFlight.allSatisfy { $0.batchID == "b-old" }, "the batch in flight keeps its id")

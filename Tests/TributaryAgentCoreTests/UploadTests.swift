@@ -311,6 +311,26 @@ struct UploadTests {
         }
     }
 
+    @Test("an idle agent empties and cuts back an outbox WAL over its limit (idleWALBytes)")
+    func idleWALTruncated() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 400)
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let agent = try Self.agent(group, collector) {
+                    $0.idleWALBytes = 1
+                    $0.bulkSize = 50
+                }
+                try await GroupSettingsTests.whileRunning(agent) {
+                    let delivered = try await Self.eventually { try await collector.stats().unique == 400 }
+                    #expect(delivered)
+                    // The periodic checkpoint, once a second, finds nothing pending.
+                    let cut = try await Self.eventually { agent.outbox.walFileBytes == 0 }
+                    #expect(cut, "\(agent.outbox.walFileBytes) bytes")
+                }
+            }
+        }
+    }
+
     @Test("a run of bad events longer than the halt limit still passes, one held back per halt, in order")
     func poisonRunPassesSlowly() async throws {
         try await withTemporaryGroup { group in
