@@ -78,7 +78,6 @@ public final class Agent: Service, Sendable {
             outbox = try Outbox(path: configuration.outboxPath) { migrate in
                 try SystemdNotifier().extendingStart(status: "migrating the outbox \(configuration.outboxPath)", migrate)
             }
-            try outbox.recountDeadLetterBytes()
             if let previous = try outbox.adoptStore(store.storeID) {
                 logger.warning(
                     "the shared store is not the one this outbox drained before: it was created anew; draining it from its first event",

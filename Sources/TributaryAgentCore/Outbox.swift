@@ -230,7 +230,26 @@ public final class Outbox: Sendable {
         m.registerMigration("v5: dead-letter bytes") { db in
             // Dead letters count against the outbox quota with the pending events (promise 4): kept in
             // agent_state like the pending counters, so that no check sums the table.
-            try db.execute(sql: countDeadLetterBytes)
+            try db.execute(sql: """
+                INSERT OR REPLACE INTO agent_state (key, value)
+                    SELECT 'dead_letter_bytes', COALESCE(SUM(LENGTH(body)), 0) FROM dead_letters;
+                """)
+        }
+        m.registerMigration("v6: dead-letter bytes kept by triggers") { db in
+            // Kept by SQLite itself, for every program that adds or removes a dead letter: an agent from
+            // before v5 knows no such count, and keeping it right after one ran took a sum over the whole
+            // table at every start (up to the quota's worth of pages, on a timer's every run). A key of its
+            // own: agents from v5 on bump `dead_letter_bytes` themselves, and recount it at their start.
+            try db.execute(sql: """
+                INSERT OR REPLACE INTO agent_state (key, value)
+                    SELECT 'dead_letter_body_bytes', COALESCE(SUM(LENGTH(body)), 0) FROM dead_letters;
+                CREATE TRIGGER dead_letter_added AFTER INSERT ON dead_letters BEGIN
+                    UPDATE agent_state SET value = value + LENGTH(NEW.body) WHERE key = 'dead_letter_body_bytes';
+                END;
+                CREATE TRIGGER dead_letter_removed AFTER DELETE ON dead_letters BEGIN
+                    UPDATE agent_state SET value = value - LENGTH(OLD.body) WHERE key = 'dead_letter_body_bytes';
+                END;
+                """)
         }
         return m
     }
@@ -370,7 +389,6 @@ public final class Outbox: Sendable {
             var inserted = 0
             var skipped = 0
             var corrupt = 0
-            var corruptBytes = 0
             var insertedBytes = 0
             let insert = try db.cachedStatement(sql: """
                 INSERT INTO outbox
@@ -399,7 +417,6 @@ public final class Outbox: Sendable {
                                 """,
                             arguments: [Int64(seq), "corrupt store record: \(reason)", BootClock.wallMillis(), Data(raw)])
                         corrupt += 1
-                        corruptBytes += raw.count
                     }
                 }
             }
@@ -410,7 +427,6 @@ public final class Outbox: Sendable {
             try Self.bump(db, "duplicates_skipped", skipped)
             try Self.bump(db, "corrupt_records", corrupt)
             try Self.bump(db, "dead_letters", corrupt)
-            try Self.bump(db, "dead_letter_bytes", corruptBytes)
             // Which record the chunk ended with, and at which seq (``reconcile(lastAssignedSeq:oldestSeq:identityAt:)``
             // takes it only while that seq is `last_drained_seq`: an agent from before identities were kept
             // may have moved it on since, without a word about the record there).
@@ -529,18 +545,6 @@ public final class Outbox: Sendable {
     /// against the outbox quota with the pending events.
     public func deadLetterBytes() throws -> Int { try pending().deadLetterBytes }
 
-    /// Sets `dead_letter_bytes` from the table (migration v5, and the agent at every start).
-    private static let countDeadLetterBytes = """
-        INSERT OR REPLACE INTO agent_state (key, value)
-            SELECT 'dead_letter_bytes', COALESCE(SUM(LENGTH(body)), 0) FROM dead_letters;
-        """
-
-    /// Counts the dead letters' bytes again from the table (the agent does at start): an agent of
-    /// a version before migration v5 may have added dead letters to a migrated outbox uncounted.
-    public func recountDeadLetterBytes() throws {
-        try writer.write { db in try db.execute(sql: Self.countDeadLetterBytes) }
-    }
-
     /// Number of events waiting and their total body size, and the dead letters' bytes (with the
     /// pending bytes, what the outbox quota bounds): one read of the counters.
     public func pending() throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
@@ -548,7 +552,7 @@ public final class Outbox: Sendable {
             let select = try db.cachedStatement(sql: """
                 SELECT (SELECT value FROM agent_state WHERE key = 'pending_count'),
                        (SELECT value FROM agent_state WHERE key = 'pending_bytes'),
-                       (SELECT value FROM agent_state WHERE key = 'dead_letter_bytes')
+                       (SELECT value FROM agent_state WHERE key = 'dead_letter_body_bytes')
                 """)
             let row = try GRDB.Row.fetchOne(select)
             return (Int(row?[0] as Int64? ?? 0), Int(row?[1] as Int64? ?? 0), Int(row?[2] as Int64? ?? 0))
@@ -826,7 +830,6 @@ public final class Outbox: Sendable {
             try Self.bump(db, "pending_count", -deleted)
             try Self.bump(db, "pending_bytes", -row.body.count * deleted)
             try Self.bump(db, "dead_letters", 1)
-            try Self.bump(db, "dead_letter_bytes", row.body.count)
             try Self.bump(db, "dead_letters_in_a_row", 1)
             beforeCommit()
         }
@@ -954,7 +957,6 @@ public final class Outbox: Sendable {
                 }
                 try Self.bump(db, "pending_count", moved)
                 try Self.bump(db, "pending_bytes", bytes)
-                try Self.bump(db, "dead_letter_bytes", -bytes)
                 return moved
             }
         }
@@ -970,10 +972,9 @@ public final class Outbox: Sendable {
     @discardableResult
     public func discardDeadLetters(ids: [Int64]? = nil) throws -> Int {
         try writer.write { db in
-            let rows = try Self.chosenDeadLetters(db, columns: "id, LENGTH(body) AS size", filter: "1", ids: ids, replaying: false)
+            let rows = try Self.chosenDeadLetters(db, columns: "id", filter: "1", ids: ids, replaying: false)
             let delete = try db.cachedStatement(sql: "DELETE FROM dead_letters WHERE id = ?")
             for row in rows { try delete.execute(arguments: [row["id"] as Int64]) }
-            try Self.bump(db, "dead_letter_bytes", -rows.reduce(0) { $0 + ($1["size"] as Int) })
             return rows.count
         }
     }
