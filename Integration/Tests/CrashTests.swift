@@ -112,6 +112,34 @@ struct CrashTests {
         }
     }
 
+    @Test("a start leaves alone the crash file another live instance of the app writes to; its crash is reported later")
+    func liveInstanceKeepsItsCrashFile() async throws {
+        try await withTemporaryGroup { group in
+            let quiet = ["SWIFT_BACKTRACE": "enable=no"]
+            // Two instances of the app, both producer "app": B runs on (and crashes later), A crashes now.
+            let b = try ChildProcess(
+                "tributary-sim",
+                ["app", "--group", group, "--events", "400", "--rate", "10", "--crash-after", "60", "--crash-kind", "abort"],
+                environment: quiet)
+            #expect(await b.waitForLine(startingWith: "READY") != nil)
+            let a = try ChildProcess(
+                "tributary-sim", ["app", "--group", group, "--events", "100", "--crash-after", "5", "--crash-kind", "abort"],
+                environment: quiet)
+            #expect(await a.finish().status == SIGABRT)
+            // C starts while B runs: it must not take the file B's handlers write to.
+            let c = try await ChildProcess.run("tributary-sim", ["app", "--group", group, "--events", "3"], environment: quiet)
+            #expect(c.status == 0, "\(c.stderr)")
+            try #require(kill(b.pid, 0) == 0, "B ended before C's start: the machine was too slow for this test")
+            #expect(Self.named("$AppCrashed", in: try Self.events(group)).isEmpty, "A's record waits: B holds the file")
+            let bExit = await b.finish()
+            #expect(b.process.terminationReason == .uncaughtSignal && bExit.status == SIGABRT, "\(bExit.stderr)")
+            // D, with no other instance left, reports both crashes.
+            let d = try await ChildProcess.run("tributary-sim", ["app", "--group", group, "--events", "1"], environment: quiet)
+            #expect(d.status == 0, "\(d.stderr)")
+            #expect(Self.named("$AppCrashed", in: try Self.events(group)).count == 2)
+        }
+    }
+
     @Test("four threads crashing at once leave one intact record and one $AppCrashed")
     func concurrentCrashes() async throws {
         try await withTemporaryGroup { group in

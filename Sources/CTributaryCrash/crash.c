@@ -312,6 +312,8 @@ int tributary_crash_install(int fd, const uint8_t *boot_id) {
     return 0;
 }
 
+int tributary_crash_current_fd(void) { return g_fd; }
+
 int tributary_crash_uninstall(void) {
     if (!g_installed) return 0;
     for (unsigned i = 0; i < SIGNAL_COUNT; i++) {

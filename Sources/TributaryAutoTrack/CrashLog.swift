@@ -286,10 +286,19 @@ public struct CrashLog: Sendable {
     /// Moves the records of earlier runs out of the handler's file into ``pendingPath`` (appending them
     /// to records set aside before and not yet tracked), durably, so that this run's handlers start on
     /// an empty file.
+    ///
+    /// Not while another live process of this producer id writes to the file (two instances of an app,
+    /// both `app`): each holds a shared `flock` on it while its handlers are installed. Taken from under
+    /// it, the file would be removed once its records were tracked, and that process's own crash, still
+    /// to come, written to a file no longer there. Its records, and those of processes that died
+    /// meanwhile, are set aside by a start when none holds it.
     func setAside() throws {
-        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-            (attributes[.size] as? Int ?? 0) > 0
-        else { return }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return }  // no crash file yet
+        defer { close(fd) }  // and with it the lock taken below
+        var file = stat()
+        guard fstat(fd, &file) == 0, file.st_size > 0 else { return }
+        if !Self.isInstalled(file), flock(fd, LOCK_EX | LOCK_NB) != 0 { return }
         if !FileManager.default.fileExists(atPath: pendingPath) {
             guard rename(path, pendingPath) == 0 else {
                 throw CrashLogError(
@@ -334,9 +343,33 @@ public struct CrashLog: Sendable {
         }
     }
 
-    /// Opens the file for appending and installs the signal handlers that write to it.
+    /// Whether `file` is the crash file this process's handlers write to (a second start in one process
+    /// sets aside its own file: its shared lock is no other writer's).
+    private static func isInstalled(_ file: stat) -> Bool {
+        let fd = tributary_crash_current_fd()
+        var installed = stat()
+        return fd >= 0 && fstat(fd, &installed) == 0 && installed.st_dev == file.st_dev && installed.st_ino == file.st_ino
+    }
+
+    /// Opens the file for appending, holding a shared `flock` on it (see ``setAside()``), and installs the
+    /// signal handlers that write to it.
     func install(bootID: BootID, appVersion: String) throws {
-        let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o660)
+        // Another start setting the file aside holds it exclusively for a moment; the file at the path is
+        // then a new one. Up to 2 s (a start stopped midway must not hold this one for ever), then the
+        // handlers are installed on the file without the lock.
+        var fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o660)
+        for _ in 0..<200 where fd >= 0 {
+            var held = stat()
+            var named = stat()
+            if flock(fd, LOCK_SH | LOCK_NB) == 0, fstat(fd, &held) == 0, stat(path, &named) == 0,
+                held.st_dev == named.st_dev, held.st_ino == named.st_ino
+            {
+                break
+            }
+            close(fd)
+            usleep(10_000)
+            fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o660)
+        }
         guard fd >= 0 else {
             throw CrashLogError(
                 path: path, message: "cannot be created: \(String(cString: strerror(Glibc.errno))).", errno: Glibc.errno

@@ -64,6 +64,9 @@ typedef struct {
 /// Calling it again replaces (and closes) the file, keeps the original previous actions.
 int tributary_crash_install(int fd, const uint8_t *boot_id);
 
+/// The crash file descriptor the handlers write to, or -1 when none is installed.
+int tributary_crash_current_fd(void);
+
 /// Restores the actions that were installed before `tributary_crash_install` and closes the crash
 /// file. Returns 0 or errno.
 int tributary_crash_uninstall(void);
