@@ -475,6 +475,29 @@ struct DeadlineTests {
         }
     }
 
+    @Test("a store deleted under an agent with a backlog, then SIGTERM: the stop drains the deleted file into the outbox first, losing nothing")
+    func storeReplacedThenStop() async throws {
+        try await withTemporaryGroup { group in
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(latencyMillis: 100))) { collector in
+                try await Self.produce(group, 3000)
+                let agent = try ChildProcess(
+                    "tributary-agent", Self.args(group, collector.url, ["--drain-ahead", "200", "--batch-size", "100"]))
+                _ = try await HybridBrowserTests.delivered(collector, count: 100, within: 30)
+                for _ in 0..<10 where FileManager.default.fileExists(atPath: group) {
+                    try? FileManager.default.removeItem(atPath: group)
+                }
+                agent.send(SIGTERM)
+                let exit = await agent.finish()
+                #expect([0, 75].contains(exit.status), "\(exit.stderr)")
+                try await Self.produce(group, 20)
+                let result = try await ChildProcess.run("tributary-agent", Self.args(group, collector.url, ["--once"]))
+                #expect(result.status == 0, "\(result.stderr)")
+                let stats = try await collector.stats()
+                #expect(stats.unique == 3020 && stats.duplicates == 0, "\(stats)")
+            }
+        }
+    }
+
     @Test("the agent unit does not restart on an exit code the operations guide says a restart cannot help")
     func unitRestartPrevention() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -431,7 +431,12 @@ public final class Agent: Service, Sendable {
             // a bulk size not reached), the drain goes on, up to the outbox's quota.
             let queued = try outbox.pending().count
             let batchWaiting = queued >= configuration.upload.batchSize && uploadMayStart(loop, pending: queued)
-            let drained = isStopping || batchWaiting ? 0 : try drainRespectingQuota(&loop)
+            // A store deleted or created anew: the old file's undrained events are reachable only through
+            // this process's mapping, and go with it. A stop drains them first (within its deadline).
+            let rescuing = try isStopping && store.isReplaced && oldStoreHoldsUndrained()
+            let drained =
+                (isStopping && !rescuing) || batchWaiting
+                ? 0 : try drainRespectingQuota(&loop, maxEvents: rescuing ? .max : nil, whileStopping: rescuing)
             loop.report.drained += drained
             if drained == 0, !isStopping, store.isReplaced, try !oldStoreHoldsUndrained() {
                 // The producers now write a file this process does not have open: nothing more would
@@ -801,19 +806,20 @@ public final class Agent: Service, Sendable {
 
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in
     /// the store for the next run) nor past the deadline.
-    private func mayDrain() -> Bool {
-        !stopping.load(ordering: .acquiring) && (budget.current.map { $0.remaining() > .zero } ?? true)
+    private func mayDrain(whileStopping: Bool = false) -> Bool {
+        (whileStopping || !stopping.load(ordering: .acquiring)) && (budget.current.map { $0.remaining() > .zero } ?? true)
     }
 
     /// Drains what the store holds, unless the outbox is at its quota, or (while the collector answers)
     /// holds ``AgentConfiguration/drainAhead`` events. Stops between chunks when a stop is requested,
-    /// the deadline passes or the outbox reaches its quota.
-    private func drainRespectingQuota(_ loop: inout LoopState, maxEvents: Int? = nil) throws -> Int {
+    /// the deadline passes or the outbox reaches its quota. `whileStopping`: a deleted store's last
+    /// events, drained during a stop, up to the quota and the deadline only.
+    private func drainRespectingQuota(_ loop: inout LoopState, maxEvents: Int? = nil, whileStopping: Bool = false) throws -> Int {
         let (count, bytes, deadBytes) = try outbox.pending()
         let ahead = max(configuration.effectiveDrainAhead, loop.settings.bulkSize)
         // The bound keeps the outbox small while uploads flow; with none (no collector URL yet) the store
         // would fill as it does during an outage, so the drain goes on the same way.
-        let bounded = loop.uploadsAnswered && loop.settings.serverURL != nil
+        let bounded = !whileStopping && loop.uploadsAnswered && loop.settings.serverURL != nil
         if bounded && count >= ahead { return 0 }
         if bytes + deadBytes >= configuration.outboxQuotaBytes {
             // Dead letters alone fill the quota: no upload can make room, and a --once run would wait
@@ -847,7 +853,7 @@ public final class Agent: Service, Sendable {
         let drained: Int
         do {
             drained = try drainer.drainAvailable(maxEvents: limit) {
-                guard self.mayDrain() else { return false }
+                guard self.mayDrain(whileStopping: whileStopping) else { return false }
                 guard let held = try? self.outbox.pending() else { return true }
                 return held.bytes + held.deadLetterBytes < quota
             }
