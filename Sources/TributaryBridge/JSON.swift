@@ -94,6 +94,16 @@ public enum JSON: Sendable, Equatable, Decodable {
         }
     }
 
+    /// The number, if this is one that is a whole number an `Int` holds exactly (nil for 1.5, 1e19): for
+    /// ids and counts a peer sends, which must not trap when they are out of range.
+    public var int: Int? {
+        switch self {
+        case .integer(let i): Int(exactly: i)
+        case .number(let n): Int(exactly: n)
+        default: nil
+        }
+    }
+
     /// The members, if this is an object.
     public var object: [String: JSON]? {
         if case .object(let o) = self { return o }

@@ -196,6 +196,57 @@ struct DevToolsPipeTests {
         #expect(queued.map(\.origin) == ["https://app.example", "https://ads.example", "https://ads.example", "null"])
     }
 
+    @Test("a legacy navigation is credited only when the frame's own renderer (or, for a fresh iframe, its parent's) asked for it")
+    func navigationFromAnotherRenderer() {
+        func event(_ method: String, _ session: String, _ params: [String: JSON]) -> DevToolsMessage {
+            DevToolsMessage(id: nil, method: method, sessionID: session, body: .object(params), error: nil)
+        }
+        func created(_ id: Int, _ origin: String, frame: String, session: String) -> DevToolsMessage {
+            event("Runtime.executionContextCreated", session, [
+                "context": .object([
+                    "id": .number(Double(id)), "origin": .string(origin),
+                    "auxData": .object(["isDefault": .bool(true), "frameId": .string(frame)]),
+                ])
+            ])
+        }
+        func navigation(of frame: String, on session: String) -> DevToolsMessage {
+            event("Page.frameRequestedNavigation", session, [
+                "frameId": .string(frame), "url": .string("sensorsanalytics://trackEvent?event=E"),
+            ])
+        }
+        let trusted: Set<String> = ["https://app.example"]
+        var origins = FrameOrigins()
+        _ = origins.record(created(1, "https://app.example", frame: "main", session: "s1"))
+        _ = origins.record(created(1, "https://evil.example", frame: "popup", session: "s2"))
+        func credited(_ message: DevToolsMessage) -> String { WebViewHost.origin(of: message, in: origins, trusted: trusted) }
+        // The page itself, and the legacy SDK's fresh iframe (no document yet) asked for by the page.
+        #expect(credited(navigation(of: "main", on: "s1")) == "https://app.example")
+        _ = origins.record(event("Page.frameAttached", "s1", ["frameId": .string("fresh"), "parentFrameId": .string("main")]))
+        #expect(credited(navigation(of: "fresh", on: "s1")) == "https://app.example")
+        // A popup setting opener.location, or navigating a frame it does not run in: reported on its session.
+        #expect(credited(navigation(of: "main", on: "s2")) == "null")
+        #expect(credited(navigation(of: "fresh", on: "s2")) == "null")
+        // A same-process foreign iframe setting top.location: the top frame's session hosts an untrusted frame.
+        _ = origins.record(event("Page.frameAttached", "s1", ["frameId": .string("ad"), "parentFrameId": .string("main")]))
+        _ = origins.record(created(2, "https://ads.example", frame: "ad", session: "s1"))
+        #expect(credited(navigation(of: "main", on: "s1")) == "null")
+    }
+
+    @Test("ids out of range in the browser's messages are no ids, not a trap")
+    func hugeNumbers() {
+        var origins = FrameOrigins()
+        let huge = DevToolsMessage(
+            id: nil, method: "Runtime.executionContextCreated", sessionID: "s1",
+            body: .object(["context": .object(["id": .number(1e19), "origin": .string("https://app.example")])]), error: nil)
+        let recorded = origins.record(huge)
+        #expect(recorded && origins.contexts.isEmpty)
+        for id: JSON in [.integer(.max), .number(1e300), .number(1.5)] {
+            let binding = DevToolsMessage(
+                id: nil, method: "Runtime.bindingCalled", sessionID: "s1", body: .object(["executionContextId": id]), error: nil)
+            #expect(WebViewHost.origin(of: binding, in: origins, trusted: []) == "null")
+        }
+    }
+
     @Test("frame origins: contexts and frames are forgotten when the browser says they are gone, and only then")
     func frameOrigins() {
         func event(_ method: String, _ session: String, _ params: [String: JSON]) -> DevToolsMessage {

@@ -161,7 +161,7 @@ final class DevToolsPipe: Sendable {
         var body: [String: JSON] = ["bytes": .number(Double(skipped.byteCount))]
         if let method = skipped.string(after: #""method":""#) { body["method"] = .string(method) }
         if let context = skipped.integer(after: #""executionContextId":"#) {
-            body["executionContextId"] = .number(Double(context))
+            body["executionContextId"] = .integer(Int64(context))
         }
         // A reply starts with its id: its caller learns it was too large instead of waiting for ever.
         if skipped.head.starts(with: Array(#"{"id":"#.utf8)), let id = skipped.integer(after: #"{"id":"#) {
@@ -178,7 +178,8 @@ final class DevToolsPipe: Sendable {
     }
 
     private func dispatch(_ json: JSON, _ onMessage: (DevToolsMessage) -> Void) {
-        let id = json["id"]?.number.map { Int($0) }
+        // An id no command of ours has (1e19, 1.5) answers none: read as no id, not trapped on.
+        let id = json["id"]?.int
         let message = DevToolsMessage(
             id: id, method: json["method"]?.string, sessionID: json["sessionId"]?.string,
             body: json["params"] ?? json["result"] ?? .null, error: json["error"]?["message"]?.string)

@@ -83,10 +83,12 @@ public final class WebViewHost: Sendable {
         let body = message.body
         switch message.method {
         case "Runtime.bindingCalled", DevToolsPipe.frameTooLargeEvent:
-            guard let id = body["executionContextId"]?.number else { return "null" }
-            return origins.context(Int(id), session: message.sessionID ?? "")
+            guard let id = body["executionContextId"]?.int else { return "null" }
+            return origins.context(id, session: message.sessionID ?? "")
         case "Page.frameRequestedNavigation":
-            guard let frame = body["frameId"]?.string else { return "null" }
+            guard let frame = body["frameId"]?.string,
+                origins.reportedByItsOwnRenderer(frame: frame, session: message.sessionID ?? "", trusted: trusted)
+            else { return "null" }
             return navigationOrigin(frame: frame, origins: origins.frames, parents: origins.parents, trusted: trusted)
         default:
             return "null"
@@ -208,7 +210,7 @@ public final class WebViewHost: Sendable {
                 queue.release(Self.queuedBytes(message) ?? 0)
                 bridge.refuseOverloaded(queue.takeDropped())
             case DevToolsPipe.frameTooLargeEvent:
-                let bytes = Int(body["bytes"]?.number ?? 0)
+                let bytes = body["bytes"]?.int ?? 0
                 guard body["method"]?.string == "Runtime.bindingCalled" else {
                     logger.warning(
                         "DevTools frame over the limit skipped unread",
@@ -303,6 +305,20 @@ struct FrameOrigins {
         "Page.frameAttached", "Page.frameDetached", "Target.detachedFromTarget",
     ]
 
+    /// Whether a navigation of `frame` reported on `session` was asked for where the frame's document
+    /// (or, for a fresh iframe with none yet, its parent's) runs. Chromium reports a navigation on the
+    /// session of the renderer that asked for it, naming the frame navigated: a popup setting
+    /// `opener.location`, or an out-of-process iframe setting `top.location`, is reported on its own
+    /// session for a frame of another, and would be credited with that frame's origin. For a top-level
+    /// frame, every frame of the reporting session must be trusted too: a same-process iframe may set
+    /// `top.location` as well.
+    func reportedByItsOwnRenderer(frame: String, session: String, trusted: Set<String>) -> Bool {
+        let owner = frames[frame] != nil ? frameSessions[frame] : parentSessions[frame]
+        guard owner == session else { return false }
+        guard parents[frame] == nil else { return true }
+        return frameSessions.allSatisfy { other, owner in owner != session || trusted.contains(frames[other] ?? "null") }
+    }
+
     /// The origin of context `id` in `session`; "null" for one not known.
     func context(_ id: Int, session: String) -> String { contexts["\(session)#\(id)"] ?? "null" }
 
@@ -312,16 +328,16 @@ struct FrameOrigins {
         let body = message.body
         switch message.method {
         case "Runtime.executionContextCreated":
-            guard let context = body["context"], let id = context["id"]?.number else { return true }
+            guard let context = body["context"], let id = context["id"]?.int else { return true }
             // Chromium reports an opaque origin (data:, sandboxed frames) as "://"; the web calls it "null".
             let origin = context["origin"]?.string.flatMap { BridgeConfiguration.isOpaque($0) ? nil : $0 } ?? "null"
-            contexts["\(session)#\(Int(id))"] = origin
+            contexts["\(session)#\(id)"] = origin
             if context["auxData"]?["isDefault"] == .bool(true), let frame = context["auxData"]?["frameId"]?.string {
                 frames[frame] = origin
                 frameSessions[frame] = session
             }
         case "Runtime.executionContextDestroyed":
-            if let id = body["executionContextId"]?.number { contexts["\(session)#\(Int(id))"] = nil }
+            if let id = body["executionContextId"]?.int { contexts["\(session)#\(id)"] = nil }
         case "Runtime.executionContextsCleared":
             forgetContexts(of: session)
         case "Target.detachedFromTarget":
