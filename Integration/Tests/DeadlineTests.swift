@@ -502,6 +502,34 @@ struct DeadlineTests {
         #expect(prevented == hopeless, "RestartPreventExitStatus=\(prevented.sorted()) but the guide says no restart helps \(hopeless.sorted())")
     }
 
+    @Test("the fetch unit is ordered against the agent it conflicts with, and hardened as the agent is")
+    func fetchUnitMatchesAgent() throws {
+        let units = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("systemd")
+        func settings(_ name: String) throws -> [(key: String, value: String)] {
+            try String(contentsOf: units.appendingPathComponent(name), encoding: .utf8).split(separator: "\n")
+                .filter { !$0.hasPrefix("#") && $0.contains("=") }
+                .map { line in
+                    let parts = line.split(separator: "=", maxSplits: 1)
+                    return (String(parts[0]), String(parts[1]))
+                }
+        }
+        let fetch = try settings("tributary-fetch@.service.in")
+        let agent = try settings("tributary-agent@.service.in")
+        // Conflicts= orders nothing: without After= or Before=, the stop of one and the start of the
+        // other run at once, and the one starting finds agent.lock held (exit 69).
+        let ordered = Set(fetch.filter { ["After", "Before"].contains($0.key) }.flatMap { $0.value.split(separator: " ").map(String.init) })
+        for conflict in fetch.filter({ $0.key == "Conflicts" }).flatMap({ $0.value.split(separator: " ").map(String.init) }) {
+            #expect(ordered.contains(conflict), "\(conflict) is in Conflicts= but in neither After= nor Before=")
+        }
+        let hardening = { (unit: [(key: String, value: String)]) in
+            Set(unit.filter { $0.key.hasPrefix("Protect") || $0.key.hasPrefix("Restrict") || $0.key.hasPrefix("Private")
+                || ["NoNewPrivileges", "LockPersonality", "MemoryDenyWriteExecute", "SystemCallArchitectures", "UMask"].contains($0.key)
+            }.map { "\($0.key)=\($0.value)" })
+        }
+        #expect(hardening(fetch) == hardening(agent), "only in the agent: \(hardening(agent).subtracting(hardening(fetch)).sorted())")
+    }
+
     @Test("systemd-analyze verify accepts the units")
     func unitsVerify() throws {
         try withTemporaryGroup { dir in
