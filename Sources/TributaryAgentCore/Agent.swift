@@ -226,6 +226,7 @@ public final class Agent: Service, Sendable {
                         + (loop.settingsProblem.map { " The group's settings are not used: \($0)" } ?? ""))
             }
             loop.outboxDrained = try outbox.counters().drained
+            heartbeat.beat()  // the migration and the opening before it are done: the loop starts now
             notifier.ready(status: "draining \(store.groupDirectory); \(pending) events in the outbox")
             logger.info("agent started", metadata: [
                 "tributary.group": "\(store.groupDirectory)", "tributary.outbox": "\(outbox.path)",
@@ -331,13 +332,18 @@ public final class Agent: Service, Sendable {
 
     /// Pings systemd's watchdog at half its interval, but only while the main loop shows progress:
     /// its heartbeat is recent, or a request it started is still within its timeout.
+    ///
+    /// It looks every quarter interval for a beat within the last half: a look that finds none skips
+    /// one ping, and the next look a quarter later may ping again, so a loop slow for a moment (a turn
+    /// of drain commits on a slow disk) leaves a gap of at most three quarters of the interval. Looking
+    /// every half interval, one skipped ping made a gap of a whole interval, which systemd may take for
+    /// a hang.
     private func startWatchdog() -> Task<Void, Never>? {
         guard let interval = notifier.watchdogInterval else { return nil }
-        let half = interval / 2
         return Task.detached { [heartbeat, notifier] in
             while !Task.isCancelled {
-                if heartbeat.isAlive(within: half) { notifier.watchdog() }
-                try? await Task.sleep(for: half)
+                if heartbeat.isAlive(within: interval / 2) { notifier.watchdog() }
+                try? await Task.sleep(for: interval / 4)
             }
         }
     }
@@ -854,6 +860,7 @@ public final class Agent: Service, Sendable {
         do {
             drained = try drainer.drainAvailable(maxEvents: limit) {
                 guard self.mayDrain(whileStopping: whileStopping) else { return false }
+                self.heartbeat.beat()  // each chunk committed is progress
                 guard let held = try? self.outbox.pending() else { return true }
                 return held.bytes + held.deadLetterBytes < quota
             }
