@@ -77,14 +77,14 @@ SOAK ?= 20
 TEST_WIDTH ?= $(shell echo $$(( 2 * $$(nproc) )))
 TEST_ENV := SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TEST_WIDTH)
 test: deps
-	@rm -f $(RELIABILITY_TABLE)
-	@$(TEST_ENV) TRIBUTARY_RELIABILITY_REPORT=$(RELIABILITY_TABLE) $(SWIFT) test; status=$$?; \
-	  ./scripts/reliability-table.sh $(RELIABILITY_TABLE) || status=1; exit $$status
+	@rm -f "$(RELIABILITY_TABLE)"
+	@$(TEST_ENV) TRIBUTARY_RELIABILITY_REPORT="$(RELIABILITY_TABLE)" $(SWIFT) test; status=$$?; \
+	  ./scripts/reliability-table.sh "$(RELIABILITY_TABLE)" || status=1; exit $$status
 
 soak: deps
-	@rm -f $(RELIABILITY_TABLE)
-	@$(TEST_ENV) TRIBUTARY_SOAK=$(SOAK) TRIBUTARY_RELIABILITY_REPORT=$(RELIABILITY_TABLE) $(SWIFT) test --filter 'Scenarios'; \
-	  status=$$?; ./scripts/reliability-table.sh $(RELIABILITY_TABLE) || status=1; exit $$status
+	@rm -f "$(RELIABILITY_TABLE)"
+	@$(TEST_ENV) TRIBUTARY_SOAK=$(SOAK) TRIBUTARY_RELIABILITY_REPORT="$(RELIABILITY_TABLE)" $(SWIFT) test --filter 'Scenarios'; \
+	  status=$$?; ./scripts/reliability-table.sh "$(RELIABILITY_TABLE)" || status=1; exit $$status
 
 run: build
 	./scripts/run-demo.sh
@@ -110,16 +110,16 @@ release: deps
 # root-owned $(RELEASE_DIR) does not get in the way of your next build.
 ROOT_WITH_BINARIES := $(and $(filter 0,$(shell id -u)),$(filter $(words $(BINARIES)),$(words $(wildcard $(addprefix $(RELEASE_DIR)/release/,$(BINARIES))))))
 install: $(if $(ROOT_WITH_BINARIES),,release)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)$(DOCDIR) $(DESTDIR)$(SYSCONFDIR)/tributary
-	for b in $(BINARIES); do install -m 0755 $(RELEASE_DIR)/release/$$b $(DESTDIR)$(PREFIX)/bin/$$b; done
+	install -d "$(DESTDIR)$(PREFIX)/bin" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(DOCDIR)" "$(DESTDIR)$(SYSCONFDIR)/tributary"
+	for b in $(BINARIES); do install -m 0755 "$(RELEASE_DIR)/release/$$b" "$(DESTDIR)$(PREFIX)/bin/$$b"; done
 	for u in Integration/systemd/*.in; do \
-	  sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' $$u \
-	    > $(DESTDIR)$(UNITDIR)/$$(basename $$u .in); chmod 0644 $(DESTDIR)$(UNITDIR)/$$(basename $$u .in); \
+	  sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' "$$u" \
+	    > "$(DESTDIR)$(UNITDIR)/$$(basename "$$u" .in)"; chmod 0644 "$(DESTDIR)$(UNITDIR)/$$(basename "$$u" .in)"; \
 	done
-	install -m 0644 Integration/systemd/tributary-fetch@.timer $(DESTDIR)$(UNITDIR)/
-	install -m 0644 docs/*.md README.md CHANGELOG.md $(DESTDIR)$(DOCDIR)/
-	test -e $(DESTDIR)$(SYSCONFDIR)/tributary/agent.env || \
-	  install -m 0640 Integration/systemd/agent.env.example $(DESTDIR)$(SYSCONFDIR)/tributary/agent.env
+	install -m 0644 Integration/systemd/tributary-fetch@.timer "$(DESTDIR)$(UNITDIR)/"
+	install -m 0644 docs/*.md README.md CHANGELOG.md "$(DESTDIR)$(DOCDIR)/"
+	test -e "$(DESTDIR)$(SYSCONFDIR)/tributary/agent.env" || \
+	  install -m 0640 Integration/systemd/agent.env.example "$(DESTDIR)$(SYSCONFDIR)/tributary/agent.env"
 
 format:
 	$(SWIFT) format --in-place --recursive Sources Tests Integration Benchmarks Package.swift
