@@ -107,12 +107,30 @@ public final class HybridBridge: Sendable {
         return result
     }
 
-    private func countReceived(_ origin: String) {
+    private func countReceived(_ origin: String, _ messages: Int = 1) {
         counts.withLock { counts in
             let named = counts.received[origin] != nil || configuration.allowedOrigins.contains(origin)
                 || counts.received.count < Self.maxCountedOrigins
-            counts.received[named ? origin : Self.otherOrigins, default: 0] += 1
+            counts.received[named ? origin : Self.otherOrigins, default: 0] += messages
         }
+    }
+
+    /// Counts the messages of frames not on the whitelist that the host refused unread (``WebViewHost``:
+    /// they neither wait for trusted messages' commits nor take their room in its queue), by origin: as
+    /// received, and rejected as ``BridgeRejection/Reason/foreignOrigin``, with one warning for them all.
+    func refuseForeign(_ byOrigin: [String: Int]) {
+        let total = byOrigin.values.reduce(0, +)
+        guard total > 0 else { return }
+        for (origin, messages) in byOrigin { countReceived(origin, messages) }
+        counts.withLock { $0.rejected[.foreignOrigin, default: 0] += total }
+        Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", BridgeRejection.Reason.foreignOrigin.rawValue)])
+            .increment(by: total)
+        logger.warning(
+            "bridge messages rejected: their frames' origins are not on the bridge's whitelist",
+            metadata: [
+                "tributary.bridge.reason": "\(BridgeRejection.Reason.foreignOrigin)", "tributary.bridge.rejected": "\(total)",
+                "tributary.bridge.origins": "\(byOrigin.keys.sorted().prefix(8).joined(separator: " "))",
+            ])
     }
 
     /// Handles a navigation a frame of `origin` requested. Returns nil when `url` is not the legacy

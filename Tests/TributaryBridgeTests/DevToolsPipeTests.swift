@@ -193,7 +193,27 @@ struct DevToolsPipeTests {
         take(event("Page.frameRequestedNavigation", ["frameId": .string("ad"), "url": .string("sensorsanalytics://trackEvent?event=E")]))
         take(event("Runtime.executionContextDestroyed", ["executionContextId": .number(9)]))
         take(event("Runtime.bindingCalled", ["name": .string(WebViewHost.bindingName), "executionContextId": .number(9), "payload": .string("{}")]))
-        #expect(queued.map(\.origin) == ["https://app.example", "https://ads.example", "https://ads.example", "null"])
+        // The trusted page's message is queued; the foreign ones are counted, and the first queues one marker.
+        #expect(queued.map(\.origin) == ["https://app.example", "null"])
+        #expect(queued.last?.message.method == WebViewHost.foreignRefusedEvent)
+        #expect(queue.takeForeign() == ["https://ads.example": 2, "null": 1])
+
+        // A foreign frame posting as fast as it can: the trusted page's next message still finds room.
+        let small = MessageQueueGauge(limit: 100)
+        var markers = 0
+        for _ in 0..<1000 {
+            let flood = event("Runtime.bindingCalled", [
+                "name": .string(WebViewHost.bindingName), "executionContextId": .number(9),
+                "payload": .string(String(repeating: "x", count: 60)),
+            ])
+            _ = origins.record(created(9, "https://ads.example", frame: "ad"))
+            if WebViewHost.take(flood, origins: &origins, queue: small, trusted: trusted) != nil { markers += 1 }
+        }
+        let trustedMessage = event("Runtime.bindingCalled", [
+            "name": .string(WebViewHost.bindingName), "executionContextId": .number(1), "payload": .string(String(repeating: "y", count: 60)),
+        ])
+        #expect(WebViewHost.take(trustedMessage, origins: &origins, queue: small, trusted: trusted)?.origin == "https://app.example")
+        #expect(small.takeDropped() == 0 && markers == 1 && small.takeForeign() == ["https://ads.example": 1000])
     }
 
     @Test("a legacy navigation is credited only when the frame's own renderer (or, for a fresh iframe, its parent's) asked for it")

@@ -72,9 +72,33 @@ public final class WebViewHost: Sendable {
         _ message: DevToolsMessage, origins: inout FrameOrigins, queue: MessageQueueGauge, trusted: Set<String>
     ) -> Queued? {
         if origins.record(message) { return nil }
+        if isPageMessage(message) {
+            // A frame not on the whitelist is refused here, unqueued: its messages neither wait for the
+            // commits of trusted ones nor take their room in the queue (a foreign iframe posting as fast
+            // as it can got a trusted page's messages dropped as overloaded). They are counted, and the
+            // first since ``run(bridge:)`` last took the count queues one marker for it to do so.
+            let origin = BridgeConfiguration.normalizedOrigin(origin(of: message, in: origins, trusted: trusted))
+            if BridgeConfiguration.isOpaque(origin) || !trusted.contains(origin) {
+                guard queue.countForeign(origin) else { return nil }
+                return Queued(
+                    message: DevToolsMessage(id: nil, method: foreignRefusedEvent, sessionID: nil, body: .null, error: nil),
+                    origin: "null")
+            }
+        }
         guard admit(message, to: queue) else { return nil }
         return Queued(message: message, origin: origin(of: message, in: origins, trusted: trusted))
     }
+
+    /// A page's message: a binding call (one over the frame limit too), a `sensorsanalytics:` navigation.
+    static func isPageMessage(_ message: DevToolsMessage) -> Bool {
+        queuedBytes(message) != nil
+            || (message.method == DevToolsPipe.frameTooLargeEvent && message.body["method"]?.string == "Runtime.bindingCalled")
+    }
+
+    /// The marker the DevTools reader queues when page messages of frames not on the whitelist were
+    /// refused unread (``MessageQueueGauge/takeForeign()`` has the counts).
+    static let foreignRefusedEvent = "Tributary.foreignRefused"
+
 
     /// The origin a page message is credited with: its execution context's for a binding call (one too
     /// large to be read too), ``navigationOrigin(frame:origins:parents:trusted:)`` for a navigation;
@@ -209,6 +233,8 @@ public final class WebViewHost: Sendable {
                 }
                 queue.release(Self.queuedBytes(message) ?? 0)
                 bridge.refuseOverloaded(queue.takeDropped())
+            case Self.foreignRefusedEvent:
+                bridge.refuseForeign(queue.takeForeign())
             case DevToolsPipe.frameTooLargeEvent:
                 let bytes = body["bytes"]?.int ?? 0
                 guard body["method"]?.string == "Runtime.bindingCalled" else {
@@ -391,7 +417,7 @@ final class SendableBox<Value: Sendable>: Sendable {
 /// bounded, and how many were dropped for want of room since the host last counted them.
 final class MessageQueueGauge: Sendable {
     private let limit: Int
-    private let state = Mutex((bytes: 0, dropped: 0))
+    private let state = Mutex((bytes: 0, dropped: 0, foreign: [String: Int]()))
 
     init(limit: Int) { self.limit = limit }
 
@@ -418,6 +444,26 @@ final class MessageQueueGauge: Sendable {
         state.withLock { state in
             defer { state.dropped = 0 }
             return state.dropped
+        }
+    }
+
+    /// Counts a page message of `origin` (not trusted) refused unread; true for the first since the last
+    /// ``takeForeign()``. At most ``HybridBridge/maxCountedOrigins`` origins are told apart, the rest
+    /// counted under ``HybridBridge/otherOrigins``.
+    func countForeign(_ origin: String) -> Bool {
+        state.withLock { state in
+            let first = state.foreign.isEmpty
+            let named = state.foreign[origin] != nil || state.foreign.count < HybridBridge.maxCountedOrigins
+            state.foreign[named ? origin : HybridBridge.otherOrigins, default: 0] += 1
+            return first
+        }
+    }
+
+    /// The page messages refused unread since the last call, by origin.
+    func takeForeign() -> [String: Int] {
+        state.withLock { state in
+            defer { state.foreign = [:] }
+            return state.foreign
         }
     }
 }
