@@ -252,6 +252,37 @@ struct DevToolsPipeTests {
         #expect(credited(navigation(of: "main", on: "s1")) == "null")
     }
 
+    @Test("a frame attached with an event too large to read keeps its parent link (or, unread, trusts no navigation of that session)")
+    func oversizedFrameAttached() {
+        func event(_ method: String, _ params: [String: JSON]) -> DevToolsMessage {
+            DevToolsMessage(id: nil, method: method, sessionID: "s1", body: .object(params), error: nil)
+        }
+        func created(_ id: Int, _ origin: String, frame: String) -> DevToolsMessage {
+            event("Runtime.executionContextCreated", [
+                "context": .object([
+                    "id": .number(Double(id)), "origin": .string(origin),
+                    "auxData": .object(["isDefault": .bool(true), "frameId": .string(frame)]),
+                ])
+            ])
+        }
+        let trusted: Set<String> = ["https://app.example"]
+        let navigation = event("Page.frameRequestedNavigation", ["frameId": .string("child"), "url": .string("sensorsanalytics://trackEvent?event=E")])
+        for readable in [true, false] {
+            var origins = FrameOrigins()
+            _ = origins.record(created(1, "https://app.example", frame: "main"))
+            _ = origins.record(event("Page.frameAttached", ["frameId": .string("ad"), "parentFrameId": .string("main")]))
+            _ = origins.record(created(2, "https://ads.example", frame: "ad"))
+            // The ad appends a trusted page with a huge creation stack (a long script URL, deep recursion).
+            var skipped: [String: JSON] = ["bytes": .number(3e6), "method": .string("Page.frameAttached")]
+            if readable { skipped.merge(["frameId": .string("child"), "parentFrameId": .string("ad")]) { $1 } }
+            let taken = origins.record(event(DevToolsPipe.frameTooLargeEvent, skipped))
+            #expect(taken)
+            _ = origins.record(created(3, "https://app.example", frame: "child"))
+            let origin = WebViewHost.origin(of: navigation, in: origins, trusted: trusted)
+            #expect(origin == (readable ? "https://ads.example" : "null"), "readable: \(readable)")
+        }
+    }
+
     @Test("ids out of range in the browser's messages are no ids, not a trap")
     func hugeNumbers() {
         var origins = FrameOrigins()

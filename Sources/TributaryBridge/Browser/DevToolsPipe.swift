@@ -159,7 +159,13 @@ final class DevToolsPipe: Sendable {
 
     private func dispatchTooLarge(_ skipped: FrameSplitter.SkippedFrame, _ onMessage: (DevToolsMessage) -> Void) {
         var body: [String: JSON] = ["bytes": .number(Double(skipped.byteCount))]
-        if let method = skipped.string(after: #""method":""#) { body["method"] = .string(method) }
+        let method = skipped.string(after: #""method":""#)
+        if let method { body["method"] = .string(method) }
+        // A frame attached with a huge creation stack: its parent link still matters (who may navigate it).
+        if method == "Page.frameAttached" {
+            if let frame = skipped.string(after: #""frameId":""#) { body["frameId"] = .string(frame) }
+            if let parent = skipped.string(after: #""parentFrameId":""#) { body["parentFrameId"] = .string(parent) }
+        }
         if let context = skipped.integer(after: #""executionContextId":"#) {
             body["executionContextId"] = .integer(Int64(context))
         }

@@ -324,6 +324,9 @@ struct FrameOrigins {
     /// go with it when it is detached (a tab closed sends no `Page.frameDetached` for its frames).
     private var frameSessions: [String: String] = [:]
     private var parentSessions: [String: String] = [:]
+    /// Sessions that attached a frame whose ids could not be read (its event too large): who its parent
+    /// is is not known, so no navigation they report is credited.
+    private var sessionsWithUnknownFrames: Set<String> = []
 
     /// The events ``record(_:)`` takes.
     static let events: Set<String> = [
@@ -340,7 +343,7 @@ struct FrameOrigins {
     /// `top.location` as well.
     func reportedByItsOwnRenderer(frame: String, session: String, trusted: Set<String>) -> Bool {
         let owner = frames[frame] != nil ? frameSessions[frame] : parentSessions[frame]
-        guard owner == session else { return false }
+        guard owner == session, !sessionsWithUnknownFrames.contains(session) else { return false }
         guard parents[frame] == nil else { return true }
         return frameSessions.allSatisfy { other, owner in owner != session || trusted.contains(frames[other] ?? "null") }
     }
@@ -370,6 +373,7 @@ struct FrameOrigins {
             // Sent on the parent's session, naming the child's.
             if let child = body["sessionId"]?.string {
                 forgetContexts(of: child)
+                sessionsWithUnknownFrames.remove(child)
                 for (frame, owner) in frameSessions where owner == child {
                     frames[frame] = nil
                     frameSessions[frame] = nil
@@ -383,6 +387,15 @@ struct FrameOrigins {
             if let frame = body["frameId"]?.string, let parent = body["parentFrameId"]?.string {
                 parents[frame] = parent
                 parentSessions[frame] = session
+            }
+        case DevToolsPipe.frameTooLargeEvent where body["method"]?.string == "Page.frameAttached":
+            // Its creation stack made it too large to read: the ids, read from its first bytes, still
+            // give the parent link. Without them, no navigation reported on this session is trusted.
+            if let frame = body["frameId"]?.string, let parent = body["parentFrameId"]?.string {
+                parents[frame] = parent
+                parentSessions[frame] = session
+            } else {
+                sessionsWithUnknownFrames.insert(session)
             }
         case "Page.frameDetached":
             // A frame swapped into another process is detached with reason "swap" and lives on there.
