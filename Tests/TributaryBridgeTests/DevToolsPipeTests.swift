@@ -13,6 +13,21 @@ import Tributary
 /// The DevTools pipe: how it splits the browser's stream into frames, and its end.
 @Suite("DevTools pipe")
 struct DevToolsPipeTests {
+    /// A DevTools event of `method` on `session`.
+    static func devtools(_ method: String, _ session: String, _ params: [String: JSON]) -> DevToolsMessage {
+        DevToolsMessage(id: nil, method: method, sessionID: session, body: .object(params), error: nil)
+    }
+
+    /// A frame's default execution context created (its document loaded) with `origin`.
+    static func contextCreated(_ id: Int, _ origin: String, frame: String, session: String = "s1") -> DevToolsMessage {
+        devtools("Runtime.executionContextCreated", session, [
+            "context": .object([
+                "id": .number(Double(id)), "origin": .string(origin),
+                "auxData": .object(["isDefault": .bool(true), "frameId": .string(frame)]),
+            ])
+        ])
+    }
+
     /// A `Runtime.bindingCalled` frame as Chromium writes it around a page's `payload`, in the
     /// protocol's key order (`JSON.text` would sort the keys).
     static func bindingFrame(payload: String, context: Int, session: String) -> [UInt8] {
@@ -158,17 +173,8 @@ struct DevToolsPipeTests {
 
     @Test("the reader takes frame events in itself, never queued, and queues a page message with the origin it is credited with")
     func readerTakesFrameEvents() {
-        func event(_ method: String, _ params: [String: JSON]) -> DevToolsMessage {
-            DevToolsMessage(id: nil, method: method, sessionID: "s1", body: .object(params), error: nil)
-        }
-        func created(_ id: Int, _ origin: String, frame: String) -> DevToolsMessage {
-            event("Runtime.executionContextCreated", [
-                "context": .object([
-                    "id": .number(Double(id)), "origin": .string(origin),
-                    "auxData": .object(["isDefault": .bool(true), "frameId": .string(frame)]),
-                ])
-            ])
-        }
+        func event(_ method: String, _ params: [String: JSON]) -> DevToolsMessage { Self.devtools(method, "s1", params) }
+        func created(_ id: Int, _ origin: String, frame: String) -> DevToolsMessage { Self.contextCreated(id, origin, frame: frame) }
         let queue = MessageQueueGauge(limit: 1 << 20)
         let trusted: Set<String> = ["https://app.example"]
         var origins = FrameOrigins()
@@ -218,16 +224,9 @@ struct DevToolsPipeTests {
 
     @Test("a legacy navigation is credited only when the frame's own renderer (or, for a fresh iframe, its parent's) asked for it")
     func navigationFromAnotherRenderer() {
-        func event(_ method: String, _ session: String, _ params: [String: JSON]) -> DevToolsMessage {
-            DevToolsMessage(id: nil, method: method, sessionID: session, body: .object(params), error: nil)
-        }
+        func event(_ method: String, _ session: String, _ params: [String: JSON]) -> DevToolsMessage { Self.devtools(method, session, params) }
         func created(_ id: Int, _ origin: String, frame: String, session: String) -> DevToolsMessage {
-            event("Runtime.executionContextCreated", session, [
-                "context": .object([
-                    "id": .number(Double(id)), "origin": .string(origin),
-                    "auxData": .object(["isDefault": .bool(true), "frameId": .string(frame)]),
-                ])
-            ])
+            Self.contextCreated(id, origin, frame: frame, session: session)
         }
         func navigation(of frame: String, on session: String) -> DevToolsMessage {
             event("Page.frameRequestedNavigation", session, [
@@ -254,17 +253,8 @@ struct DevToolsPipeTests {
 
     @Test("a frame attached with an event too large to read keeps its parent link (or, unread, trusts no navigation of that session)")
     func oversizedFrameAttached() {
-        func event(_ method: String, _ params: [String: JSON]) -> DevToolsMessage {
-            DevToolsMessage(id: nil, method: method, sessionID: "s1", body: .object(params), error: nil)
-        }
-        func created(_ id: Int, _ origin: String, frame: String) -> DevToolsMessage {
-            event("Runtime.executionContextCreated", [
-                "context": .object([
-                    "id": .number(Double(id)), "origin": .string(origin),
-                    "auxData": .object(["isDefault": .bool(true), "frameId": .string(frame)]),
-                ])
-            ])
-        }
+        func event(_ method: String, _ params: [String: JSON]) -> DevToolsMessage { Self.devtools(method, "s1", params) }
+        func created(_ id: Int, _ origin: String, frame: String) -> DevToolsMessage { Self.contextCreated(id, origin, frame: frame) }
         let trusted: Set<String> = ["https://app.example"]
         let navigation = event("Page.frameRequestedNavigation", ["frameId": .string("child"), "url": .string("sensorsanalytics://trackEvent?event=E")])
         for readable in [true, false] {
@@ -300,16 +290,9 @@ struct DevToolsPipeTests {
 
     @Test("frame origins: contexts and frames are forgotten when the browser says they are gone, and only then")
     func frameOrigins() {
-        func event(_ method: String, _ session: String, _ params: [String: JSON]) -> DevToolsMessage {
-            DevToolsMessage(id: nil, method: method, sessionID: session, body: .object(params), error: nil)
-        }
+        func event(_ method: String, _ session: String, _ params: [String: JSON]) -> DevToolsMessage { Self.devtools(method, session, params) }
         func created(_ id: Int, _ origin: String, frame: String, session: String = "s1") -> DevToolsMessage {
-            event("Runtime.executionContextCreated", session, [
-                "context": .object([
-                    "id": .number(Double(id)), "origin": .string(origin),
-                    "auxData": .object(["isDefault": .bool(true), "frameId": .string(frame)]),
-                ])
-            ])
+            Self.contextCreated(id, origin, frame: frame, session: session)
         }
         var origins = FrameOrigins()
         // A page that keeps adding and removing iframes: nothing stays of the ones gone.
