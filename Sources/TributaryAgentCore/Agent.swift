@@ -98,11 +98,14 @@ public final class Agent: Service, Sendable {
         do {
             try checkDrainPosition()
         } catch {
-            // A store error keeps its own code (and exit code); an outbox I/O error is fail-stop.
+            // A store error keeps its own code (and exit code); an outbox I/O error is fail-stop; any
+            // other outbox error (a full disk, the outbox busy past its timeout) is an outbox error (74),
+            // not an internal one.
             if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
             outboxLock.release()
             lock.release()
-            throw error
+            if error is StoreError || error is AgentError { throw error }
+            throw AgentError(.outboxIO, "Cannot check the drain position in the outbox \(configuration.outboxPath): \(error).")
         }
     }
 

@@ -12,7 +12,7 @@ struct Simulator: AsyncParsableCommand {
             Each subcommand is one producer process. With --ledger, every event acknowledged as durable \
             is appended to a file (producer_seq, seq, event_id per line), so tests can check that \
             nothing acknowledged was lost even when the process is killed. Exit codes: 0 done; 1 a run-time \
-            failure (demo); 64 bad usage; 65 an invalid event; 74 an I/O error; 75 the store is at its \
+            failure (demo; hybrid: its page servers or the browser could not start); 64 bad usage; 65 an invalid event; 74 an I/O error; 75 the store is at its \
             quota or was deleted or created anew while open (retry), or the hybrid pages did not finish in time.
             """,
         subcommands: [App.self, Extension.self, Hybrid.self, Load.self, Demo.self]
