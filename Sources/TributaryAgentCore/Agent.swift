@@ -333,8 +333,8 @@ public final class Agent: Service, Sendable {
         return max(.zero, min(configuration.grace, task.deadline - .now))
     }
 
-    /// Pings systemd's watchdog at half its interval, but only while the main loop shows progress:
-    /// its heartbeat is recent, or a request it started is still within its timeout.
+    /// Pings systemd's watchdog, but only while the main loop shows progress: its heartbeat is recent,
+    /// or a request it started is still within its timeout and answer time.
     ///
     /// It looks every quarter interval for a beat within the last half: a look that finds none skips
     /// one ping, and the next look a quarter later may ping again, so a loop slow for a moment (a turn
