@@ -449,8 +449,8 @@ struct DeadlineTests {
 
     @Test(
         "a store deleted under an agent with a backlog: the agent drains the deleted file to its end before it exits 75 (or stops, at a SIGTERM), losing nothing",
-        arguments: [false, true])
-    func storeReplacedWithBacklog(stopped: Bool) async throws {
+        arguments: [(false, false), (true, false), (true, true)])
+    func storeReplacedWithBacklog(stopped: Bool, collectorFailsAfterStop: Bool) async throws {
         try await withTemporaryGroup { group in
             try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(latencyMillis: 100))) { collector in
                 try await Self.produce(group, 3000)
@@ -463,6 +463,8 @@ struct DeadlineTests {
                     try? FileManager.default.removeItem(atPath: group)
                 }
                 // A stop claims no new work, except the deleted file's events: they go with the process.
+                // A stop makes no second attempt after a failed upload: the deleted file is drained before.
+                if collectorFailsAfterStop { try await collector.setFaults(FaultConfiguration(forcedStatus: 503)) }
                 if stopped { agent.send(SIGTERM) }
                 try await Self.produce(group, 20)
                 let guardStop = Task {
@@ -472,6 +474,7 @@ struct DeadlineTests {
                 defer { guardStop.cancel() }
                 let exit = await agent.finish()
                 #expect(stopped ? [0, 75].contains(exit.status) : exit.status == 75, "\(exit.stderr)")
+                try await collector.setFaults(.none)
                 let next = try await ChildProcess.run("tributary-agent", Self.args(group, collector.url, ["--once"]))
                 #expect(next.status == 0, "\(next.stderr)")
                 let stats = try await collector.stats()

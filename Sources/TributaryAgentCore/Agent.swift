@@ -434,7 +434,8 @@ public final class Agent: Service, Sendable {
             }
             let isStopping = stopping.load(ordering: .acquiring)
 
-            // Stopping claims no new work: events still in the store are safe there for the next run.
+            // Stopping claims no new work: events still in the store are safe there for the next run (not
+            // in a deleted store's file: see `rescuing` below).
             // With a full batch already waiting and an upload about to start, upload at once: the drain
             // then runs during the request. While uploads wait (a backoff, a Retry-After, a halt, no URL,
             // a bulk size not reached), the drain goes on, up to the outbox's quota.
@@ -444,8 +445,9 @@ public final class Agent: Service, Sendable {
             // this process's mapping, and go with it. A stop drains them first (within its deadline).
             let rescuing = try isStopping && store.isReplaced && oldStoreHoldsUndrained()
             let drained =
-                (isStopping && !rescuing) || batchWaiting
-                ? 0 : try drainRespectingQuota(&loop, maxEvents: rescuing ? .max : nil, whileStopping: rescuing)
+                rescuing
+                ? try drainRespectingQuota(&loop, maxEvents: .max, whileStopping: true)
+                : isStopping || batchWaiting ? 0 : try drainRespectingQuota(&loop)
             loop.report.drained += drained
             if drained == 0, !isStopping, store.isReplaced, try !oldStoreHoldsUndrained() {
                 // The producers now write a file this process does not have open: nothing more would
@@ -814,7 +816,7 @@ public final class Agent: Service, Sendable {
     }
 
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in
-    /// the store for the next run) nor past the deadline.
+    /// the store for the next run; `whileStopping`: but not in a deleted store's file) nor past the deadline.
     private func mayDrain(whileStopping: Bool = false) -> Bool {
         (whileStopping || !stopping.load(ordering: .acquiring)) && (budget.current.map { $0.remaining() > .zero } ?? true)
     }

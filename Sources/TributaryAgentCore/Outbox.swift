@@ -243,6 +243,10 @@ public final class Outbox: Sendable {
             try db.execute(sql: """
                 INSERT OR REPLACE INTO agent_state (key, value)
                     SELECT 'dead_letter_body_bytes', COALESCE(SUM(LENGTH(body)), 0) FROM dead_letters;
+                -- The record identity an agent before v6 kept is that of the record at last_drained_seq.
+                INSERT OR REPLACE INTO agent_state (key, value)
+                    SELECT 'last_drained_record_seq', value FROM agent_state WHERE key = 'last_drained_seq'
+                        AND EXISTS (SELECT 1 FROM agent_state WHERE key = 'last_drained_record' AND value != 0);
                 CREATE TRIGGER dead_letter_added AFTER INSERT ON dead_letters BEGIN
                     UPDATE agent_state SET value = value + LENGTH(NEW.body) WHERE key = 'dead_letter_body_bytes';
                 END;
@@ -918,8 +922,9 @@ public final class Outbox: Sendable {
     /// Moves dead letters (all, or those with the given ids) back into the outbox for another upload.
     /// Corrupt store records cannot be replayed and stay. Returns how many were moved.
     ///
-    /// With `ids`, all or nothing: when one of them names no replayable dead letter, throws
-    /// ``UnknownDeadLetters`` and moves none.
+    /// With `ids`, every id is checked first: when one of them names no replayable dead letter, throws
+    /// ``UnknownDeadLetters`` and moves none. They then move ``replayChunk`` per transaction: a failure
+    /// part way (a full disk) throws ``ReplayInterrupted``, saying how many moved before it.
     @discardableResult
     public func replayDeadLetters(ids: [Int64]? = nil) throws -> Int {
         // Which ones, decided first (all or nothing with `ids`), then moved a chunk per transaction: a
@@ -933,7 +938,7 @@ public final class Outbox: Sendable {
         var moved = 0
         for start in stride(from: 0, to: chosen.count, by: Self.replayChunk) {
             let chunk = Array(chosen[start..<min(start + Self.replayChunk, chosen.count)])
-            moved += try writer.write { db in
+            moved += try ReplayInterrupted.saying(moved: moved, of: chosen.count) { try writer.write { db in
                 let select = try db.cachedStatement(sql: "SELECT * FROM dead_letters WHERE id = ?")
                 let insert = try db.cachedStatement(
                     sql: """
@@ -958,9 +963,25 @@ public final class Outbox: Sendable {
                 try Self.bump(db, "pending_count", moved)
                 try Self.bump(db, "pending_bytes", bytes)
                 return moved
-            }
+            } }
         }
         return moved
+    }
+
+    /// A replay that failed part way: `moved` of `total` dead letters are back in the outbox (whole
+    /// transactions of them), the rest still dead letters.
+    public struct ReplayInterrupted: Error, CustomStringConvertible, Sendable {
+        public var moved: Int
+        public var total: Int
+        public var reason: String
+        public var description: String {
+            "replayed \(moved) of \(total) dead letter(s) before the failure (the rest are still dead letters): \(reason)"
+        }
+
+        /// `body`, its failure thrown as a replay interrupted after `moved` of `total`.
+        static func saying<T>(moved: Int, of total: Int, _ body: () throws -> T) throws -> T {
+            do { return try body() } catch { throw ReplayInterrupted(moved: moved, total: total, reason: "\(error)") }
+        }
     }
 
     /// Dead letters moved back per transaction by ``replayDeadLetters(ids:)``.

@@ -299,6 +299,10 @@ public struct CrashLog: Sendable {
         var file = stat()
         guard fstat(fd, &file) == 0, file.st_size > 0 else { return }
         if !Self.isInstalled(file), flock(fd, LOCK_EX | LOCK_NB) != 0 { return }
+        // Locked, but is the path still that file? Another start may have set it aside meanwhile, and
+        // the path now names the file a live process's handlers write to.
+        var named = stat()
+        guard stat(path, &named) == 0, named.st_dev == file.st_dev, named.st_ino == file.st_ino else { return }
         if !FileManager.default.fileExists(atPath: pendingPath) {
             guard rename(path, pendingPath) == 0 else {
                 throw CrashLogError(

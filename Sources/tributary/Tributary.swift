@@ -316,6 +316,8 @@ struct DeadLetters: ParsableCommand {
                 total = try box.deadLetterCount()
             } catch let error as Outbox.UnknownDeadLetters {
                 throw error
+            } catch let error as Outbox.ReplayInterrupted {
+                throw AgentError(.outboxIO, "The replay into the outbox \(path) stopped: \(error).")
             } catch {
                 throw AgentError(.outboxIO, "The outbox \(path) cannot be read: \(error).")
             }

@@ -99,7 +99,6 @@ public final class WebViewHost: Sendable {
     /// refused unread (``MessageQueueGauge/takeForeign()`` has the counts).
     static let foreignRefusedEvent = "Tributary.foreignRefused"
 
-
     /// The origin a page message is credited with: its execution context's for a binding call (one too
     /// large to be read too), ``navigationOrigin(frame:origins:parents:trusted:)`` for a navigation;
     /// "null" when it is not known, or for any other message.
@@ -328,12 +327,6 @@ struct FrameOrigins {
     /// is is not known, so no navigation they report is credited.
     private var sessionsWithUnknownFrames: Set<String> = []
 
-    /// The events ``record(_:)`` takes.
-    static let events: Set<String> = [
-        "Runtime.executionContextCreated", "Runtime.executionContextDestroyed", "Runtime.executionContextsCleared",
-        "Page.frameAttached", "Page.frameDetached", "Target.detachedFromTarget",
-    ]
-
     /// Whether a navigation of `frame` reported on `session` was asked for where the frame's document
     /// (or, for a fresh iframe with none yet, its parent's) runs. Chromium reports a navigation on the
     /// session of the renderer that asked for it, naming the frame navigated: a popup setting
@@ -351,7 +344,9 @@ struct FrameOrigins {
     /// The origin of context `id` in `session`; "null" for one not known.
     func context(_ id: Int, session: String) -> String { contexts["\(session)#\(id)"] ?? "null" }
 
-    /// Takes in `message` if it is one of ``events``; returns whether it was.
+    /// Takes in `message` if it is a frame or context event (contexts created, destroyed or cleared,
+    /// frames attached or detached, a target detached, a frame attached too large to read); returns
+    /// whether it was.
     mutating func record(_ message: DevToolsMessage) -> Bool {
         let session = message.sessionID ?? ""
         let body = message.body
