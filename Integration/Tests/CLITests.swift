@@ -153,8 +153,8 @@ struct CLITests {
         try await withTemporaryGroup { group in
             let path = group + "-outbox.sqlite"
             // As an outbox written before the agent made its reasons one line holds a proxy's answer.
-            _ = try Self.outboxWithDeadLetters(
-                path, count: 2, reason: "HTTP 422: <html>\r\n<body>\tbad\u{1B}[31m event</body>\r\n")
+            let reason = "HTTP 422: <html>\r\n<body>\tbad\u{1B}[31m event</body>\r\n"
+            _ = try Self.outboxWithDeadLetters(path, count: 2, reason: reason)
             let listed = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", path])
             #expect(listed.status == 0, "\(listed.stderr)")
             let lines = listed.stdout.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
@@ -167,7 +167,7 @@ struct CLITests {
             // --json keeps the reason as it was stored.
             let json = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", path, "--json"])
             let array = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [[String: Any]])
-            #expect(array.first?["reason"] as? String == "HTTP 422: <html>\r\n<body>\tbad\u{1B}[31m event</body>\r\n")
+            #expect(array.first?["reason"] as? String == reason)
         }
     }
 

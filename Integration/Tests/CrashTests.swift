@@ -6,6 +6,9 @@ import TributaryTestSupport
 /// Real crashes of a real `tributary-sim app` process, then a restart that reports them.
 @Suite("Crash capture with real processes", .serialized)
 struct CrashTests {
+    /// The Swift runtime's own backtracer would be chained to as well; it only slows the tests down.
+    static let quiet = ["SWIFT_BACKTRACE": "enable=no"]
+
     struct Event {
         var name: String
         var pid: Int32
@@ -50,15 +53,13 @@ struct CrashTests {
         try await withTemporaryGroup { group in
             let trace = group + "-foreign-sdk.trace"
             let ledger = group + "-ledger"
-            // The Swift runtime's own backtracer would be chained to as well; it only slows the test down.
-            let quiet = ["SWIFT_BACKTRACE": "enable=no"]
             let app = try ChildProcess(
                 "tributary-sim",
                 [
                     "app", "--group", group, "--events", "500", "--seed", "7", "--crash-after", "30", "--crash-kind",
                     kind, "--app-version", "1.0.0",
                     "--foreign-handler", trace, "--ledger", ledger,
-                ], environment: quiet)
+                ], environment: Self.quiet)
             let crashedPID = app.pid
             let result = await app.finish()
             #expect(app.process.terminationReason == .uncaughtSignal, "\(result.stderr)")
@@ -75,7 +76,7 @@ struct CrashTests {
             #expect(!before.map(\.name).contains("$AppCrashed"))
             let restart = try await ChildProcess.run(
                 "tributary-sim", ["app", "--group", group, "--events", "5", "--seed", "8", "--ledger", ledger, "--app-version", "1.1.0"],
-                environment: quiet)
+                environment: Self.quiet)
             #expect(restart.status == 0, "\(restart.stderr)")
 
             let events = try Self.events(group)
@@ -115,24 +116,23 @@ struct CrashTests {
     @Test("a start leaves alone the crash file another live instance of the app writes to; its crash is reported later")
     func liveInstanceKeepsItsCrashFile() async throws {
         try await withTemporaryGroup { group in
-            let quiet = ["SWIFT_BACKTRACE": "enable=no"]
             // Two instances of the app, both producer "app": B runs on (and is crashed later), A crashes now.
             let b = try ChildProcess(
-                "tributary-sim", ["app", "--group", group, "--events", "100000", "--rate", "10"], environment: quiet)
+                "tributary-sim", ["app", "--group", group, "--events", "100000", "--rate", "10"], environment: Self.quiet)
             #expect(await b.waitForLine(startingWith: "READY") != nil)
             let a = try ChildProcess(
                 "tributary-sim", ["app", "--group", group, "--events", "100", "--crash-after", "5", "--crash-kind", "abort"],
-                environment: quiet)
+                environment: Self.quiet)
             #expect(await a.finish().status == SIGABRT)
             // C starts while B runs: it must not take the file B's handlers write to.
-            let c = try await ChildProcess.run("tributary-sim", ["app", "--group", group, "--events", "3"], environment: quiet)
+            let c = try await ChildProcess.run("tributary-sim", ["app", "--group", group, "--events", "3"], environment: Self.quiet)
             #expect(c.status == 0, "\(c.stderr)")
             #expect(Self.named("$AppCrashed", in: try Self.events(group)).isEmpty, "A's record waits: B holds the file")
             b.send(SIGABRT)  // recorded by B's handler, and raised again
             let bExit = await b.finish()
             #expect(b.process.terminationReason == .uncaughtSignal && bExit.status == SIGABRT, "\(bExit.stderr)")
             // D, with no other instance left, reports both crashes.
-            let d = try await ChildProcess.run("tributary-sim", ["app", "--group", group, "--events", "1"], environment: quiet)
+            let d = try await ChildProcess.run("tributary-sim", ["app", "--group", group, "--events", "1"], environment: Self.quiet)
             #expect(d.status == 0, "\(d.stderr)")
             #expect(Self.named("$AppCrashed", in: try Self.events(group)).count == 2)
         }
@@ -141,15 +141,14 @@ struct CrashTests {
     @Test("four threads crashing at once leave one intact record and one $AppCrashed")
     func concurrentCrashes() async throws {
         try await withTemporaryGroup { group in
-            let quiet = ["SWIFT_BACKTRACE": "enable=no"]
             let app = try ChildProcess(
                 "tributary-sim",
                 ["app", "--group", group, "--events", "100", "--crash-after", "5", "--crash-kind", "threads"],
-                environment: quiet)
+                environment: Self.quiet)
             let result = await app.finish()
             #expect(app.process.terminationReason == .uncaughtSignal && result.status == SIGSEGV, "\(result.stderr)")
             let restart = try await ChildProcess.run(
-                "tributary-sim", ["app", "--group", group, "--events", "3"], environment: quiet)
+                "tributary-sim", ["app", "--group", group, "--events", "3"], environment: Self.quiet)
             #expect(restart.status == 0, "\(restart.stderr)")
             let events = try Self.events(group)
             #expect(Self.named("$AppCrashed", in: events).count == 1)

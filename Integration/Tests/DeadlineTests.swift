@@ -23,6 +23,14 @@ struct DeadlineTests {
     /// 10 s past --deadline).
     static let exitSlack = 1.5
 
+    /// Removes the group directory, as an app reinstalled does. An agent may notice while the removal
+    /// runs and remove its agent.sock first: the removal then meets a file gone, and is tried again.
+    static func removeGroup(_ group: String) {
+        for _ in 0..<10 where FileManager.default.fileExists(atPath: group) {
+            try? FileManager.default.removeItem(atPath: group)
+        }
+    }
+
     static func args(_ group: String, _ url: String, _ extra: [String]) -> [String] {
         ["--group", group, "--server", url + "/sa", "--outbox", group + "-state/outbox.sqlite", "--batch-size", "50",
          "--backoff-base", "0.05", "--backoff-cap", "0.2", "--log-level", "warning"] + extra
@@ -424,11 +432,8 @@ struct DeadlineTests {
                 try await Self.produce(group, 30)
                 let agent = try ChildProcess("tributary-agent", Self.args(group, collector.url, ["--flush-interval", "0.1"]))
                 _ = try await HybridBrowserTests.delivered(collector, count: 30, within: 30)
-                // An app reinstalled: the group's files go, a producer creates a new store. The agent may notice
-                // while the removal runs and remove its agent.sock first: the removal then meets a file gone.
-                for _ in 0..<10 where FileManager.default.fileExists(atPath: group) {
-                    try? FileManager.default.removeItem(atPath: group)
-                }
+                // An app reinstalled: the group's files go, a producer creates a new store.
+                Self.removeGroup(group)
                 #expect(!FileManager.default.fileExists(atPath: group))
                 try await Self.produce(group, 20)
                 // An agent that does not notice would run on, draining the deleted file: stop it after 20 s.
@@ -459,9 +464,7 @@ struct DeadlineTests {
                 let agent = try ChildProcess(
                     "tributary-agent", Self.args(group, collector.url, ["--drain-ahead", "200", "--batch-size", "100"]))
                 _ = try await HybridBrowserTests.delivered(collector, count: 100, within: 30)
-                for _ in 0..<10 where FileManager.default.fileExists(atPath: group) {
-                    try? FileManager.default.removeItem(atPath: group)
-                }
+                Self.removeGroup(group)
                 // A stop claims no new work, except the deleted file's events: they go with the process.
                 // A stop makes no second attempt after a failed upload: the deleted file is drained before.
                 if collectorFailsAfterStop { try await collector.setFaults(FaultConfiguration(forcedStatus: 503)) }

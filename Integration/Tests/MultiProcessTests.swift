@@ -287,8 +287,6 @@ struct MultiProcessTests {
         return await child.finish()
     }
 
-    /// A producer (`tributary track`) that took LMDB's writer lock (records put, not committed) and was
-    /// stopped there (SIGSTOP). SIGKILL it when done: its transaction is then aborted.
     @Test("a wake-up lost when a writer died holding LMDB's writer mutex is made up within a second or two by the lock word watch")
     func lostWakeUpMadeUp() async throws {
         try await withTemporaryGroup { group in
@@ -328,6 +326,8 @@ struct MultiProcessTests {
         }
     }
 
+    /// A producer (`tributary track`) that took LMDB's writer lock (records put, not committed) and was
+    /// stopped there (SIGSTOP). SIGKILL it when done: its transaction is then aborted.
     static func stoppedWriter(_ group: String) async throws -> ChildProcess {
         let writer = try ChildProcess(
             "tributary", ["track", "--group", group, "Held"], environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.append"])

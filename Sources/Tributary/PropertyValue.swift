@@ -32,7 +32,10 @@ extension PropertyValue {
     ///
     /// Strings, numbers, booleans and arrays of strings map to the matching case; anything else
     /// (null, nested objects, mixed arrays) is a ``TrackingError`` naming the property.
-    public static func properties(fromJSON text: String) throws -> [String: PropertyValue] {
+    ///
+    /// `checkingDuplicateKeys`: a key given twice is refused (JSON decoding would keep one value and drop
+    /// the other); off for JSON this code wrote itself from a dictionary, which cannot repeat a key.
+    public static func properties(fromJSON text: String, checkingDuplicateKeys: Bool = true) throws -> [String: PropertyValue] {
         let parsed: JSONValue
         do {
             parsed = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
@@ -44,7 +47,7 @@ extension PropertyValue {
         }
         // JSONDecoder keeps one of two equal keys and drops the other without a word.
         var seen = Set<String>()
-        for key in topLevelKeys(of: text) where !seen.insert(key).inserted {
+        for key in checkingDuplicateKeys ? topLevelKeys(of: text) : [] where !seen.insert(key).inserted {
             throw TrackingError(
                 .malformedProperties, field: key, "Property \(key) appears more than once in the properties; give it once.")
         }

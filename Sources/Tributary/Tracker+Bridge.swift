@@ -81,7 +81,8 @@ extension Tracker {
     /// The app's preset properties: those the main app published to the group, else this producer's.
     public func appPresetProperties() -> [String: PropertyValue] {
         guard let text = try? store.configuration()[ConfigurationKey.appPresets],
-            let published = try? PropertyValue.properties(fromJSON: text), !published.isEmpty
+            // Written by publishAppPresets from a dictionary: no key in it twice, for every page event.
+            let published = try? PropertyValue.properties(fromJSON: text, checkingDuplicateKeys: false), !published.isEmpty
         else { return presets }
         return published
     }
@@ -163,14 +164,7 @@ extension Tracker {
                 prepared.bootID = .current
             }
         }
-        let encoded = prepared.prefix.count + prepared.suffix.count
-        let identity = 4 * EventRules.maxEncodedIDFieldBytes
-        guard encoded + identity <= configuration.maxEventBytes else {
-            throw TrackingError(
-                .eventTooLarge, field: page.event,
-                "Page event \(page.event) encodes to about \(encoded) bytes, and its identity may add up to "
-                    + "\(identity); the limit is \(configuration.maxEventBytes).")
-        }
+        try checkSize(of: prepared, identityFields: 4, named: "Page event \(page.event)", field: page.event)
         return prepared
     }
 }

@@ -217,15 +217,21 @@ public final class Tracker: Sendable {
             wallTimeMillis: moment?.wallTimeMillis ?? configuration.wallMillis(),
             bootTimeNanos: moment?.bootTimeNanos ?? configuration.monotonicNanos(), eventID: moment?.eventID)
         if let bootID = moment?.bootID { prepared.bootID = bootID }
+        try checkSize(of: prepared, identityFields: 3, named: "Event \(event)", field: event)
+        return prepared
+    }
+
+    /// Throws ``TrackingError/Code/eventTooLarge`` unless `prepared`, with `identityFields` identity
+    /// fields of the longest ids added when it is committed, fits in ``Configuration/maxEventBytes``.
+    func checkSize(of prepared: PreparedEvent, identityFields: Int, named name: String, field: String) throws {
         let encoded = prepared.prefix.count + prepared.suffix.count
-        let identity = 3 * EventRules.maxEncodedIDFieldBytes
+        let identity = identityFields * EventRules.maxEncodedIDFieldBytes
         guard encoded + identity <= configuration.maxEventBytes else {
             throw TrackingError(
-                .eventTooLarge, field: event,
-                "Event \(event) encodes to about \(encoded) bytes, and its identity may add up to \(identity); the "
-                    + "limit is \(configuration.maxEventBytes).")
+                .eventTooLarge, field: field,
+                "\(name) encodes to about \(encoded) bytes, and its identity may add up to \(identity); the limit is "
+                    + "\(configuration.maxEventBytes).")
         }
-        return prepared
     }
 
     // MARK: Identity (shared by every process of the group)

@@ -170,7 +170,7 @@ public final class AutoTracker: Sendable {
                 if let version = record.appVersion, !version.isEmpty { properties["$app_version"] = .string(version) }
                 let event: String
                 // Backtraces of fewer frames, down to the signal's line alone, for an event over the limit.
-                var reasonLimits: [Int] = []
+                var reasonLimits: [Int?] = [nil]
                 switch effect {
                 case .appEnd(let duration, let reason):
                     event = "$AppEnd"
@@ -183,18 +183,15 @@ public final class AutoTracker: Sendable {
                 let moment = EventMoment(
                     wallTimeMillis: record.wallTimeMillis, bootTimeNanos: record.bootTimeNanos, bootID: record.bootID,
                     eventID: record.eventID(for: event))
-                var attempt = 0
-                while true {
-                    if attempt < reasonLimits.count {
-                        properties["app_crashed_reason"] = .string(record.reason(limit: reasonLimits[attempt]))
-                    }
+                for (attempt, limit) in reasonLimits.enumerated() {
+                    if let limit { properties["app_crashed_reason"] = .string(record.reason(limit: limit)) }
                     do {
                         receipts.append(try tracker.trackAutomatic(event, properties: properties, moment: moment))
                         break
+                    } catch let error as TrackingError where error.code == .eventTooLarge && attempt + 1 < reasonLimits.count {
+                        continue
                     } catch let error as TrackingError {
-                        attempt += 1
-                        if error.code == .eventTooLarge, attempt < reasonLimits.count { continue }
-                        if refused == nil { refused = error }
+                        refused = refused ?? error
                         break
                     }
                 }
@@ -219,12 +216,10 @@ public final class AutoTracker: Sendable {
     }
 
     /// `since`, a reading of the configured clock (an injected one may run ahead), as `CLOCK_BOOTTIME`,
-    /// the clock the crash handler reads.
-    private func bootTime(of since: UInt64) -> UInt64 {
-        let now = configuration.monotonicNanos()
-        let boot = BootClock.nowNanos()
-        let elapsed = now >= since ? now - since : 0
-        return boot >= elapsed ? boot - elapsed : 0
+    /// the clock the crash handler reads, given both clocks' readings `now`.
+    private static func bootTime(of since: UInt64, now: (configured: UInt64, boot: UInt64)) -> UInt64 {
+        let elapsed = now.configured >= since ? now.configured - since : 0
+        return now.boot >= elapsed ? now.boot - elapsed : 0
     }
 
     // MARK: Lifecycle
@@ -299,10 +294,8 @@ public final class AutoTracker: Sendable {
                     // The start a crash would close stays open until its `$AppEnd` is tried (a crash while
                     // it commits backfills it); this one then gets the id the backfill would.
                     let openStart = event == "$AppEnd" ? box.state.withLock { $0.storedStartBoot } : nil
-                    let moment = openStart.flatMap { since in
-                        configuration.captureCrashes
-                            ? EventMoment(eventID: CrashRecord.appEndEventID(pid: getpid(), activeSince: since, bootID: .current))
-                            : nil
+                    let moment = openStart.map { since in
+                        EventMoment(eventID: CrashRecord.appEndEventID(pid: getpid(), activeSince: since, bootID: .current))
                     }
                     defer {
                         if event == "$AppEnd" {
@@ -313,10 +306,10 @@ public final class AutoTracker: Sendable {
                     do {
                         receipts.append(try tracker.trackAutomatic(event, properties: properties, moment: moment))
                         lastTrackFailed = false
-                        if event == "$AppStart" {
-                            let since = box.state.withLock { $0.machine.activeSince }
-                            let boot = bootTime(of: since)
-                            box.state.withLock { $0.storedStartBoot = boot }
+                        // Kept for the crash handler only (nil, it is never published nor gives an id).
+                        if event == "$AppStart", configuration.captureCrashes {
+                            let now = (configured: configuration.monotonicNanos(), boot: BootClock.nowNanos())
+                            box.state.withLock { $0.storedStartBoot = Self.bootTime(of: $0.machine.activeSince, now: now) }
                             publishCrashContext()
                         }
                     } catch {

@@ -14,9 +14,17 @@ public struct BridgeConfiguration: Sendable {
     public var allowedOrigins: Set<String> {
         get { trustedOrigins }
         set {
-            trustedOrigins = Self.trusted(newValue)
-            ignoredOrigins = newValue.compactMap { origin in Self.problem(withOrigin: origin).map { (origin, $0) } }
-                .sorted { $0.0 < $1.0 }
+            // Normalised, without the ones no frame can have (``problem(withOrigin:)``), which are kept apart.
+            trustedOrigins = []
+            ignoredOrigins = []
+            for origin in newValue {
+                if let why = Self.problem(withOrigin: origin) {
+                    ignoredOrigins.append((origin, why))
+                } else {
+                    trustedOrigins.insert(Self.normalizedOrigin(origin))
+                }
+            }
+            ignoredOrigins.sort { $0.origin < $1.origin }
         }
     }
     private var trustedOrigins: Set<String>
@@ -59,11 +67,6 @@ public struct BridgeConfiguration: Sendable {
             problems.append("Allowed server URL '\(url)' is not an absolute URL with a host; it is ignored.")
         }
         return problems
-    }
-
-    /// `origins` normalised, without the ones no frame can have (``problem(withOrigin:)``).
-    private static func trusted(_ origins: Set<String>) -> Set<String> {
-        Set(origins.filter { problem(withOrigin: $0) == nil }.map(normalizedOrigin))
     }
 
     /// Why `origin` can never be trusted, or nil: opaque, or other than `scheme://host[:port]` as a

@@ -122,9 +122,7 @@ public final class HybridBridge: Sendable {
         let total = byOrigin.values.reduce(0, +)
         guard total > 0 else { return }
         for (origin, messages) in byOrigin { countReceived(origin, messages) }
-        counts.withLock { $0.rejected[.foreignOrigin, default: 0] += total }
-        Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", BridgeRejection.Reason.foreignOrigin.rawValue)])
-            .increment(by: total)
+        countRejected(.foreignOrigin, total)
         logger.warning(
             "bridge messages rejected: their frames' origins are not on the bridge's whitelist",
             metadata: [
@@ -185,12 +183,16 @@ public final class HybridBridge: Sendable {
     /// origin was not read.
     func refuseOverloaded(_ dropped: Int) {
         guard dropped > 0 else { return }
-        counts.withLock { $0.rejected[.overloaded, default: 0] += dropped }
-        Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", BridgeRejection.Reason.overloaded.rawValue)])
-            .increment(by: dropped)
+        countRejected(.overloaded, dropped)
         logger.warning(
             "bridge messages dropped unread: more than \(configuration.maxQueuedBytes) bytes of page messages were waiting",
             metadata: ["tributary.bridge.reason": "\(BridgeRejection.Reason.overloaded)", "tributary.bridge.dropped": "\(dropped)"])
+    }
+
+    /// Counts `messages` rejections for `reason`, in ``Counts/rejected`` and the messages metric.
+    private func countRejected(_ reason: BridgeRejection.Reason, _ messages: Int = 1) {
+        counts.withLock { $0.rejected[reason, default: 0] += messages }
+        Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", reason.rawValue)]).increment(by: messages)
     }
 
     private func count(_ result: Result<TrackReceipt, BridgeRejection>, channel: Channel) {
@@ -205,9 +207,7 @@ public final class HybridBridge: Sendable {
                     "tributary.event.id": "\(receipt.eventID)", "tributary.bridge.channel": "\(channel.rawValue)",
                 ])
         case .failure(let rejection):
-            counts.withLock { $0.rejected[rejection.reason, default: 0] += 1 }
-            Counter(label: "tributary_bridge_messages_total", dimensions: [("outcome", rejection.reason.rawValue)])
-                .increment()
+            countRejected(rejection.reason)
             logger.warning(
                 "bridge message rejected: \(rejection.message)",
                 metadata: [

@@ -160,12 +160,7 @@ public final class SharedStore: Sendable {
     private static func checkSchema(_ environment: Environment, groupDirectory: String) throws -> UInt64 {
         let meta = environment.tables.meta
         let (stored, storeID): (UInt32?, UInt64?) = try environment.read { txn in
-            (try withKey(MetaKey.schemaVersion) { key in
-                try txn.withValue(meta, &key) { try $0.map { try decodeMeta($0, key: MetaKey.schemaVersion, as: UInt32.self) } }
-            },
-             try withKey(MetaKey.storeID) { key in
-                try txn.withValue(meta, &key) { try $0.map { try decodeMeta($0, key: MetaKey.storeID, as: UInt64.self) } }
-            })
+            (try metaValue(MetaKey.schemaVersion, in: txn, meta), try metaValue(MetaKey.storeID, in: txn, meta))
         }
         if let stored, stored > Self.schemaVersion { throw unsupportedSchema(stored, groupDirectory: groupDirectory) }
         if stored != nil, let storeID { return storeID }
@@ -176,9 +171,7 @@ public final class SharedStore: Sendable {
                 }
             }
             return try withKey(MetaKey.storeID) { key in
-                if let existing = try txn.withValue(meta, &key, { try $0.map { try decodeMeta($0, key: MetaKey.storeID, as: UInt64.self) } }) {
-                    return existing
-                }
+                if let existing: UInt64 = try metaValue(MetaKey.storeID, in: txn, meta) { return existing }
                 let created = 1 + randomInteger(upTo: UInt64.max - 1)
                 try withUnsafeBytes(of: created.bigEndian) { try txn.put(meta, &key, $0) }
                 return created
@@ -529,11 +522,15 @@ public final class SharedStore: Sendable {
 
     /// The store's `meta/last_seq` (0 before the first append).
     private func lastAssignedSeq(in txn: Transaction) throws -> UInt64 {
-        try withKey(MetaKey.lastSeq) { key in
-            try txn.withValue(environment.tables.meta, &key) {
-                try $0.map { try decodeMeta($0, key: MetaKey.lastSeq, as: UInt64.self) } ?? 0
-            }
-        }
+        try Self.metaValue(MetaKey.lastSeq, in: txn, environment.tables.meta) ?? 0
+    }
+
+    /// The integer stored under `key` in the `meta` table (nil when there is none), checked by
+    /// ``decodeMeta(_:key:as:)``.
+    private static func metaValue<T: FixedWidthInteger & UnsignedInteger>(
+        _ key: String, in txn: Transaction, _ meta: MDB_dbi
+    ) throws -> T? {
+        try withKey(key) { bytes in try txn.withValue(meta, &bytes) { try $0.map { try decodeMeta($0, key: key, as: T.self) } } }
     }
 
     private func registration(in txn: Transaction, producerID: String) throws -> ProducerRegistration {

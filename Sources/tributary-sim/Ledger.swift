@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Tributary
+import TributaryStore
 
 /// Appends acknowledged events to a ledger file, one `write` per line so a kill loses at most a line
 /// that was never acknowledged to anyone.
@@ -23,7 +24,7 @@ final class Ledger: Sendable {
         }
         let fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o644)
         guard fd >= 0 else {
-            throw producerFailure(LedgerError("Cannot open the ledger \(path): \(String(cString: strerror(errno)))."))
+            throw runFailure("Cannot open the ledger \(path): \(String(cString: strerror(errno))).", exitCode: 74)
         }
         descriptor = fd
     }
@@ -33,28 +34,15 @@ final class Ledger: Sendable {
     /// Appends the receipt's line (`producer_seq seq event_id`).
     func record(_ receipt: TrackReceipt) {
         guard let descriptor else { return }
-        let line = Array("\(receipt.producerSeq) \(receipt.seq) \(receipt.eventID)\n".utf8)
-        var written = 0
-        while written < line.count {
-            let n = line[written...].withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
-            if n > 0 {
-                written += n
-            } else if n < 0 && errno == EINTR {
-                continue
-            } else {
-                let reason = n < 0 ? String(cString: strerror(errno)) : "nothing written"
-                // The event is stored; its caller cannot be told by a throw (the bridge's receipt handler),
-                // and a run whose ledger misses lines must not look like one that lost events.
-                FileHandle.standardError.write(
-                    Data("tributary-sim: Cannot write to the ledger \(path) (event \(receipt.eventID) is stored): \(reason).\n".utf8))
-                exit(74)
-            }
+        guard let err = writeAll(descriptor, Array("\(receipt.producerSeq) \(receipt.seq) \(receipt.eventID)\n".utf8)) else {
+            return
         }
+        // The event is stored; its caller cannot be told by a throw (the bridge's receipt handler), and a
+        // run whose ledger misses lines must not look like one that lost events.
+        FileHandle.standardError.write(
+            Data(
+                "tributary-sim: Cannot write to the ledger \(path) (event \(receipt.eventID) is stored): \(String(cString: strerror(err))).\n"
+                    .utf8))
+        exit(74)
     }
-}
-
-/// A ledger that cannot be opened (exit 74, as any I/O error).
-struct LedgerError: Error, CustomStringConvertible {
-    let description: String
-    init(_ description: String) { self.description = description }
 }

@@ -28,9 +28,10 @@ func producerFailure(_ error: any Error) -> ExitCode {
     return ExitCode(error is TrackingError ? 65 : 74)
 }
 
-/// A failure at run time (not a bad option): `message` goes to stderr, and the exit code is 1, so that
-/// ArgumentParser does not print the usage text and exit 64 as it does for a `ValidationError`.
-func runFailure(_ message: String) -> ExitCode {
+/// A failure at run time (not a bad option): `message` goes to stderr, and the exit code is 1 (or
+/// `exitCode`), so that ArgumentParser does not print the usage text and exit 64 as it does for a
+/// `ValidationError`.
+func runFailure(_ message: String, exitCode: Int32 = 1) -> ExitCode {
     FileHandle.standardError.write(Data("tributary-sim: \(message)\n".utf8))
-    return ExitCode(1)
+    return ExitCode(exitCode)
 }

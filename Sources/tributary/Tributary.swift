@@ -88,7 +88,7 @@ struct Track: ParsableCommand {
 
     func run() throws {
         try reportingErrors {
-            let props = try properties.map(PropertyValue.properties(fromJSON:)) ?? [:]
+            let props = try properties.map { try PropertyValue.properties(fromJSON: $0) } ?? [:]
             // Before the Tracker opens the store: it publishes the app's presets as it opens, and a
             // refused event must leave the group as it was (exit 65, "nothing written").
             try EventRules.validateEventName(name)

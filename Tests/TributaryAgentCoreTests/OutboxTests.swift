@@ -18,6 +18,13 @@ struct OutboxTests {
             wallMillis: 1, bootNanos: 2, bootID: .current, body: Array(#"{"event_id":"e\#(seq)"}"#.utf8), batchID: nil)
     }
 
+    /// Dead-letters the next `count` waiting events (as refused with 400); at least one must be waiting.
+    static func deadLetterNext(_ outbox: Outbox, _ count: Int = 1) throws {
+        let rows = try outbox.nextBatch(maxCount: count, maxBytes: .max)
+        try #require(!rows.isEmpty)
+        for row in rows { try outbox.deadLetter(row, status: 400, reason: "HTTP 400") }
+    }
+
     @Test("the fail-stop rule takes SQLite's I/O and corruption errors and LMDB's EIO, not a full disk nor any other error")
     func fatalIOMatches() {
         #expect(FatalIO.matches(DatabaseError(resultCode: .SQLITE_IOERR)))
@@ -96,13 +103,11 @@ struct OutboxTests {
             _ = try outbox.adoptStore(1)
             let count = Outbox.replayChunk * 2 + 50
             try outbox.insertDrained((1...UInt64(count)).map { .event(Self.row(500 + $0)) })
-            for row in try outbox.nextBatch(maxCount: count, maxBytes: .max) {
-                try outbox.deadLetter(row, status: 400, reason: "HTTP 400")
-            }
+            try Self.deadLetterNext(outbox, count)
             // The store created anew (an app reinstalled): its seqs start again, below the first store's.
             _ = try outbox.adoptStore(2)
             try outbox.insertDrained([.event(Self.row(3, eventID: "new-3"))])
-            try outbox.deadLetter(try #require(try outbox.nextBatch(maxCount: 1, maxBytes: .max).first), status: 400, reason: "HTTP 400")
+            try Self.deadLetterNext(outbox)
             let bytes = try outbox.deadLetterBytes()
             #expect(try outbox.replayDeadLetters() == count + 1)
             let replayed = try outbox.nextBatch(maxCount: count + 10, maxBytes: .max)
@@ -120,18 +125,16 @@ struct OutboxTests {
             let outbox = try Outbox(path: path)
             try outbox.insertDrained((1...10).map { .event(Self.row($0)) })
             #expect(try outbox.deadLetterRun(destination: 7) == (0, nil))
-            for row in try outbox.nextBatch(maxCount: 3, maxBytes: .max) {
-                try outbox.deadLetter(row, status: 400, reason: "HTTP 400")
-            }
+            try Self.deadLetterNext(outbox, 3)
             try outbox.holdAfterHalt(seq: 4)
             // Kept for the next run of the agent (a new connection), to the same destination.
             #expect(try Outbox(path: path).deadLetterRun(destination: 7) == (3, 4))
             // Another destination is judged afresh, and so is the first one again after it.
             #expect(try outbox.deadLetterRun(destination: 8) == (0, nil))
-            try outbox.deadLetter(try #require(try outbox.nextBatch(maxCount: 1, maxBytes: .max).first), status: 400, reason: "HTTP 400")
+            try Self.deadLetterNext(outbox)
             #expect(try outbox.deadLetterRun(destination: 8) == (1, nil))
             #expect(try outbox.deadLetterRun(destination: 7) == (0, nil))
-            try outbox.deadLetter(try #require(try outbox.nextBatch(maxCount: 1, maxBytes: .max).first), status: 400, reason: "HTTP 400")
+            try Self.deadLetterNext(outbox)
             try outbox.holdAfterHalt(seq: 6)
             let batch = try outbox.nextBatch(maxCount: 2, maxBytes: .max)
             try outbox.acknowledge(try #require(batch.first?.batchID))

@@ -174,7 +174,6 @@ struct DevToolsPipeTests {
     @Test("the reader takes frame events in itself, never queued, and queues a page message with the origin it is credited with")
     func readerTakesFrameEvents() {
         func event(_ method: String, _ params: [String: JSON]) -> DevToolsMessage { Self.devtools(method, "s1", params) }
-        func created(_ id: Int, _ origin: String, frame: String) -> DevToolsMessage { Self.contextCreated(id, origin, frame: frame) }
         let queue = MessageQueueGauge(limit: 1 << 20)
         let trusted: Set<String> = ["https://app.example"]
         var origins = FrameOrigins()
@@ -182,11 +181,11 @@ struct DevToolsPipeTests {
         func take(_ message: DevToolsMessage) {
             if let item = WebViewHost.take(message, origins: &origins, queue: queue, trusted: trusted) { queued.append(item) }
         }
-        take(created(1, "https://app.example", frame: "main"))
+        take(Self.contextCreated(1, "https://app.example", frame: "main"))
         // A page adding and removing iframes in a loop while run() waits on a commit: nothing piles up.
         for n in 2...1001 {
             take(event("Page.frameAttached", ["frameId": .string("f\(n)"), "parentFrameId": .string("main")]))
-            take(created(n, "https://ads.example", frame: "f\(n)"))
+            take(Self.contextCreated(n, "https://ads.example", frame: "f\(n)"))
             take(event("Runtime.executionContextDestroyed", ["executionContextId": .number(Double(n))]))
             take(event("Page.frameDetached", ["frameId": .string("f\(n)"), "reason": .string("remove")]))
         }
@@ -194,7 +193,7 @@ struct DevToolsPipeTests {
         // Page messages: credited when read, against what the browser reported before them.
         take(event("Runtime.bindingCalled", ["name": .string(WebViewHost.bindingName), "executionContextId": .number(1), "payload": .string("{}")]))
         take(event("Page.frameAttached", ["frameId": .string("ad"), "parentFrameId": .string("main")]))
-        take(created(9, "https://ads.example", frame: "ad"))
+        take(Self.contextCreated(9, "https://ads.example", frame: "ad"))
         take(event("Runtime.bindingCalled", ["name": .string(WebViewHost.bindingName), "executionContextId": .number(9), "payload": .string("{}")]))
         take(event("Page.frameRequestedNavigation", ["frameId": .string("ad"), "url": .string("sensorsanalytics://trackEvent?event=E")]))
         take(event("Runtime.executionContextDestroyed", ["executionContextId": .number(9)]))
@@ -212,7 +211,7 @@ struct DevToolsPipeTests {
                 "name": .string(WebViewHost.bindingName), "executionContextId": .number(9),
                 "payload": .string(String(repeating: "x", count: 60)),
             ])
-            _ = origins.record(created(9, "https://ads.example", frame: "ad"))
+            _ = origins.record(Self.contextCreated(9, "https://ads.example", frame: "ad"))
             if WebViewHost.take(flood, origins: &origins, queue: small, trusted: trusted) != nil { markers += 1 }
         }
         let trustedMessage = event("Runtime.bindingCalled", [
@@ -224,50 +223,45 @@ struct DevToolsPipeTests {
 
     @Test("a legacy navigation is credited only when the frame's own renderer (or, for a fresh iframe, its parent's) asked for it")
     func navigationFromAnotherRenderer() {
-        func event(_ method: String, _ session: String, _ params: [String: JSON]) -> DevToolsMessage { Self.devtools(method, session, params) }
-        func created(_ id: Int, _ origin: String, frame: String, session: String) -> DevToolsMessage {
-            Self.contextCreated(id, origin, frame: frame, session: session)
-        }
         func navigation(of frame: String, on session: String) -> DevToolsMessage {
-            event("Page.frameRequestedNavigation", session, [
+            Self.devtools("Page.frameRequestedNavigation", session, [
                 "frameId": .string(frame), "url": .string("sensorsanalytics://trackEvent?event=E"),
             ])
         }
         let trusted: Set<String> = ["https://app.example"]
         var origins = FrameOrigins()
-        _ = origins.record(created(1, "https://app.example", frame: "main", session: "s1"))
-        _ = origins.record(created(1, "https://evil.example", frame: "popup", session: "s2"))
+        _ = origins.record(Self.contextCreated(1, "https://app.example", frame: "main", session: "s1"))
+        _ = origins.record(Self.contextCreated(1, "https://evil.example", frame: "popup", session: "s2"))
         func credited(_ message: DevToolsMessage) -> String { WebViewHost.origin(of: message, in: origins, trusted: trusted) }
         // The page itself, and the legacy SDK's fresh iframe (no document yet) asked for by the page.
         #expect(credited(navigation(of: "main", on: "s1")) == "https://app.example")
-        _ = origins.record(event("Page.frameAttached", "s1", ["frameId": .string("fresh"), "parentFrameId": .string("main")]))
+        _ = origins.record(Self.devtools("Page.frameAttached", "s1", ["frameId": .string("fresh"), "parentFrameId": .string("main")]))
         #expect(credited(navigation(of: "fresh", on: "s1")) == "https://app.example")
         // A popup setting opener.location, or navigating a frame it does not run in: reported on its session.
         #expect(credited(navigation(of: "main", on: "s2")) == "null")
         #expect(credited(navigation(of: "fresh", on: "s2")) == "null")
         // A same-process foreign iframe setting top.location: the top frame's session hosts an untrusted frame.
-        _ = origins.record(event("Page.frameAttached", "s1", ["frameId": .string("ad"), "parentFrameId": .string("main")]))
-        _ = origins.record(created(2, "https://ads.example", frame: "ad", session: "s1"))
+        _ = origins.record(Self.devtools("Page.frameAttached", "s1", ["frameId": .string("ad"), "parentFrameId": .string("main")]))
+        _ = origins.record(Self.contextCreated(2, "https://ads.example", frame: "ad", session: "s1"))
         #expect(credited(navigation(of: "main", on: "s1")) == "null")
     }
 
     @Test("a frame attached with an event too large to read keeps its parent link (or, unread, trusts no navigation of that session)")
     func oversizedFrameAttached() {
         func event(_ method: String, _ params: [String: JSON]) -> DevToolsMessage { Self.devtools(method, "s1", params) }
-        func created(_ id: Int, _ origin: String, frame: String) -> DevToolsMessage { Self.contextCreated(id, origin, frame: frame) }
         let trusted: Set<String> = ["https://app.example"]
         let navigation = event("Page.frameRequestedNavigation", ["frameId": .string("child"), "url": .string("sensorsanalytics://trackEvent?event=E")])
         for readable in [true, false] {
             var origins = FrameOrigins()
-            _ = origins.record(created(1, "https://app.example", frame: "main"))
+            _ = origins.record(Self.contextCreated(1, "https://app.example", frame: "main"))
             _ = origins.record(event("Page.frameAttached", ["frameId": .string("ad"), "parentFrameId": .string("main")]))
-            _ = origins.record(created(2, "https://ads.example", frame: "ad"))
+            _ = origins.record(Self.contextCreated(2, "https://ads.example", frame: "ad"))
             // The ad appends a trusted page with a huge creation stack (a long script URL, deep recursion).
             var skipped: [String: JSON] = ["bytes": .number(3e6), "method": .string("Page.frameAttached")]
             if readable { skipped.merge(["frameId": .string("child"), "parentFrameId": .string("ad")]) { $1 } }
             let taken = origins.record(event(DevToolsPipe.frameTooLargeEvent, skipped))
             #expect(taken)
-            _ = origins.record(created(3, "https://app.example", frame: "child"))
+            _ = origins.record(Self.contextCreated(3, "https://app.example", frame: "child"))
             let origin = WebViewHost.origin(of: navigation, in: origins, trusted: trusted)
             #expect(origin == (readable ? "https://ads.example" : "null"), "readable: \(readable)")
         }
@@ -276,59 +270,53 @@ struct DevToolsPipeTests {
     @Test("ids out of range in the browser's messages are no ids, not a trap")
     func hugeNumbers() {
         var origins = FrameOrigins()
-        let huge = DevToolsMessage(
-            id: nil, method: "Runtime.executionContextCreated", sessionID: "s1",
-            body: .object(["context": .object(["id": .number(1e19), "origin": .string("https://app.example")])]), error: nil)
+        let huge = Self.devtools(
+            "Runtime.executionContextCreated", "s1", ["context": .object(["id": .number(1e19), "origin": .string("https://app.example")])])
         let recorded = origins.record(huge)
         #expect(recorded && origins.contexts.isEmpty)
         for id: JSON in [.integer(.max), .number(1e300), .number(1.5)] {
-            let binding = DevToolsMessage(
-                id: nil, method: "Runtime.bindingCalled", sessionID: "s1", body: .object(["executionContextId": id]), error: nil)
+            let binding = Self.devtools("Runtime.bindingCalled", "s1", ["executionContextId": id])
             #expect(WebViewHost.origin(of: binding, in: origins, trusted: []) == "null")
         }
     }
 
     @Test("frame origins: contexts and frames are forgotten when the browser says they are gone, and only then")
     func frameOrigins() {
-        func event(_ method: String, _ session: String, _ params: [String: JSON]) -> DevToolsMessage { Self.devtools(method, session, params) }
-        func created(_ id: Int, _ origin: String, frame: String, session: String = "s1") -> DevToolsMessage {
-            Self.contextCreated(id, origin, frame: frame, session: session)
-        }
         var origins = FrameOrigins()
         // A page that keeps adding and removing iframes: nothing stays of the ones gone.
-        let recorded = origins.record(created(1, "https://app.example", frame: "main"))
+        let recorded = origins.record(Self.contextCreated(1, "https://app.example", frame: "main"))
         #expect(recorded)
         for n in 2...51 {
-            _ = origins.record(event("Page.frameAttached", "s1", ["frameId": .string("f\(n)"), "parentFrameId": .string("main")]))
-            _ = origins.record(created(n, "https://ads.example", frame: "f\(n)"))
+            _ = origins.record(Self.devtools("Page.frameAttached", "s1", ["frameId": .string("f\(n)"), "parentFrameId": .string("main")]))
+            _ = origins.record(Self.contextCreated(n, "https://ads.example", frame: "f\(n)"))
             #expect(origins.context(n, session: "s1") == "https://ads.example")
-            _ = origins.record(event("Runtime.executionContextDestroyed", "s1", ["executionContextId": .number(Double(n))]))
-            _ = origins.record(event("Page.frameDetached", "s1", ["frameId": .string("f\(n)"), "reason": .string("remove")]))
+            _ = origins.record(Self.devtools("Runtime.executionContextDestroyed", "s1", ["executionContextId": .number(Double(n))]))
+            _ = origins.record(Self.devtools("Page.frameDetached", "s1", ["frameId": .string("f\(n)"), "reason": .string("remove")]))
         }
         #expect(origins.contexts.count == 1 && origins.frames.count == 1 && origins.parents.isEmpty)
         #expect(origins.context(2, session: "s1") == "null")
         // A frame swapped into a process of its own lives on: its parent is kept.
-        _ = origins.record(event("Page.frameAttached", "s1", ["frameId": .string("oopif"), "parentFrameId": .string("main")]))
-        _ = origins.record(event("Page.frameDetached", "s1", ["frameId": .string("oopif"), "reason": .string("swap")]))
+        _ = origins.record(Self.devtools("Page.frameAttached", "s1", ["frameId": .string("oopif"), "parentFrameId": .string("main")]))
+        _ = origins.record(Self.devtools("Page.frameDetached", "s1", ["frameId": .string("oopif"), "reason": .string("swap")]))
         #expect(origins.parents["oopif"] == "main")
         // A child target's contexts go with it; a navigation clears the session's.
-        _ = origins.record(created(1, "https://ads.example", frame: "oopif", session: "s2"))
-        _ = origins.record(event("Target.detachedFromTarget", "s1", ["sessionId": .string("s2")]))
+        _ = origins.record(Self.contextCreated(1, "https://ads.example", frame: "oopif", session: "s2"))
+        _ = origins.record(Self.devtools("Target.detachedFromTarget", "s1", ["sessionId": .string("s2")]))
         #expect(origins.context(1, session: "s2") == "null" && origins.context(1, session: "s1") == "https://app.example")
-        _ = origins.record(event("Runtime.executionContextsCleared", "s1", [:]))
+        _ = origins.record(Self.devtools("Runtime.executionContextsCleared", "s1", [:]))
         #expect(origins.contexts.isEmpty)
         // A tab closed (its target detached) takes its frames along: it sends no frameDetached for them. The
         // frame it ran out of process for stays the parent's child, as the parent session recorded it.
-        _ = origins.record(created(1, "https://tab.example", frame: "tab", session: "s3"))
-        _ = origins.record(event("Page.frameAttached", "s3", ["frameId": .string("tab-child"), "parentFrameId": .string("tab")]))
-        _ = origins.record(created(2, "https://tab.example", frame: "tab-child", session: "s3"))
-        _ = origins.record(created(1, "https://ads.example", frame: "oopif", session: "s4"))
+        _ = origins.record(Self.contextCreated(1, "https://tab.example", frame: "tab", session: "s3"))
+        _ = origins.record(Self.devtools("Page.frameAttached", "s3", ["frameId": .string("tab-child"), "parentFrameId": .string("tab")]))
+        _ = origins.record(Self.contextCreated(2, "https://tab.example", frame: "tab-child", session: "s3"))
+        _ = origins.record(Self.contextCreated(1, "https://ads.example", frame: "oopif", session: "s4"))
         #expect(origins.frames["tab"] != nil && origins.frames["tab-child"] != nil && origins.parents["tab-child"] == "tab")
-        _ = origins.record(event("Target.detachedFromTarget", "", ["sessionId": .string("s3")]))
-        _ = origins.record(event("Target.detachedFromTarget", "s1", ["sessionId": .string("s4")]))
+        _ = origins.record(Self.devtools("Target.detachedFromTarget", "", ["sessionId": .string("s3")]))
+        _ = origins.record(Self.devtools("Target.detachedFromTarget", "s1", ["sessionId": .string("s4")]))
         #expect(origins.frames["tab"] == nil && origins.frames["tab-child"] == nil && origins.parents["tab-child"] == nil)
         #expect(origins.frames["oopif"] == nil && origins.parents["oopif"] == "main" && origins.frames["main"] == "https://app.example")
-        let binding = origins.record(event("Runtime.bindingCalled", "s1", [:]))
+        let binding = origins.record(Self.devtools("Runtime.bindingCalled", "s1", [:]))
         #expect(!binding, "not an event of its own")
     }
 

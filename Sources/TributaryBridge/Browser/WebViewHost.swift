@@ -72,21 +72,23 @@ public final class WebViewHost: Sendable {
         _ message: DevToolsMessage, origins: inout FrameOrigins, queue: MessageQueueGauge, trusted: Set<String>
     ) -> Queued? {
         if origins.record(message) { return nil }
+        // Any other message is credited with "null" (it is no page's).
+        let origin = isPageMessage(message) ? origin(of: message, in: origins, trusted: trusted) : "null"
         if isPageMessage(message) {
             // A frame not on the whitelist is refused here, unqueued: its messages neither wait for the
             // commits of trusted ones nor take their room in the queue (a foreign iframe posting as fast
             // as it can got a trusted page's messages dropped as overloaded). They are counted, and the
             // first since ``run(bridge:)`` last took the count queues one marker for it to do so.
-            let origin = BridgeConfiguration.normalizedOrigin(origin(of: message, in: origins, trusted: trusted))
-            if BridgeConfiguration.isOpaque(origin) || !trusted.contains(origin) {
-                guard queue.countForeign(origin) else { return nil }
+            let normalized = BridgeConfiguration.normalizedOrigin(origin)
+            if BridgeConfiguration.isOpaque(normalized) || !trusted.contains(normalized) {
+                guard queue.countForeign(normalized) else { return nil }
                 return Queued(
                     message: DevToolsMessage(id: nil, method: foreignRefusedEvent, sessionID: nil, body: .null, error: nil),
                     origin: "null")
             }
         }
         guard admit(message, to: queue) else { return nil }
-        return Queued(message: message, origin: origin(of: message, in: origins, trusted: trusted))
+        return Queued(message: message, origin: origin)
     }
 
     /// A page's message: a binding call (one over the frame limit too), a `sensorsanalytics:` navigation.
@@ -335,7 +337,7 @@ struct FrameOrigins {
     /// frame, every frame of the reporting session must be trusted too: a same-process iframe may set
     /// `top.location` as well.
     func reportedByItsOwnRenderer(frame: String, session: String, trusted: Set<String>) -> Bool {
-        let owner = frames[frame] != nil ? frameSessions[frame] : parentSessions[frame]
+        let owner = frameSessions[frame] ?? parentSessions[frame]  // a frame with a document has both
         guard owner == session, !sessionsWithUnknownFrames.contains(session) else { return false }
         guard parents[frame] == nil else { return true }
         return frameSessions.allSatisfy { other, owner in owner != session || trusted.contains(frames[other] ?? "null") }
@@ -378,18 +380,15 @@ struct FrameOrigins {
                     parentSessions[frame] = nil
                 }
             }
-        case "Page.frameAttached":
+        case "Page.frameAttached", DevToolsPipe.frameTooLargeEvent:
+            // One too large to read (a huge creation stack) has its ids read from its first bytes. Without
+            // them, no navigation reported on this session is trusted. Other frames too large: not ours.
+            let tooLarge = message.method == DevToolsPipe.frameTooLargeEvent
+            if tooLarge && body["method"]?.string != "Page.frameAttached" { return false }
             if let frame = body["frameId"]?.string, let parent = body["parentFrameId"]?.string {
                 parents[frame] = parent
                 parentSessions[frame] = session
-            }
-        case DevToolsPipe.frameTooLargeEvent where body["method"]?.string == "Page.frameAttached":
-            // Its creation stack made it too large to read: the ids, read from its first bytes, still
-            // give the parent link. Without them, no navigation reported on this session is trusted.
-            if let frame = body["frameId"]?.string, let parent = body["parentFrameId"]?.string {
-                parents[frame] = parent
-                parentSessions[frame] = session
-            } else {
+            } else if tooLarge {
                 sessionsWithUnknownFrames.insert(session)
             }
         case "Page.frameDetached":
