@@ -24,9 +24,11 @@ struct BrowserHarness: Sendable {
     static let server = "https://sa.example.com/sa?project=shop"
 
     /// Serves `pages` (path → HTML), opens `path` in a new tab and runs `body` while the host handles
-    /// what the page sends; then stops the browser and the server, even when `body` throws.
+    /// what the page sends; then stops the browser and the server, even when `body` throws. The host
+    /// logs through `hostLogger`.
     static func run(
         pages: [String: String], open path: String = "/", configure: (inout BridgeConfiguration) -> Void = { _ in },
+        hostLogger: Logger = Logger(label: "tributary.webview"),
         _ body: @Sendable (BrowserHarness) async throws -> Void
     ) async throws {
         try await withTemporaryGroup { group in
@@ -55,7 +57,7 @@ struct BrowserHarness: Sendable {
                 // The browser is spawned before the store is opened: no child inherits an open LMDB environment.
                 var configuration = BridgeConfiguration(serverURL: server, allowedOrigins: [origin])
                 configure(&configuration)
-                let host = try WebViewHost(configuration: configuration)
+                let host = try WebViewHost(configuration: configuration, logger: hostLogger)
                 defer { host.close() }
                 var logger = Logger(label: "tributary.bridge")
                 logger.logLevel = .critical  // rejections are the point of these tests; keep their output quiet

@@ -28,14 +28,17 @@ final class DevToolsPipe: Sendable {
     private struct State {
         var nextID = 1
         var waiting: [Int: CheckedContinuation<JSON, any Error>] = [:]
-        /// The commands sent without waiting (``send(_:_:session:)``) whose reply has not come, by id:
-        /// a failure is logged with the command's name.
-        var unanswered: [Int: String] = [:]
+        /// The commands sent without waiting (``send(_:_:session:failureLevel:)``) whose reply has not
+        /// come, by id: a failure is logged with the command's name, at the level it was sent with.
+        var unanswered: [Int: (method: String, failureLevel: Logger.Level)] = [:]
         var closed = false
     }
 
     private let browser: ChromiumProcess
     private let state = Mutex(State())
+
+    /// How many commands sent without waiting have had no reply yet.
+    var unansweredCount: Int { state.withLock { $0.unanswered.count } }
     private let logger: Logger
 
     /// - Parameter maxFrameBytes: the largest frame read; a longer one is skipped up to its NUL and
@@ -54,14 +57,18 @@ final class DevToolsPipe: Sendable {
         thread.start()
     }
 
-    /// Sends a command without waiting for its reply; a reply that says it failed is logged as a warning
-    /// (a target the bridge's binding or script could not be set up in misses page events). A command to
-    /// a browser that is gone is dropped: the reader reports the end (``closedEvent``).
+    /// Sends a command without waiting for its reply; a reply that says it failed is logged at
+    /// `failureLevel` (a warning by default: a target the bridge's binding or script could not be set up
+    /// in misses page events). A command to a browser that is gone is dropped: the reader reports the
+    /// end (``closedEvent``).
     @discardableResult
-    func send(_ method: String, _ params: [String: JSON] = [:], session: String? = nil) -> Int {
+    func send(
+        _ method: String, _ params: [String: JSON] = [:], session: String? = nil,
+        failureLevel: Logger.Level = .warning
+    ) -> Int {
         let id = state.withLock { state in
             defer { state.nextID += 1 }
-            state.unanswered[state.nextID] = method
+            state.unanswered[state.nextID] = (method, failureLevel)
             return state.nextID
         }
         do {
@@ -194,8 +201,8 @@ final class DevToolsPipe: Sendable {
                 (state.waiting.removeValue(forKey: id), state.unanswered.removeValue(forKey: id))
             }
             if let sent, let error = message.error {
-                logger.warning("DevTools command failed", metadata: [
-                    "tributary.devtools.method": "\(sent)", "tributary.devtools.error": "\(error)",
+                logger.log(level: sent.failureLevel, "DevTools command failed", metadata: [
+                    "tributary.devtools.method": "\(sent.method)", "tributary.devtools.error": "\(error)",
                     "tributary.devtools.session": "\(message.sessionID ?? "browser")",
                 ])
             }

@@ -27,6 +27,8 @@ public final class WebViewHost: Sendable {
     private let pipe: DevToolsPipe
     private let inbox: AsyncStream<Queued>
     private let queue: MessageQueueGauge
+    /// What the DevTools reader knows of the browser's contexts and frames (only its thread writes it).
+    let origins: SendableBox<FrameOrigins>
     private let logger: Logger
 
     /// Starts a headless browser for an app with `configuration`.
@@ -45,8 +47,9 @@ public final class WebViewHost: Sendable {
         let queue = MessageQueueGauge(limit: max(configuration.maxQueuedBytes, configuration.maxMessageBytes))
         self.queue = queue
         let trusted = configuration.allowedOrigins
-        // Only the reader thread touches it; boxed to be captured.
+        // Only the reader thread writes it; boxed to be captured.
         let origins = SendableBox(FrameOrigins())
+        self.origins = origins
         let maxFrameBytes = Self.maxFrameBytes(for: configuration)
         pipe = DevToolsPipe(browser: browser, maxFrameBytes: maxFrameBytes, logger: logger) { message in
             let queued = origins.update { Self.take(message, origins: &$0, queue: queue, trusted: trusted) }
@@ -207,6 +210,9 @@ public final class WebViewHost: Sendable {
     /// runs.
     deinit { browser.terminate() }
 
+    /// How many commands sent without waiting have had no reply yet.
+    var unansweredCommands: Int { pipe.unansweredCount }
+
     /// The browser's process id.
     var browserPID: pid_t { browser.pid }
 
@@ -272,7 +278,9 @@ public final class WebViewHost: Sendable {
         pipe.send("Page.addScriptToEvaluateOnNewDocument", ["source": .string(userScript)], session: session)
         // Chromium does not always hold a new tab's first document until the target is set up: a
         // document that exists already gets the script now (the binding reaches existing contexts).
-        pipe.send("Runtime.evaluate", ["expression": .string(userScript)], session: session)
+        // A target held before its first document (every cross-site iframe) has no context to run it
+        // in, and says so: the script above covers that document, so the failure is not a warning.
+        pipe.send("Runtime.evaluate", ["expression": .string(userScript)], session: session, failureLevel: .debug)
         pipe.send("Emulation.setUserAgentOverride", ["userAgent": .string(userAgentOverride.get())], session: session)
         pipe.send(
             "Target.setAutoAttach",
