@@ -113,4 +113,19 @@ struct HybridBrowserTests {
         #expect(server.status == 64)
         #expect(server.stderr.contains("--server-url"))
     }
+
+    @Test("tributary-sim hybrid without a browser to start exits 69 and says why, with nothing stored")
+    func noBrowser() async throws {
+        try await withTemporaryGroup { group in
+            let missing = try await ChildProcess.run(
+                "tributary-sim", ["hybrid", "--group", group, "--events", "3"],
+                environment: ["TRIBUTARY_CHROMIUM": "/nonexistent/chromium"])
+            #expect(missing.status == 69, "\(missing.stderr)")
+            #expect(missing.stderr.contains("The headless browser is not available"), "\(missing.stderr)")
+            #expect(missing.stderr.contains("/nonexistent/chromium"), "\(missing.stderr)")
+            #expect(!missing.stdout.contains("READY"))
+            // The browser starts before the store is opened: no group was created.
+            #expect(!FileManager.default.fileExists(atPath: group))
+        }
+    }
 }

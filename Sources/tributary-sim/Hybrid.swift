@@ -71,7 +71,12 @@ struct Hybrid: AsyncParsableCommand {
             // The browser is spawned before the store is opened: no child inherits an open LMDB environment.
             let configuration = BridgeConfiguration(
                 serverURL: serverURL, allowedOrigins: ["http://127.0.0.1:\(trusted)", "http://localhost:\(trusted)"])
-            let host = try WebViewHost(configuration: configuration, logger: logger)
+            let host: WebViewHost
+            do {
+                host = try WebViewHost(configuration: configuration, logger: logger)
+            } catch {
+                throw Self.browserFailure(error)
+            }
             defer { host.close() }
             let tracker = try options.openTracker(kind: .hybrid)
             do {
@@ -89,8 +94,12 @@ struct Hybrid: AsyncParsableCommand {
             let roles =
                 scenario == "all"
                 ? ["main", "iframe", "foreign", "hijacker", "other-project", "legacy"] : ["main", "iframe"]
-            try await host.open(
-                mainPageURL(trusted: trusted, foreign: foreign, maxBytes: configuration.maxMessageBytes))
+            do {
+                try await host.open(
+                    mainPageURL(trusted: trusted, foreign: foreign, maxBytes: configuration.maxMessageBytes))
+            } catch {
+                throw Self.browserFailure(error)
+            }
             let counts = try await waitForPages(roles: roles, servers: [pages, foreignPages], bridge: bridge)
             FileHandle.standardOutput.write(Data("BRIDGE \(Self.summary(counts))\n".utf8))
             host.close()
@@ -144,6 +153,12 @@ struct Hybrid: AsyncParsableCommand {
                 "tributary-sim: pages did not finish within \(timeout) s (reported: \(reported), expected: \(roles))\n"
                     .utf8))
         throw ExitCode(75)
+    }
+
+    /// Exit 69 (EX_UNAVAILABLE) with the reason on stderr: the browser could not be started, or did
+    /// not answer (`TRIBUTARY_CHROMIUM` names another binary).
+    static func browserFailure(_ error: any Error) -> ExitCode {
+        runFailure("The headless browser is not available: \(error)", exitCode: 69)
     }
 
     static func encoded(_ s: String) -> String {
