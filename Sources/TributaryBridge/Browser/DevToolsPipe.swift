@@ -24,6 +24,9 @@ public struct DevToolsMessage: Sendable {
 ///
 /// One reader thread (blocking `read` must not occupy a Swift concurrency thread) splits the byte
 /// stream and hands every message, in order, to `onMessage`. Replies also resume whoever awaits them.
+/// Commands are written in order by a serial queue of their own, never by the caller: a browser that
+/// stops reading its pipe (stopped, hung) blocks that queue's write, not the app's concurrency threads,
+/// and a call to it still times out. What waits to be written is bounded (``maxQueuedCommandBytes``).
 final class DevToolsPipe: Sendable {
     private struct State {
         var nextID = 1
@@ -36,6 +39,14 @@ final class DevToolsPipe: Sendable {
 
     private let browser: ChromiumProcess
     private let state = Mutex(State())
+    /// Writes the commands, in the order they were sent.
+    private let writer = DispatchQueue(label: "tributary.devtools.writer")
+    /// Bytes of commands handed to ``writer`` and not written yet.
+    private let queuedBytes = Atomic<Int>(0)
+
+    /// The most bytes of commands waiting to be written; a command beyond it fails at once. The host
+    /// sends a few kilobytes per target: 16 MiB waiting means the browser has stopped reading.
+    static let maxQueuedCommandBytes = 16 << 20
 
     /// How many commands sent without waiting have had no reply yet.
     var unansweredCount: Int { state.withLock { $0.unanswered.count } }
@@ -71,10 +82,15 @@ final class DevToolsPipe: Sendable {
             state.unanswered[state.nextID] = (method, failureLevel)
             return state.nextID
         }
-        do {
-            try write(id: id, method: method, params: params, session: session)
-        } catch {
-            _ = state.withLock { $0.unanswered.removeValue(forKey: id) }  // no reply will come
+        write(id: id, method: method, params: params, session: session) { [self] error in
+            guard state.withLock({ $0.unanswered.removeValue(forKey: id) }) != nil else { return }  // no reply will come
+            // Not when the browser is gone: the reader reports that once.
+            if error.code != .browserExited {
+                logger.log(level: failureLevel, "DevTools command not sent", metadata: [
+                    "tributary.devtools.method": "\(method)", "tributary.devtools.error": "\(error)",
+                    "tributary.devtools.session": "\(session ?? "browser")",
+                ])
+            }
         }
         return id
     }
@@ -103,20 +119,40 @@ final class DevToolsPipe: Sendable {
                     throwing: BrowserError(
                         .timedOut, "The browser did not answer DevTools command \(method) within \(timeout)."))
             }
-            do {
-                try write(id: id, method: method, params: params, session: session)
-            } catch {
-                // Unless the reader, seeing the pipe close, has failed it already.
+            write(id: id, method: method, params: params, session: session) { [self] error in
+                // Unless the reader, seeing the pipe close, or the timeout has failed it already.
                 let waiting = state.withLock { $0.waiting.removeValue(forKey: id) }
                 waiting?.resume(throwing: error)
             }
         }
     }
 
-    private func write(id: Int, method: String, params: [String: JSON], session: String?) throws(BrowserError) {
+    /// Hands command `id` to ``writer``; calls `failed` (on the writer's queue, or here when too much
+    /// waits already) when it cannot be written.
+    private func write(
+        id: Int, method: String, params: [String: JSON], session: String?,
+        failed: @escaping @Sendable (BrowserError) -> Void
+    ) {
         var message: [String: JSON] = ["id": .number(Double(id)), "method": .string(method), "params": .object(params)]
         if let session { message["sessionId"] = .string(session) }
-        try browser.commands.write(Array(JSON.object(message).text.utf8) + [0])
+        let bytes = Array(JSON.object(message).text.utf8) + [0]
+        let waiting = queuedBytes.add(bytes.count, ordering: .relaxed).newValue
+        guard waiting - bytes.count == 0 || waiting <= Self.maxQueuedCommandBytes else {
+            queuedBytes.subtract(bytes.count, ordering: .relaxed)
+            failed(
+                BrowserError(
+                    .timedOut,
+                    "The browser has not read \(waiting - bytes.count) bytes of DevTools commands; it is not answering."))
+            return
+        }
+        writer.async { [self] in
+            defer { queuedBytes.subtract(bytes.count, ordering: .relaxed) }
+            do throws(BrowserError) {
+                try browser.commands.write(bytes)
+            } catch {
+                failed(error)
+            }
+        }
     }
 
     private func readLoop(fd: Int32, maxFrameBytes: Int, onMessage: @Sendable (DevToolsMessage) -> Void) {
