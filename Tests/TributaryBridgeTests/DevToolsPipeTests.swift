@@ -393,7 +393,35 @@ struct DevToolsPipeTests {
     @Test("a browser that never answers: a call times out, and the stop ends it while a write to it is blocked",
           .timeLimit(.minutes(1)))
     func hungBrowser() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tributary-hung-\(UUID())").path
+        try await Self.withSilentBrowser { browser in
+            let pipe = DevToolsPipe(browser: browser, maxFrameBytes: 1 << 20) { _ in }
+            let error = await #expect(throws: BrowserError.self) {
+                try await pipe.call("Browser.getVersion", timeout: .milliseconds(300))
+            }
+            #expect(error?.code == .timedOut)
+
+            // 1 MiB nobody reads: the write fills the pipe and blocks, holding the pipe's lock.
+            let writeEnded = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                try? browser.commands.write([UInt8](repeating: 0x20, count: 1 << 20))
+                writeEnded.signal()
+            }
+            try await Task.sleep(for: .milliseconds(200))
+            let clock = ContinuousClock()
+            let began = clock.now
+            browser.terminate()
+            #expect(clock.now - began < .seconds(10), "the stop waited on the blocked write")
+            #expect(writeEnded.wait(timeout: .now() + 10) == .success, "the blocked write never ended")
+            #expect(kill(browser.pid, 0) != 0, "the browser still runs")
+        }
+    }
+}
+
+extension DevToolsPipeTests {
+    /// Runs `body` with a "browser" that starts and never reads its commands nor answers (a shell
+    /// sleeping), stopped afterwards.
+    static func withSilentBrowser(_ body: (ChromiumProcess) async throws -> Void) async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tributary-silent-\(UUID())").path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let fake = directory + "/chromium"
@@ -401,93 +429,67 @@ struct DevToolsPipeTests {
         chmod(fake, 0o755)
         let browser = try ChromiumProcess(executable: fake)
         defer { browser.terminate() }
-        let pipe = DevToolsPipe(browser: browser, maxFrameBytes: 1 << 20) { _ in }
-        let error = await #expect(throws: BrowserError.self) {
-            try await pipe.call("Browser.getVersion", timeout: .milliseconds(300))
-        }
-        #expect(error?.code == .timedOut)
-
-        // 1 MiB nobody reads: the write fills the pipe and blocks, holding the pipe's lock.
-        let writeEnded = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            try? browser.commands.write([UInt8](repeating: 0x20, count: 1 << 20))
-            writeEnded.signal()
-        }
-        try await Task.sleep(for: .milliseconds(200))
-        let clock = ContinuousClock()
-        let began = clock.now
-        browser.terminate()
-        #expect(clock.now - began < .seconds(10), "the stop waited on the blocked write")
-        #expect(writeEnded.wait(timeout: .now() + 10) == .success, "the blocked write never ended")
-        #expect(kill(browser.pid, 0) != 0, "the browser still runs")
+        try await body(browser)
     }
-}
 
-extension DevToolsPipeTests {
     // The caller wrote each command itself: one to a browser that stopped reading blocked the caller's
     // thread (a Swift concurrency thread, for the host's run loop) until the browser was stopped, and
     // a call's timeout could not end its own write.
     @Test("a browser that stops reading: commands are sent without blocking, a call still times out, and what waits is bounded",
           .timeLimit(.minutes(1)))
     func browserNotReading() async throws {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("tributary-stalled-\(UUID())").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let fake = directory + "/chromium"
-        try "#!/bin/sh\nexec sleep 600\n".write(toFile: fake, atomically: true, encoding: .utf8)
-        chmod(fake, 0o755)
-        let browser = try ChromiumProcess(executable: fake)
-        defer { browser.terminate() }
-        let logs = CapturedLogs()
-        let pipe = DevToolsPipe(browser: browser, maxFrameBytes: 1 << 20, logger: Logger(label: "test") { _ in logs }) { _ in }
+        try await Self.withSilentBrowser { browser in
+            let logs = CapturedLogs()
+            let pipe = DevToolsPipe(browser: browser, maxFrameBytes: 1 << 20, logger: Logger(label: "test") { _ in logs }) { _ in }
 
-        // 1 MiB, more than the pipe holds: its write blocks for as long as the browser does not read.
-        let big: [String: JSON] = ["expression": .string(String(repeating: " ", count: 1 << 20))]
-        let sent = DispatchSemaphore(value: 0)
-        Thread.detachNewThread {
-            pipe.send("Runtime.evaluate", big)
-            pipe.send("Runtime.evaluate", big)
-            sent.signal()
-        }
-        #expect(sent.wait(timeout: .now() + 5) == .success, "send blocked on a browser that does not read")
+            // 1 MiB, more than the pipe holds: its write blocks for as long as the browser does not read.
+            let big: [String: JSON] = ["expression": .string(String(repeating: " ", count: 1 << 20))]
+            let sent = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                pipe.send("Runtime.evaluate", big)
+                pipe.send("Runtime.evaluate", big)
+                sent.signal()
+            }
+            #expect(sent.wait(timeout: .now() + 5) == .success, "send blocked on a browser that does not read")
 
-        // Raced against 5 s, so that a call stuck in its write fails the test instead of hanging it: the
-        // browser is then stopped, which ends the write.
-        let clock = ContinuousClock()
-        let began = clock.now
-        let first = await withTaskGroup(of: String.self) { race in
-            race.addTask {
-                do {
-                    _ = try await pipe.call("Browser.getVersion", timeout: .milliseconds(300))
-                    return "answered"
-                } catch let error as BrowserError {
-                    return "\(error.code)"
-                } catch {
-                    return "\(error)"
+            // Raced against 5 s, so that a call stuck in its write fails the test instead of hanging it: the
+            // browser is then stopped, which ends the write.
+            let clock = ContinuousClock()
+            let began = clock.now
+            let first = await withTaskGroup(of: String.self) { race in
+                race.addTask {
+                    do {
+                        _ = try await pipe.call("Browser.getVersion", timeout: .milliseconds(300))
+                        return "answered"
+                    } catch let error as BrowserError {
+                        return "\(error.code)"
+                    } catch {
+                        return "\(error)"
+                    }
                 }
+                race.addTask {
+                    try? await Task.sleep(for: .seconds(5))
+                    return "still waiting"
+                }
+                let first = await race.next() ?? ""
+                if first == "still waiting" { browser.terminate() }
+                race.cancelAll()
+                return first
             }
-            race.addTask {
-                try? await Task.sleep(for: .seconds(5))
-                return "still waiting"
-            }
-            let first = await race.next() ?? ""
-            if first == "still waiting" { browser.terminate() }
-            race.cancelAll()
-            return first
-        }
-        #expect(first == "timedOut", "the call blocked on a browser that does not read")
-        #expect(clock.now - began < .seconds(5))
+            #expect(first == "timedOut", "the call blocked on a browser that does not read")
+            #expect(clock.now - began < .seconds(5))
 
-        // Past the bound, a command fails at once: a call throws, a send is logged.
-        let huge: [String: JSON] = ["expression": .string(String(repeating: " ", count: DevToolsPipe.maxQueuedCommandBytes))]
-        let refused = await #expect(throws: BrowserError.self) {
-            try await pipe.call("Runtime.evaluate", huge, timeout: .seconds(30))
+            // Past the bound, a command fails at once: a call throws, a send is logged.
+            let huge: [String: JSON] = ["expression": .string(String(repeating: " ", count: DevToolsPipe.maxQueuedCommandBytes))]
+            let refused = await #expect(throws: BrowserError.self) {
+                try await pipe.call("Runtime.evaluate", huge, timeout: .seconds(30))
+            }
+            #expect(refused?.code == .timedOut && refused?.message.contains("has not read") == true, "\(String(describing: refused))")
+            pipe.send("Runtime.evaluate", huge)
+            #expect(pipe.unansweredCount == 2, "the two 1 MiB sends wait; the refused one is forgotten")
+            let lines = logs.store.lines.withLock { $0 }
+            #expect(lines.contains { $0.hasPrefix("warning DevTools command not sent") && $0.contains("has not read") }, "\(lines)")
         }
-        #expect(refused?.code == .timedOut && refused?.message.contains("has not read") == true, "\(String(describing: refused))")
-        pipe.send("Runtime.evaluate", huge)
-        #expect(pipe.unansweredCount == 2, "the two 1 MiB sends wait; the refused one is forgotten")
-        let lines = logs.store.lines.withLock { $0 }
-        #expect(lines.contains { $0.hasPrefix("warning DevTools command not sent") && $0.contains("has not read") }, "\(lines)")
     }
 }
 
