@@ -620,6 +620,26 @@ struct CLITests {
         }
     }
 
+    @Test("every tool refuses a world-writable group with exit 77, and leaves the directory's mode as it was", arguments: [
+        ("tributary", ["status", "--group", "{g}"]),
+        ("tributary", ["track", "Refused", "--group", "{g}"]),
+        ("tributary-sim", ["load", "--count", "1", "--group", "{g}"]),
+        ("tributary-sim", ["app", "--events", "1", "--group", "{g}"]),
+        ("tributary-agent", ["--group", "{g}", "--once"]),
+    ])
+    func worldWritableGroup(tool: String, arguments: [String]) async throws {
+        try await withTemporaryGroup { group in
+            try FileManager.default.createDirectory(atPath: group, withIntermediateDirectories: true)
+            chmod(group, 0o777)
+            let result = try await ChildProcess.run(tool, arguments.map { $0.replacingOccurrences(of: "{g}", with: group) })
+            #expect(result.status == 77, "stderr: \(result.stderr)")
+            #expect(result.stderr.contains("writable by every user"), "stderr: \(result.stderr)")
+            var st = stat()
+            #expect(stat(group, &st) == 0 && st.st_mode & 0o7777 == 0o777, "mode \(String(st.st_mode & 0o7777, radix: 8))")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: group).isEmpty)
+        }
+    }
+
     @Test("tributary-sim demo refuses bad options before it starts or removes anything", arguments: [
         (["--format", "xml"], "--format"),
         (["--timeout", "0"], "--timeout"),

@@ -20,11 +20,6 @@ enum GroupDirectory {
                 throw StoreError(.directoryUnavailable, "The group directory \(path) vanished after it was created.")
             }
         }
-        // A directory of an earlier release (mode 0770) gets the set-group-ID bit from its owner, as a new
-        // one has it (see makeDirectories).
-        if st.st_mode & S_ISGID == 0, st.st_uid == geteuid() {
-            chmod(path, mode_t(st.st_mode & 0o7777) | S_ISGID)
-        }
         if st.st_mode & S_IWOTH != 0 {
             let mode = String(st.st_mode & 0o7777, radix: 8)
             throw StoreError(
@@ -39,6 +34,12 @@ enum GroupDirectory {
         let creates = access(data, F_OK) != 0 || access(data + "-lock", F_OK) != 0
         if faccessat(AT_FDCWD, path, R_OK | X_OK | (creates ? W_OK : 0), AT_EACCESS) != 0, errno == EACCES {
             throw StoreError.permissionDenied("the group directory \(path)", directory: path)
+        }
+        // A directory of an earlier release (mode 0770) gets the set-group-ID bit from its owner, as a new
+        // one has it (see makeDirectories); only once a store is opened there (an open that is refused, or
+        // that finds no store to read, changes nothing).
+        if st.st_mode & S_ISGID == 0, st.st_uid == geteuid(), create || access(data, F_OK) == 0 {
+            chmod(path, mode_t(st.st_mode & 0o7777) | S_ISGID)
         }
     }
 

@@ -89,3 +89,21 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
         return text
     }
 }
+
+extension StoreError {
+    /// The status (sysexits.h) a command-line tool ends with for this error, the same in every tool:
+    /// 75 `EX_TEMPFAIL` for a full or replaced store (retry), 77 `EX_NOPERM` for a group directory this
+    /// user may not use or that every user may write, 64 `EX_USAGE` for a group path that is no
+    /// directory, 66 `EX_NOINPUT` for no group or no store, 65 `EX_DATAERR` for a value refused, and 74
+    /// `EX_IOERR` for any other failure.
+    package var exitStatus: Int32 {
+        switch code {
+        case .storeFull, .storeReplaced: 75
+        case .insecureDirectory, .permissionDenied: 77
+        case .notADirectory: 64
+        case .directoryUnavailable: 66
+        case .valueTooLarge, .invalidSettings: 65
+        default: 74
+        }
+    }
+}

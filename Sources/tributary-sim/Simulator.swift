@@ -12,19 +12,22 @@ struct Simulator: AsyncParsableCommand {
             Each subcommand is one producer process. With --ledger, every event acknowledged as durable \
             is appended to a file (producer_seq, seq, event_id per line), so tests can check that \
             nothing acknowledged was lost even when the process is killed. Exit codes: 0 done; 1 a run-time \
-            failure (demo; hybrid: its page servers or the browser could not start); 64 bad usage; 65 an invalid event; 74 an I/O error; 75 the store is at its \
-            quota or was deleted or created anew while open (retry), or the hybrid pages did not finish in time.
+            failure (demo; hybrid: its page servers could not start); 64 bad usage, or a group path that is not a \
+            directory; 65 an invalid event; 69 hybrid: the browser could not start or does not answer; 74 an I/O \
+            error; 75 the store is at its quota or was deleted or created anew while open (retry), or the hybrid \
+            pages did not finish in time; 77 a group directory this user may not use, or that every user may write.
             """,
         subcommands: [App.self, Extension.self, Hybrid.self, Load.self, Demo.self]
     )
 }
 
-/// Ends a producer run that `error` stopped, after saying why on stderr: exit 65 for an invalid event, 75
-/// when the store is at its quota (retry once the agent drained it) or was deleted or created anew while
-/// open (run again: a new process opens the new store), 74 for any other error (I/O).
+/// Ends a producer run that `error` stopped, after saying why on stderr: exit 65 for an invalid event, and
+/// for a store error the `tributary` CLI's status (``StoreError/exitStatus``: 75 when the store is at its
+/// quota or was deleted or created anew while open, 77 for a group directory this user may not use or
+/// every user may write, …); 74 for any other error (I/O).
 func producerFailure(_ error: any Error) -> ExitCode {
     FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
-    if let store = error as? StoreError, [.storeFull, .storeReplaced].contains(store.code) { return ExitCode(75) }
+    if let store = error as? StoreError { return ExitCode(store.exitStatus) }
     return ExitCode(error is TrackingError ? 65 : 74)
 }
 

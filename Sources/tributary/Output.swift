@@ -40,14 +40,8 @@ func reportingErrors(_ body: () throws -> Void) throws {
     } catch let error as TrackingError {
         fail(Exit.rejected, "rejected: \(error.message)")
     } catch let error as StoreError {
-        switch error.code {
-        case .storeFull, .storeReplaced: fail(Exit.tempFail, error.message)
-        case .insecureDirectory, .permissionDenied: fail(Exit.noPermission, error.message)
-        case .notADirectory: fail(Exit.usage, error.message)
-        case .directoryUnavailable: fail(Exit.noStore, error.message)
-        case .valueTooLarge, .invalidSettings: fail(Exit.rejected, error.message)
-        default: fail(Exit.ioError, error.description)
-        }
+        // An I/O error names its code and where it was raised, for a bug report.
+        fail(error.exitStatus, error.exitStatus == Exit.ioError ? error.description : error.message)
     } catch let error as AgentError {
         fail(Exit.ioError, error.description)
     } catch let error as Outbox.UnknownDeadLetters {

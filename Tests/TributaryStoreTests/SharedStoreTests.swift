@@ -348,6 +348,27 @@ struct SharedStoreTests {
             #expect(error?.code == .insecureDirectory)
             #expect(error?.message.contains("writable by every user") == true)
             #expect(!FileManager.default.fileExists(atPath: open + "/" + SharedStore.fileName))
+            // Refused, and left as it was: no set-group-ID bit added.
+            #expect(stat(open, &st) == 0 && st.st_mode & 0o7777 == 0o777, "mode \(String(st.st_mode & 0o7777, radix: 8))")
+        }
+    }
+
+    @Test("an existing group directory without the set-group-ID bit gets it when a store is opened there, and only then")
+    func setGroupIDAdded() throws {
+        try withTemporaryGroup { group in
+            try FileManager.default.createDirectory(atPath: group, withIntermediateDirectories: true)
+            chmod(group, 0o750)
+            func mode() -> mode_t {
+                var st = stat()
+                return stat(group, &st) == 0 ? st.st_mode & 0o7777 : 0
+            }
+            // Looking for a store that is not there (tributary status) changes nothing.
+            var lookOnly = SharedStore.Options()
+            lookOnly.create = false
+            #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group, options: lookOnly) }
+            #expect(mode() == 0o750, "mode \(String(mode(), radix: 8))")
+            _ = try SharedStore(groupDirectory: group)
+            #expect(mode() == 0o2750, "mode \(String(mode(), radix: 8))")
         }
     }
 
