@@ -473,7 +473,11 @@ final class Environment: @unchecked Sendable {
     }
 
     /// The current map size (what LMDB uses: the larger of ours and the one another process set).
-    var mapSize: Int {
+    var mapSize: Int { resizeLock.withReadLock { mapSizeLocked } }
+
+    /// ``mapSize``, for a caller holding the resize lock (shared or exclusive): `mdb_env_info` reads the
+    /// meta pages through the memory map, which a resize on another thread unmaps and maps again.
+    private var mapSizeLocked: Int {
         var info = MDB_envinfo()
         mdb_env_info(env, &info)
         return info.me_mapsize
@@ -491,7 +495,7 @@ final class Environment: @unchecked Sendable {
     /// shared, keeps the map where it is meanwhile.
     func releaseMappedPages() {
         resizeLock.withReadLock {
-            let mapSize = self.mapSize
+            let mapSize = mapSizeLocked
             let ranges = mappedRanges.withLock { cached in
                 if let cached, cached.mapSize == mapSize { return cached.ranges }
                 let found = storeMappings()
@@ -593,31 +597,43 @@ final class Environment: @unchecked Sendable {
     private func write<T>(mayNudge: Bool, commit: Bool, _ body: (Transaction) throws -> T) throws -> T {
         var nudged = !mayNudge
         while true {
+            // The map size a transaction found full: another thread of this process may have grown the
+            // map by the time this one gets to grow it.
+            var fullAt = 0
             do {
                 return try resizeLock.withReadLock {
-                    var txn: OpaquePointer?
-                    try check(mdb.txnBegin(env, 0, &txn), "mdb_txn_begin")
-                    let value: T
                     do {
-                        value = try body(Transaction(txn: txn!, mdb: mdb))
-                    } catch {
-                        mdb_txn_abort(txn)
-                        throw error
-                    }
-                    guard commit else {
-                        mdb_txn_abort(txn)
+                        var txn: OpaquePointer?
+                        try check(mdb.txnBegin(env, 0, &txn), "mdb_txn_begin")
+                        let value: T
+                        do {
+                            value = try body(Transaction(txn: txn!, mdb: mdb))
+                        } catch {
+                            mdb_txn_abort(txn)
+                            throw error
+                        }
+                        guard commit else {
+                            mdb_txn_abort(txn)
+                            return value
+                        }
+                        try check(mdb.txnCommit(txn!), "mdb_txn_commit")
                         return value
+                    } catch let failure as LMDBFailure where failure.rc == MDB_MAP_FULL {
+                        fullAt = mapSizeLocked  // no resize meanwhile: it waits for this lock
+                        throw failure
                     }
-                    try check(mdb.txnCommit(txn!), "mdb_txn_commit")
-                    return value
                 }
             } catch let failure as LMDBFailure {
-                if failure.rc == MDB_MAP_FULL, !nudged, mapSize >= quota {
+                guard failure.rc == MDB_MAP_FULL else {
+                    try recover(from: failure)
+                    continue
+                }
+                if !nudged, fullAt >= quota {
                     nudged = true
                     try nudge()
                     continue
                 }
-                try recover(from: failure)
+                try grow(from: fullAt)
             }
         }
     }
@@ -673,17 +689,17 @@ final class Environment: @unchecked Sendable {
         case MDB_MAP_RESIZED:
             // A write waits to adopt the size as it waits for the writer lock.
             try resizeLock.withWriteLock { () throws(StoreError) in try adoptMapSize() }
-        case MDB_MAP_FULL:
-            try grow()
         default:
             try Environment.mapError(failure.rc, failure.call, path: path)
         }
     }
 
-    /// Doubles the map size, up to the quota.
-    private func grow() throws(StoreError) {
+    /// Doubles the map size a transaction found full (`fullAt`), up to the quota; does nothing when the
+    /// map is larger already (another thread of this process grew it meanwhile: the caller tries again).
+    private func grow(from fullAt: Int) throws(StoreError) {
         try resizeLock.withWriteLock { () throws(StoreError) in
-            let current = mapSize
+            let current = mapSizeLocked
+            guard current <= fullAt else { return }
             guard current < quota else {
                 throw StoreError(
                     .storeFull,

@@ -163,6 +163,41 @@ struct SharedStoreTests {
         }
     }
 
+    // A write that found the map full grows it only from the size it found full: another thread of the
+    // process may have grown it meanwhile (to the quota, even), and the write then simply tries again.
+    @Test("two threads of one process appending across the map's growth to its quota: none is refused")
+    func concurrentGrowth() throws {
+        for _ in 0..<12 {
+            try withTemporaryGroup { group in
+                var options = SharedStore.Options()
+                options.initialMapSize = 512 << 10
+                options.quota = 1 << 20  // one doubling: the map grows once, to the quota
+                options.durable = false
+                let store = try SharedStore(groupDirectory: group, options: options)
+                // Events of 1,500 bytes, two to a page: 200 fill most of the first map (448 of its 512 KiB),
+                // then two threads append 60 each, side by side, past it (720 KiB in all, within the quota).
+                try Self.append(store, 200, size: 1500)
+                let refused = Mutex<[String]>([])
+                DispatchQueue.concurrentPerform(iterations: 2) { thread in
+                    let producer = SharedStore.Producer(kind: .app, id: "t\(thread)")
+                    for _ in 0..<60 {
+                        do {
+                            try Self.append(store, 1, producer: producer, size: 1500)
+                        } catch {
+                            refused.withLock { $0.append("\(error)") }
+                            return
+                        }
+                    }
+                }
+                let refusals = refused.withLock { $0 }
+                #expect(refusals.isEmpty, "\(refusals)")
+                let status = try store.status()
+                #expect(status.mapSize == options.quota)
+                if refusals.isEmpty { #expect(status.pendingEvents == 320) }
+            }
+        }
+    }
+
     @Test(
         "a store filled to its quota is drained chunk by chunk: deletes, which need fresh pages too, never hit the quota",
         arguments: [800, 1200, 2000])
