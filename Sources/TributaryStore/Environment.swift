@@ -402,11 +402,14 @@ final class Environment: @unchecked Sendable {
         return (overflow + pageSize - 1) / pageSize * pageSize
     }
 
-    /// The id of the last committed write transaction (`mdb_env_info`'s `me_last_txnid`).
+    /// The id of the last committed write transaction (`mdb_env_info`'s `me_last_txnid`, read under the
+    /// resize lock as ``mapSize`` is).
     var lastTransactionID: Int {
-        var info = MDB_envinfo()
-        mdb_env_info(env, &info)
-        return info.me_last_txnid
+        resizeLock.withReadLock {
+            var info = MDB_envinfo()
+            mdb_env_info(env, &info)
+            return info.me_last_txnid
+        }
     }
 
     /// An append's room check: throws ``StoreError/Code/storeFull`` unless records taking `bytes` (see
