@@ -257,6 +257,41 @@ struct FlushAndStatusTests {
         }
     }
 
+    @Test("while a request is out the status file stays fresh and says uploading, then stopping once a stop is asked for; the request's failure ends the stop")
+    func statusDuringRequest() async throws {
+        try await withTemporaryGroup { group in
+            // Every request hangs until the agent gives it up (its 4 s timeout).
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(hangRate: 1))) { collector in
+                let agent = try ChildProcess("tributary-agent", [
+                    "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
+                    "--bulk-size", "1", "--request-timeout", "4", "--stop-timeout", "30", "--log-level", "warning",
+                ])
+                #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
+                try await Self.awaitFirstRequest(collector)
+                let requestOut = Date()
+                /// The status's state and age once the request has been out for `after` seconds.
+                func status(after: Double) async throws -> (state: String?, age: Int64) {
+                    try await Task.sleep(for: .seconds(max(0, after - Date().timeIntervalSince(requestOut))))
+                    let status = AgentChannel.readStatus(groupDirectory: group)
+                    return (status?.state, BootClock.wallMillis() - (status?.updatedMillis ?? 0))
+                }
+                // Written at least once a second: never more than about 1 s old (1.6 s with slack).
+                let uploading = try await status(after: 1.8)
+                #expect(uploading.state == "uploading" && uploading.age < 1600, "\(uploading)")
+                agent.send(SIGTERM)
+                let stopping = try await status(after: 3.4)
+                #expect(stopping.state == "stopping" && stopping.age < 1600, "\(stopping)")
+                let result = await agent.finish()
+                // The request out when the stop came was its attempt: its failure (at 4 s) ends the stop,
+                // with no second request.
+                #expect(result.status == 0, "\(result.stderr)")
+                #expect(Date().timeIntervalSince(requestOut) < 4 + DeadlineTests.exitSlack)
+                #expect(try await collector.stats().requests == 1)
+                #expect(AgentChannel.readStatus(groupDirectory: group)?.state == "stopped")
+            }
+        }
+    }
+
     /// Waits (30 s at most) for the collector's first request, and expects exactly one.
     static func awaitFirstRequest(_ collector: RunningCollector) async throws {
         let start = Date()

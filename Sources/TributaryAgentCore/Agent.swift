@@ -365,7 +365,8 @@ public final class Agent: Service, Sendable {
         /// Until when the collector asked us to wait (its `Retry-After`, or the cap interval of a refusal
         /// that halts uploads): what a flush request or a stop does not cut short of `notBefore`.
         var collectorsWaitUntil: ContinuousClock.Instant?
-        /// Whether the stop has been seen by the loop (it then sends what it can, once).
+        /// Whether the stop has been seen by the loop (it then sends what it can, once), or by a request
+        /// that was out when it came (that request was the stop's attempt).
         var stopSeen = false
 
         /// Ends a wait of the agent's own backoff now; what the collector asked for still holds.
@@ -539,7 +540,20 @@ public final class Agent: Service, Sendable {
                     let drainedDuring = isStopping ? 0 : try drainWhile({ !uploaded.isSet }, &loop)
                     drainOver.set()
                     loop.report.drained += drainedDuring
-                    let steps = try await upload
+                    // The status stays fresh (and says uploading or stopping) while the answer is awaited.
+                    let statusTicker = keepStatusFresh(session: session, state: loop.state, loop: loop)
+                    let steps: [(step: UploadSession.Step, took: Duration)]
+                    do {
+                        steps = try await upload
+                    } catch {
+                        statusTicker.cancel()
+                        throw error
+                    }
+                    statusTicker.cancel()
+                    await statusTicker.value
+                    // A stop asked for while this request was out: it was the stop's one attempt, and its
+                    // failure ends the stop (below) instead of a backoff cut short for another.
+                    if stopping.load(ordering: .acquiring) { loop.stopSeen = true }
                     // Requests, not steps: a step that dead-letters the event bisection isolated sends none.
                     let requests = session.requestsSent - requestsBefore
                     loop.report.requests += requests
@@ -900,22 +914,65 @@ public final class Agent: Service, Sendable {
         return loop.flushing || now >= loop.nextIntervalFlush || pending >= loop.settings.bulkSize
     }
 
+    /// What the status file says besides the outbox's figures, as the loop knows it now.
+    private struct StatusFields: Sendable {
+        var state: String
+        var haltReason: String?
+        var lastError: String?
+        var lastUploadMillis: Int64?
+        var serverURL: String?
+        var settingsProblem: String?
+    }
+
     /// Writes the agent's status file; `error`, when the run ended in one, is its last error.
     private func writeStatus(session: UploadSession, state: String, loop: LoopState, error: String? = nil) {
+        writeStatus(
+            StatusFields(
+                state: state, haltReason: session.haltReason, lastError: error ?? session.lastError,
+                lastUploadMillis: loop.lastUploadMillis, serverURL: loop.settings.serverURL,
+                settingsProblem: loop.settingsProblem))
+    }
+
+    /// Rewrites the status file once a second (the first time a second after the loop last wrote it)
+    /// until cancelled, in `state` (`stopping` once a stop is asked for) with the outbox's figures as
+    /// they are then: while the loop awaits a request, which only its timeout bounds. Cancelled, it
+    /// returns at once.
+    private func keepStatusFresh(
+        session: UploadSession, state: String, loop: LoopState
+    ) -> Task<Void, Never> {
+        let fields = StatusFields(
+            state: state, haltReason: session.haltReason, lastError: session.lastError,
+            lastUploadMillis: loop.lastUploadMillis, serverURL: loop.settings.serverURL,
+            settingsProblem: loop.settingsProblem)
+        let first = loop.lastStatusWrite.advanced(by: .seconds(1))
+        return Task { [self] in
+            var next = first
+            var fields = fields
+            while (try? await Task.sleep(until: next, clock: .continuous)) != nil {
+                // A stop asked for meanwhile waits for this answer (within its deadline): say so.
+                if stopping.load(ordering: .acquiring) { fields.state = "stopping" }
+                writeStatus(fields)
+                next = max(next.advanced(by: .seconds(1)), .now)
+            }
+        }
+    }
+
+    private func writeStatus(_ fields: StatusFields) {
+        let state = fields.state
         do {
             let counters = try outbox.counters()
             let pending = try outbox.pending()
             var status = AgentStatus(
-                pid: getpid(), state: state, haltReason: session.haltReason, lastError: error ?? session.lastError,
+                pid: getpid(), state: state, haltReason: fields.haltReason, lastError: fields.lastError,
                 outboxPath: outbox.path, outboxPending: pending.count, delivered: counters.delivered,
                 deadLetters: counters.deadLetters, batches: counters.batches, retries: counters.retries,
-                corruptRecords: counters.corruptRecords, lastUploadMillis: loop.lastUploadMillis,
+                corruptRecords: counters.corruptRecords, lastUploadMillis: fields.lastUploadMillis,
                 updatedMillis: BootClock.wallMillis())
             status.outboxBytes = pending.bytes
             status.deadLetterBytes = pending.deadLetterBytes
             status.outboxQuota = configuration.outboxQuotaBytes
-            status.serverURL = loop.settings.serverURL
-            status.settingsProblem = loop.settingsProblem
+            status.serverURL = fields.serverURL
+            status.settingsProblem = fields.settingsProblem
             try status.write(groupDirectory: store.groupDirectory)
             var line = "\(state): \(status.outboxPending) events queued, \(status.delivered) delivered"
             if status.deadLetters > 0 { line += ", \(status.deadLetters) dead letters" }
@@ -941,9 +998,9 @@ final class Heartbeat: Sendable {
     /// ``answerGrace`` after the timeout, and applies its outcome (a second more for that: a synced
     /// outbox write on a loaded machine). A watchdog ping that found it dead in between would leave a
     /// gap of a whole watchdog interval.
-    func requestStarted(timeout: Duration) {
+    func requestStarted(timeout: Duration, at now: UInt64 = BootClock.nowNanos()) {
         let until = max(.zero, timeout) + Self.answerGrace + .seconds(1)
-        requestDeadline.store(BootClock.nowNanos() + UInt64(until.seconds * 1e9), ordering: .releasing)
+        requestDeadline.store(now + UInt64(until.seconds * 1e9), ordering: .releasing)
     }
 
     func requestEnded() {
@@ -951,9 +1008,9 @@ final class Heartbeat: Sendable {
         beat()
     }
 
-    /// The loop beat within `window`, or is awaiting a request that has not yet timed out.
-    func isAlive(within window: Duration) -> Bool {
-        let now = BootClock.nowNanos()
+    /// The loop beat within `window` before `now` (boot-clock nanoseconds), or is awaiting a request that
+    /// has not yet timed out.
+    func isAlive(within window: Duration, at now: UInt64 = BootClock.nowNanos()) -> Bool {
         let beat = lastBeat.load(ordering: .acquiring)
         return now - min(now, beat) <= UInt64(window.seconds * 1e9) || now < requestDeadline.load(ordering: .acquiring)
     }

@@ -1,17 +1,23 @@
 import Testing
+import TributaryStore
 
 @testable import TributaryAgentCore
 
 @Suite("Watchdog heartbeat")
 struct HeartbeatTests {
     @Test("a request past its timeout counts as progress until the step has cancelled it and applied the outcome")
-    func requestAnswerGrace() async throws {
+    func requestAnswerGrace() {
+        // Times given, not slept: a loaded machine running the other suites delays a sleep by seconds.
         let heartbeat = Heartbeat()
-        heartbeat.requestStarted(timeout: .milliseconds(100))
+        let start = BootClock.nowNanos() + 10_000_000_000  // past the beat made at creation
+        let ms: UInt64 = 1_000_000
+        heartbeat.requestStarted(timeout: .milliseconds(100), at: start)
         // Past the request's timeout, within the second the step still waits for its answer
         // (``Heartbeat/answerGrace``): a watchdog ping skipped now would leave a gap of a whole interval.
-        try await Task.sleep(for: .milliseconds(600))
-        #expect(heartbeat.isAlive(within: .milliseconds(50)))
+        #expect(heartbeat.isAlive(within: .milliseconds(50), at: start + 600 * ms))
+        // And the second more for applying its outcome; not after that.
+        #expect(heartbeat.isAlive(within: .milliseconds(50), at: start + 2_050 * ms))
+        #expect(!heartbeat.isAlive(within: .milliseconds(50), at: start + 2_150 * ms))
         heartbeat.requestEnded()
         #expect(heartbeat.isAlive(within: .milliseconds(500)), "the end of a request is a beat")
     }

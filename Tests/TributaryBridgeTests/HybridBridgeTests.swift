@@ -643,7 +643,7 @@ extension WebViewHostTests {
         // Each round adds an iframe from another site (localhost against 127.0.0.1: a process, and a
         // target, of its own under site isolation) holding an iframe of its own, lets it load, and
         // removes it. Then the page posts one event, and the host has handled every event before it.
-        let rounds = 20
+        let rounds = 8  // a renderer process each: more would load the machine for other suites
         let page = """
             <!doctype html><html><body><script>
             var round = 0;
