@@ -124,7 +124,7 @@ let package = Package(
         .executableTarget(
             name: "tributary-collector",
             dependencies: [
-                "TributaryCollector", "TributaryWire",
+                "TributaryCollector", "TributaryWire", "TributaryStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict

@@ -620,6 +620,26 @@ struct CLITests {
         }
     }
 
+    @Test("a tool started with stdin and stdout closed writes nothing into the store; the events stay readable", arguments: [
+        "tributary status --group {g}", "tributary inspect --group {g}", "tributary config show --group {g}",
+        "tributary-sim extension --events 2 --group {g}",
+    ])
+    func closedStandardDescriptors(command: String) async throws {
+        try await withTemporaryGroup { group in
+            for name in ["A", "B", "C"] {
+                #expect(try await ChildProcess.run("tributary", ["track", name, "--group", group]).status == 0)
+            }
+            // The LMDB file took descriptor 1, and what the command printed went into it.
+            let tool = productsDirectory.path + "/" + command.replacingOccurrences(of: "{g}", with: group)
+            let closed = try await ChildProcess(path: "/bin/sh", ["-c", "exec <&- >&-; exec \(tool)"]).finish()
+            #expect(closed.status == 0, "stderr: \(closed.stderr)")
+            let status = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
+            #expect(status.status == 0, "stderr: \(status.stderr)")
+            let json = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
+            #expect(json?["pending_events"] as? Int == (command.contains("extension") ? 5 : 3), "\(status.stdout)")
+        }
+    }
+
     @Test("every tool refuses a world-writable group with exit 77, and leaves the directory's mode as it was", arguments: [
         ("tributary", ["status", "--group", "{g}"]),
         ("tributary", ["track", "Refused", "--group", "{g}"]),

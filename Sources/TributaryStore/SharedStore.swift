@@ -65,6 +65,8 @@ public final class SharedStore: Sendable {
                 "A store's initial map size must be positive, not \(options.initialMapSize) (the map starts at the "
                     + "smaller of it and the quota, and doubles on demand).")
         }
+        // Before any file is opened: the store's must not become the process's stdout.
+        StandardDescriptors.takeClosed()
         var directory = groupDirectory
         while directory.count > 1 && directory.hasSuffix("/") { directory.removeLast() }
         try GroupDirectory.prepare(directory, create: options.create)

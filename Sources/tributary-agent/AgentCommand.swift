@@ -8,7 +8,6 @@ import TributaryStore
 import TributaryWire
 import UnixSignals
 
-@main
 struct AgentCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tributary-agent",
@@ -321,5 +320,14 @@ private final class StopSignals: Sendable {
             return state.requested
         }
         if requested { await group.triggerGracefulShutdown() }
+    }
+}
+
+/// The entry point: descriptors 0–2 taken first (``StandardDescriptors``), then the command.
+@main
+enum AgentCommandMain {
+    static func main() async {
+        StandardDescriptors.takeClosed()
+        await AgentCommand.main()
     }
 }

@@ -3,11 +3,11 @@ import Foundation
 import Logging
 import ServiceLifecycle
 import TributaryCollector
+import TributaryStore
 import TributaryWire
 
 /// `tributary-collector`: the reference collector as a process. Wiring only; the behaviour lives in
 /// the `TributaryCollector` library.
-@main
 struct CollectorCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tributary-collector",
@@ -158,3 +158,12 @@ struct CollectorCommand: AsyncParsableCommand {
 }
 
 extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+/// The entry point: descriptors 0–2 taken first (``StandardDescriptors``), then the command.
+@main
+enum CollectorCommandMain {
+    static func main() async {
+        StandardDescriptors.takeClosed()
+        await CollectorCommand.main()
+    }
+}

@@ -3,7 +3,6 @@ import Foundation
 import Tributary
 import TributaryStore
 
-@main
 struct Simulator: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tributary-sim",
@@ -37,4 +36,13 @@ func producerFailure(_ error: any Error) -> ExitCode {
 func runFailure(_ message: String, exitCode: Int32 = 1) -> ExitCode {
     FileHandle.standardError.write(Data("tributary-sim: \(message)\n".utf8))
     return ExitCode(exitCode)
+}
+
+/// The entry point: descriptors 0–2 taken first (``StandardDescriptors``), then the command.
+@main
+enum SimulatorMain {
+    static func main() async {
+        StandardDescriptors.takeClosed()
+        await Simulator.main()
+    }
 }

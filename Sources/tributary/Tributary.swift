@@ -32,6 +32,7 @@ struct TributaryCLI: ParsableCommand {
         // a command that changed something what it did. The signal killed it silently (141), after the
         // event was stored.
         signal(SIGPIPE, SIG_IGN)
+        StandardDescriptors.takeClosed()
         main(nil)
     }
 }
