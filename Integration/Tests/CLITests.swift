@@ -209,6 +209,8 @@ struct CLITests {
         (["--once", "--deadline", "inf"], "--deadline"),
         (["--server", "ftp://collector.example.com/sa"], "--server must be an http:// or https:// URL"),
         (["--server", "collector.example.com"], "--server must be an http:// or https:// URL"),
+        // The HTTP client traps on such a port with an IP address (and wraps it with a host name).
+        (["--server", "http://127.0.0.1:65536/sa"], "a port of 1 … 65535"),
         (["--halt-after-dead-letters=-1"], "--halt-after-dead-letters"),
         (["--backoff-cap", "1e300"], "--backoff-cap"),
         (["--max-retry-after=-1"], "--max-retry-after"),

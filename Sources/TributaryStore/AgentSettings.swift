@@ -159,8 +159,8 @@ public struct AgentSettings: Sendable, Equatable, Encodable {
         if let flushIntervalSeconds { try copy.set(.flushIntervalSeconds, to: String(flushIntervalSeconds)) }
     }
 
-    /// Checks a collector URL: `http://` or `https://` with a host, at most ``maxServerURLBytes``,
-    /// no spaces or control characters. Throws ``StoreError/Code/invalidSettings`` naming it.
+    /// Checks a collector URL: `http://` or `https://` with a host, a port (if any) of 1 … 65535, at
+    /// most ``maxServerURLBytes``, no spaces or control characters. Throws ``StoreError/Code/invalidSettings`` naming it.
     public static func validateServerURL(_ text: String) throws(StoreError) {
         guard text.utf8.count <= maxServerURLBytes else {
             throw invalid(.serverURL, "must be at most \(maxServerURLBytes) bytes; it has \(text.utf8.count)")
@@ -170,6 +170,10 @@ public struct AgentSettings: Sendable, Equatable, Encodable {
             let host = url.host, !host.isEmpty
         else {
             throw invalid(.serverURL, "must be an http:// or https:// URL with a host, not \(quoted(text))")
+        }
+        // A port past 65535 traps the HTTP client (an IP address) or wraps to another port (a host name).
+        if let port = url.port, !(1...65535).contains(port) {
+            throw invalid(.serverURL, "has port \(port), not one of 1 … 65535: \(quoted(text))")
         }
     }
 

@@ -145,7 +145,7 @@ struct AgentCommand: AsyncParsableCommand {
             do throws(StoreError) {
                 try AgentSettings.validateServerURL(text)
             } catch {
-                throw ValidationError("\(source) must be an http:// or https:// URL with a host, not '\(text)'.")
+                throw ValidationError("\(source) must be an http:// or https:// URL with a host and a port of 1 … 65535 (if any), not '\(text)'.")
             }
         }
         for (flag, seconds, zeroAllowed) in durationOptions {
