@@ -127,10 +127,10 @@ struct CLITests {
 
     @Test("tributary-sim demo (make run) reports a failure at run time with exit 1, not as a usage error")
     func demoRunFailure() async throws {
-        // No group directory can be made under /proc: every producer fails.
+        // No group directory can be made under /proc.
         let result = try await ChildProcess.run("tributary-sim", ["demo", "--group", "/proc/tributary-none/group"])
         #expect(result.status == 1, "stderr: \(result.stderr)")
-        #expect(result.stderr.contains("A producer failed"), "\(result.stderr)")
+        #expect(result.stderr.contains("Cannot create the group directory /proc/tributary-none/group"), "\(result.stderr)")
         #expect(!result.stderr.contains("USAGE") && !result.stderr.contains("Usage"), "a run-time failure printed the usage: \(result.stderr)")
     }
 
@@ -639,6 +639,33 @@ struct CLITests {
             #expect(status.status == 0, "stderr: \(status.stderr)")
             let json = try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any]
             #expect(json?["pending_events"] as? Int == (command.contains("extension") ? 5 : 3), "\(status.stdout)")
+        }
+    }
+
+    @Test("tributary-sim demo refuses to remove a group whose store holds undelivered events; run from PATH, it finds the other tools and runs again over its own group")
+    func demoKeepsRealGroup() async throws {
+        try await withTemporaryGroup { group in
+            // An app's group: the same file names as a demo's, and an event waiting for the agent.
+            #expect(try await ChildProcess.run("tributary", ["track", "Real", "--group", group]).status == 0)
+            let refused = try await ChildProcess.run("tributary-sim", ["demo", "--group", group])
+            #expect(refused.status == 64, "stderr: \(refused.stderr)")
+            #expect(refused.stderr.contains("holds a Tributary store with 1 events not yet delivered"), "\(refused.stderr)")
+            let status = try await ChildProcess.run("tributary", ["status", "--group", group])
+            #expect(status.stdout.contains("pending events: 1"), "\(status.stdout)")
+
+            // Started by name from PATH, in another directory (it looked for its siblings there).
+            let demo = group + "-demo"
+            let script = "cd \(group)-state-dir && PATH=\(productsDirectory.path):$PATH exec tributary-sim demo "
+                + "--group \(demo) --app-events 30 --extension-events 3"
+            try FileManager.default.createDirectory(atPath: group + "-state-dir", withIntermediateDirectories: true)
+            for run in 1...2 {
+                let result = try await ChildProcess(path: "/bin/sh", ["-c", script]).finish()
+                #expect(result.status == 0, "run \(run): \(result.stderr)")
+                #expect(result.stdout.contains("lost                         0"), "run \(run): \(result.stdout)")
+            }
+            try? FileManager.default.removeItem(atPath: group + "-state-dir")
+            try? FileManager.default.removeItem(atPath: demo)
+            try? FileManager.default.removeItem(atPath: demo + "-state")
         }
     }
 

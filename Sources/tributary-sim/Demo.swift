@@ -45,13 +45,35 @@ struct Demo: AsyncParsableCommand {
         // The demo removes both directories first: only ones that hold nothing but what a demo puts there.
         try Self.checkRemovable(group, keeping: Self.groupFiles)
         try Self.checkRemovable(group + "-state", keeping: Self.stateFiles)
+        try Self.checkNoUndelivered(group)
     }
 
-    /// What a demo's group directory holds: the store and the agent's files.
+    /// The file a demo leaves in the group it made, so that the next demo knows the group for its own.
+    static let marker = ".tributary-demo"
+
+    /// What a demo's group directory holds: its marker, the store and the agent's files.
     static let groupFiles: Set<String> = [
-        SharedStore.fileName, SharedStore.fileName + "-lock",
+        marker, SharedStore.fileName, SharedStore.fileName + "-lock",
         AgentChannel.lockFile, AgentChannel.socketFile, AgentChannel.statusFile,
     ]
+
+    /// Throws if the store in `group` holds events not yet delivered and no demo made the group: an app's
+    /// real group has the same file names as a demo's. (A group of an earlier demo, made before the
+    /// marker, has delivered everything unless that demo failed.)
+    static func checkNoUndelivered(_ group: String) throws {
+        guard !FileManager.default.fileExists(atPath: group + "/" + marker),
+            FileManager.default.fileExists(atPath: group + "/" + SharedStore.fileName)
+        else { return }
+        var options = SharedStore.Options()
+        options.create = false
+        // Closed again before any process is spawned (the store is released with the value).
+        let pending = try SharedStore(groupDirectory: group, options: options).status().pendingEvents
+        guard pending == 0 else {
+            throw ValidationError(
+                "\(group) holds a Tributary store with \(pending) events not yet delivered, which no demo made; the "
+                    + "demo removes its group first, so give --group a new path (or remove \(group) yourself).")
+        }
+    }
 
     /// What the demo's `-state` directory next to it holds: the outbox, its SQLite files and lock.
     static let stateFiles: Set<String> = ["outbox.sqlite", "outbox.sqlite-wal", "outbox.sqlite-shm", "outbox.sqlite-journal", "outbox.sqlite.lock"]
@@ -71,9 +93,19 @@ struct Demo: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let bin = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath().deletingLastPathComponent()
+        // The other tools are this one's siblings, wherever it was started from (PATH, a relative path).
+        let bin = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
         try? FileManager.default.removeItem(atPath: group)
         try? FileManager.default.removeItem(atPath: group + "-state")
+        // Made here, owner and group only (as a producer makes it), with the demo's marker in it.
+        do {
+            try FileManager.default.createDirectory(
+                atPath: group, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o2770])
+            try Data("made by tributary-sim demo; the next demo removes it\n".utf8).write(
+                to: URL(fileURLWithPath: group + "/" + Self.marker))
+        } catch {
+            throw runFailure("Cannot create the group directory \(group): \(error.localizedDescription)")
+        }
         var started: [Process] = []
         defer {
             for process in started where process.isRunning {
@@ -105,7 +137,6 @@ struct Demo: AsyncParsableCommand {
                                               "--count", "\(extensionEvents)", "--event", "WidgetRefresh"]).0,
         ]
         started += producers
-        try await Task.sleep(for: .milliseconds(100))  // the first producer creates the group directory
 
         say("== tributary-agent --group \(group) --server \(url)/sa --format \(format)")
         let (agent, _) = try launch(bin, "tributary-agent", [
