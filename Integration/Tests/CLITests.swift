@@ -228,20 +228,34 @@ struct CLITests {
         }
     }
 
-    @Test("a second agent, of another group, is refused the outbox the first one uses (exit 78), and gets it once that one stopped")
-    func sharedOutboxRefused() async throws {
+    @Test("a second agent, of another group, is refused the outbox the first one uses (exit 78), by its path or through a symbolic link, and gets it once that one stopped",
+          arguments: ["the same path", "a link to the file", "a link to its directory"])
+    func sharedOutboxRefused(via: String) async throws {
         try await withTemporaryGroup { group in
             let other = group + "-other"
-            defer { try? FileManager.default.removeItem(atPath: other) }
+            defer {
+                for path in [other, group + "-link.sqlite", group + "-link-dir"] { try? FileManager.default.removeItem(atPath: path) }
+            }
             let outbox = group + "-state/outbox.sqlite"
-            let common = ["--server", "http://127.0.0.1:9/sa", "--outbox", outbox, "--log-level", "warning"]
+            let server = ["--server", "http://127.0.0.1:9/sa", "--log-level", "warning"]
+            let common = server + ["--outbox", outbox]
             let first = try ChildProcess("tributary-agent", ["--group", group] + common)
             // The first agent holds the outbox once it has written its status.
             let started = ContinuousClock.now
             while AgentChannel.readStatus(groupDirectory: group) == nil && ContinuousClock.now - started < .seconds(30) {
                 try await Task.sleep(for: .milliseconds(20))
             }
-            let refused = try await ChildProcess.run("tributary-agent", ["--group", other, "--once"] + common)
+            // Its lock was named after the path given: through a link, another agent took the outbox too,
+            // and rewound the first one's drain position.
+            var named = outbox
+            if via == "a link to the file" {
+                named = group + "-link.sqlite"
+                try FileManager.default.createSymbolicLink(atPath: named, withDestinationPath: outbox)
+            } else if via == "a link to its directory" {
+                try FileManager.default.createSymbolicLink(atPath: group + "-link-dir", withDestinationPath: group + "-state")
+                named = group + "-link-dir/outbox.sqlite"
+            }
+            let refused = try await ChildProcess.run("tributary-agent", ["--group", other, "--once", "--outbox", named] + server)
             #expect(refused.status == 78, "stderr: \(refused.stderr)")
             #expect(refused.stderr.contains("is in use by another tributary-agent") && refused.stderr.contains(group))
             first.send(SIGTERM)
@@ -781,12 +795,33 @@ struct CLITests {
         return try await runAsNobody(arguments)
     }
 
-    /// Runs `tributary` as `nobody` (uid 65534) in group `nogroup` (gid 65534) alone, through setpriv.
-    static func runAsNobody(_ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
-        let tributary = productsDirectory.appendingPathComponent("tributary").path
+    /// Runs `tool` (default `tributary`) as `nobody` (uid 65534) in group `nogroup` (gid 65534) alone,
+    /// through setpriv.
+    static func runAsNobody(_ arguments: [String], tool: String = "tributary") async throws -> (status: Int32, stdout: String, stderr: String) {
+        let path = productsDirectory.appendingPathComponent(tool).path
         return try await ChildProcess(
-            path: "/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", tributary] + arguments
+            path: "/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", path] + arguments
         ).finish()
+    }
+
+    @Test("an agent whose user may not write its outbox's directory exits 77 (permission), not 74",
+          .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
+                   "needs root, to set up a group for another user, and setpriv"))
+    func outboxPermissionDenied() async throws {
+        let top = "/var/tmp/tributary-permission-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: top) }
+        // A group of nobody's, and an outbox directory that only root may write.
+        try FileManager.default.createDirectory(atPath: top + "/state", withIntermediateDirectories: true)
+        chmod(top, 0o755)
+        chmod(top + "/state", 0o755)
+        try FileManager.default.createDirectory(atPath: top + "/group", withIntermediateDirectories: true)
+        chown(top + "/group", 65534, 65534)
+        chmod(top + "/group", 0o2770)
+        let result = try await Self.runAsNobody(
+            ["--group", top + "/group", "--outbox", top + "/state/outbox.sqlite", "--server", "http://127.0.0.1:9/sa", "--once"],
+            tool: "tributary-agent")
+        #expect(result.status == 77, "stderr: \(result.stderr)")
+        #expect(result.stderr.contains("\(top)/state"), "stderr: \(result.stderr)")
     }
 
     @Test("a user who may not use the group directory is told so (exit 77), not that there is no store",

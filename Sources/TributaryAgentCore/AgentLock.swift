@@ -28,9 +28,19 @@ final class AgentLock: Sendable {
     }
 
     /// Claims the outbox at `outboxPath` for the agent of `groupDirectory`: one agent per outbox.
+    ///
+    /// The lock is named after the outbox's real path: another agent given the same outbox through a
+    /// symbolic link (to the file or to a directory on the way) claims the same lock. An outbox (or its
+    /// directory) this user may not write is refused as such (``StoreError/Code/permissionDenied``).
     static func outbox(_ outboxPath: String, groupDirectory: String) throws -> AgentLock {
         try? Outbox.createDirectory(of: outboxPath)  // the lock lives beside the outbox
-        return try AgentLock(path: outboxPath + ".lock", groupDirectory: groupDirectory) { holder in
+        let real = realPath(outboxPath)
+        let directory = parentDirectory(of: real)
+        for (subject, path) in [("the outbox's directory \(directory)", directory), ("the outbox \(real)", real)]
+        where access(path, F_OK) == 0 && faccessat(AT_FDCWD, path, R_OK | W_OK, AT_EACCESS) != 0 && errno == EACCES {
+            throw StoreError.permissionDenied(subject, directory: path)
+        }
+        return try AgentLock(path: real + ".lock", groupDirectory: groupDirectory) { holder in
             AgentError(
                 .configuration,
                 "The outbox \(outboxPath) is in use by another tributary-agent (pid \(holder.pid), draining "
@@ -39,13 +49,27 @@ final class AgentLock: Sendable {
         }
     }
 
+    /// `path` with every symbolic link resolved (for a file not there yet, its directory's), else as given.
+    static func realPath(_ path: String) -> String {
+        func resolved(_ path: String) -> String? {
+            guard let pointer = realpath(path, nil) else { return nil }
+            defer { free(pointer) }
+            return String(cString: pointer)
+        }
+        if let file = resolved(path) { return file }
+        let name = (path as NSString).lastPathComponent
+        return resolved(parentDirectory(of: path)).map { $0 == "/" ? "/" + name : $0 + "/" + name } ?? path
+    }
+
     private init(
         path: String, groupDirectory: String, refusal: (_ holder: (pid: String, group: String)) -> AgentError
     ) throws {
         self.path = path
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o660)
         guard fd >= 0 else {
-            throw AgentError(.startup, "Cannot open \(path): \(String(cString: strerror(errno))).")
+            let err = errno
+            if err == EACCES { throw StoreError.permissionDenied("the lock file \(path)", directory: parentDirectory(of: path)) }
+            throw AgentError(.startup, "Cannot open \(path): \(String(cString: strerror(err))).")
         }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
             let lines = ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n")
