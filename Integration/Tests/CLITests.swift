@@ -683,6 +683,38 @@ struct CLITests {
         }
     }
 
+    @Test("another program's SQLite database given as an outbox (or an outbox given to the collector as its database) is refused, and left as it was")
+    func foreignDatabases() async throws {
+        try await withTemporaryGroup { group in
+            try FileManager.default.createDirectory(atPath: group, withIntermediateDirectories: true)
+            // A collector's database: made by a collector that ran on it.
+            let collectorDB = group + "/collector.sqlite"
+            try await Collector.withRunning(CollectorConfiguration(databasePath: collectorDB)) { _ in }
+            let before = try Data(contentsOf: URL(fileURLWithPath: collectorDB))
+            let listing = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", collectorDB])
+            #expect(listing.status != 0 && listing.stderr.contains("not a Tributary outbox"), "\(listing)")
+            let agent = try await ChildProcess.run("tributary-agent", [
+                "--group", group, "--outbox", collectorDB, "--server", "http://127.0.0.1:9/sa", "--once",
+            ])
+            #expect(agent.status == 78 && agent.stderr.contains("not a Tributary outbox"), "\(agent.stderr)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: collectorDB)) == before, "the collector's database was changed")
+
+            // An outbox given to the collector: it took the outbox's migration v1 for its own, and refused
+            // every upload.
+            let outbox = group + "/outbox.sqlite"
+            _ = try Outbox(path: outbox)
+            let process = try ChildProcess("tributary-collector", ["--db", outbox, "--port", "0"])
+            // One that took the outbox serves (and fails) uploads until stopped.
+            let stopper = Task {
+                try await Task.sleep(for: .seconds(20))
+                process.send(SIGTERM)
+            }
+            let collector = await process.finish()
+            stopper.cancel()
+            #expect(collector.status == 1 && collector.stderr.contains("not a collector's"), "\(collector.stderr)")
+        }
+    }
+
     @Test("every tool refuses a world-writable group with exit 77, and leaves the directory's mode as it was", arguments: [
         ("tributary", ["status", "--group", "{g}"]),
         ("tributary", ["track", "Refused", "--group", "{g}"]),

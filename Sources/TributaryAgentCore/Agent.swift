@@ -93,6 +93,8 @@ public final class Agent: Service, Sendable {
             if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
             outboxLock.release()
             lock.release()
+            // Refused as another program's database: a configuration error (78), said as it is.
+            if let refusal = error as? AgentError, refusal.code == .configuration { throw refusal }
             throw AgentError(.startup, "Cannot open the outbox \(configuration.outboxPath): \(error).")
         }
         do {

@@ -88,6 +88,7 @@ public final class Outbox: Sendable {
             // before the pool switches it to WAL: an existing outbox keeps its page size.
             try db.execute(sql: "PRAGMA page_size = 16384")
         }
+        try Self.refuseForeignDatabase(at: path)
         writer = try DatabasePool(path: path, configuration: config)
         // DatabasePool sets `synchronous = NORMAL` while it switches to WAL, after prepareDatabase ran:
         // set FULL again on the writer connection, the only one that commits.
@@ -105,6 +106,34 @@ public final class Outbox: Sendable {
             }
             if let whileMigrating { try whileMigrating(migrate) } else { try migrate() }
         }
+    }
+
+    /// Throws if `path` is another program's SQLite database (a collector's, an app's): given as an
+    /// outbox, it was switched to WAL and migrated into an outbox beside its own tables, or failed half
+    /// way. Read through a read-only connection: nothing is written. A file it cannot read so is left to
+    /// the outbox's own open, which says why.
+    private static func refuseForeignDatabase(at path: String) throws {
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_size > 0 else { return }
+        var configuration = Configuration()
+        configuration.readonly = true
+        let tables: [String]
+        do {
+            tables = try DatabaseQueue(path: path, configuration: configuration).read { db in
+                try String.fetchAll(
+                    db,
+                    sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+                        + "AND name != 'grdb_migrations' ORDER BY name")
+            }
+        } catch {
+            return
+        }
+        guard !tables.isEmpty, !tables.contains("agent_state") else { return }
+        throw AgentError(
+            .configuration,
+            "\(path) is an SQLite database but not a Tributary outbox (it has the tables "
+                + tables.prefix(5).joined(separator: ", ") + (tables.count > 5 ? ", …" : "")
+                + "); nothing was changed. Give --outbox a file of its own (the default is per group).")
     }
 
     /// The size of the outbox's WAL file (0 when there is none). A checkpoint that empties the WAL
