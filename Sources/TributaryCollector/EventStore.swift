@@ -60,23 +60,20 @@ final class EventStore: Sendable {
         guard let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size > 0 else { return }
         var configuration = Configuration()
         configuration.readonly = true
-        let tables: [String]
+        let (tables, ours): (Int, Bool)
         do {
-            tables = try DatabaseQueue(path: path, configuration: configuration).read { db in
-                try String.fetchAll(
-                    db,
-                    sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-                        + "AND name != 'grdb_migrations' ORDER BY name")
+            (tables, ours) = try DatabaseQueue(path: path, configuration: configuration).read { db in
+                (try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'") ?? 0,
+                 try db.tableExists("events") && db.tableExists("batches"))
             }
         } catch {
             return
         }
-        guard !tables.isEmpty, !tables.contains("events") || !tables.contains("batches") else { return }
+        guard tables > 0, !ours else { return }
         throw CollectorError(
             .database,
-            "\(path) is an SQLite database but not a collector's (it has the tables "
-                + tables.prefix(5).joined(separator: ", ") + (tables.count > 5 ? ", …" : "")
-                + "); nothing was changed. Give --db a file of its own.")
+            "\(path) is an SQLite database but not a collector's (its \(tables) tables include no events and batches); "
+                + "nothing was changed. Give --db a file of its own.")
     }
 
     private static var migrator: DatabaseMigrator {
