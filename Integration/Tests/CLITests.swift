@@ -715,6 +715,46 @@ struct CLITests {
         }
     }
 
+    @Test("a store file cut short is refused as unreadable (74) by every tool, never read into a bus error, and left as it is")
+    func truncatedStore() async throws {
+        try await withTemporaryGroup { group in
+            let load = try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "3000"])
+            #expect(load.status == 0)
+            let file = group + "/" + SharedStore.fileName
+            let whole = try Data(contentsOf: URL(fileURLWithPath: file))
+            // A copy that stopped after 100,000 bytes: the meta pages are there, most tree pages are not.
+            try whole.prefix(100_000).write(to: URL(fileURLWithPath: file))
+            for (tool, arguments) in [
+                ("tributary", ["status", "--group", group]), ("tributary", ["inspect", "--group", group]),
+                ("tributary", ["track", "X", "--group", group]), ("tributary-sim", ["extension", "--events", "1", "--group", group]),
+                ("tributary-agent", ["--group", group, "--outbox", group + "-outbox.sqlite", "--server", "http://127.0.0.1:9/sa", "--once"]),
+            ] {
+                let result = try await ChildProcess.run(tool, arguments)
+                #expect(result.status == 74, "\(tool) \(arguments[0]): \(result.stderr)")
+                #expect(result.stderr.contains("shorter than the"), "\(tool) \(arguments[0]): \(result.stderr)")
+            }
+            let after = try Data(contentsOf: URL(fileURLWithPath: file))
+            #expect(after == whole.prefix(100_000))
+        }
+    }
+
+    @Test("opening a store leaves the modes of its existing files as their owner set them")
+    func storeModesKept() async throws {
+        try await withTemporaryGroup { group in
+            let created = try await ChildProcess.run("tributary", ["track", "X", "--group", group])
+            #expect(created.status == 0)
+            let file = group + "/" + SharedStore.fileName
+            chmod(file, 0o640)
+            chmod(file + "-lock", 0o640)
+            #expect(try await ChildProcess.run("tributary", ["status", "--group", group]).status == 0)
+            #expect(try await ChildProcess.run("tributary", ["track", "Y", "--group", group]).status == 0)
+            for path in [file, file + "-lock"] {
+                var st = stat()
+                #expect(stat(path, &st) == 0 && st.st_mode & 0o777 == 0o640, "\(path): \(String(st.st_mode & 0o777, radix: 8))")
+            }
+        }
+    }
+
     @Test("every tool refuses a world-writable group with exit 77, and leaves the directory's mode as it was", arguments: [
         ("tributary", ["status", "--group", "{g}"]),
         ("tributary", ["track", "Refused", "--group", "{g}"]),

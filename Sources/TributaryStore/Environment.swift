@@ -147,6 +147,7 @@ final class Environment: @unchecked Sendable {
             // MDB_NOSUBDIR: the environment is two files in the group directory (tributary.mdb, -lock).
             var flags = MDB_NOSUBDIR | MDB_NOTLS
             if !options.durable { flags |= MDB_NOSYNC }
+            let created: [String] = [path, path + "-lock"].filter { (file: String) in access(file, F_OK) != 0 }
             rc = mdb_env_open(handle, path, UInt32(flags), 0o660)
             if rc == EACCES {
                 let directory = parentDirectory(of: path)
@@ -154,8 +155,9 @@ final class Environment: @unchecked Sendable {
             }
             try Environment.mapError(rc, "mdb_env_open", path: path)
             // LMDB creates its files through the umask; every process of the group must be able to write.
-            chmod(path, 0o660)
-            chmod(path + "-lock", 0o660)
+            // Only the files this open created: an existing one keeps the mode its owner gave it.
+            for file in created { chmod(file, 0o660) }
+            try Self.checkNotTruncated(handle, path: path)
 
             // lmdb.h: "mdb_reader_check: Check for stale entries in the reader lock table" — slots left
             // by processes that died (kill -9) while reading would otherwise pin old pages forever.
@@ -473,6 +475,27 @@ final class Environment: @unchecked Sendable {
             op = MDB_NEXT
         }
         return total
+    }
+
+    /// Throws ``StoreError/Code/unreadableStore`` if the data file is shorter than the pages its newest
+    /// meta page says are in use: a truncated copy (a backup cut short, a disk that filled while the file
+    /// was copied). LMDB reads the store through its memory map, and a page past the end of the file is a
+    /// SIGBUS that kills the process at its first read.
+    private static func checkNotTruncated(_ handle: OpaquePointer, path: String) throws(StoreError) {
+        var info = MDB_envinfo()
+        mdb_env_info(handle, &info)
+        var stat = MDB_stat()
+        mdb_env_stat(handle, &stat)
+        var fd: Int32 = -1
+        var file = Glibc.stat()
+        guard mdb_env_get_fd(handle, &fd) == MDB_SUCCESS, fstat(fd, &file) == 0 else { return }
+        let needed = (info.me_last_pgno + 1) * Int(stat.ms_psize)
+        guard Int(file.st_size) < needed else { return }
+        throw StoreError(
+            .unreadableStore,
+            "The store \(path) is \(file.st_size) bytes long, shorter than the \(needed) bytes its pages reach: the "
+                + "file was cut short (a copy or a backup that did not finish?). Nothing was read or written; move it "
+                + "aside (a producer then creates a new store) or restore it whole.")
     }
 
     /// The current map size (what LMDB uses: the larger of ours and the one another process set).
