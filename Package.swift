@@ -155,7 +155,7 @@ let package = Package(
         .testTarget(name: "TributaryJSONTests", dependencies: ["TributaryJSON"], swiftSettings: strict),
         .testTarget(
             name: "TributaryCollectorTests",
-            dependencies: ["TributaryCollector", "TributaryTestSupport",
+            dependencies: ["TributaryCollector", "TributaryJSON", "TributaryTestSupport",
                            .product(name: "AsyncHTTPClient", package: "async-http-client")],
             swiftSettings: strict
         ),

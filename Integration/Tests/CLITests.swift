@@ -36,7 +36,10 @@ struct CLITests {
         (["login", "--group", "{g}", ""], 65, "login id"),
         (["login", "--group", "{g}/missing", "user-1"], 66, "missing"),
         (["logout", "--group", "{g}/missing"], 66, "missing"),
-        (["track", "--group", "{g}", "X", "--properties", #"{"p": 1e400}"#], 65, "beyond what a Double holds"),
+        (["track", "--group", "{g}", "X", "--properties", #"{"p": 1e400}"#], 65, "not finite as a Double"),
+        // JSONDecoder takes a trailing comma for JSON; the collector's scanner, which checks typed JSON, does not.
+        (["track", "--group", "{g}", "X", "--properties", #"{"p": 1,}"#], 65, "a ',' before the end of the container at byte 8"),
+        (["track", "--group", "{g}", "X", "--properties", #"{"p": "\ud800"}"#], 65, "a high surrogate escape"),
         (["track", "--group", "{g}", "X", "--properties", #"{"p": 18446744073709551615}"#], 65, "send it as a string"),
         (["inspect", "--group", "{g}", "--limit", "0"], 64, "--limit"),
         (["dead-letters", "--group", "{g}", "--id", "3"], 64, "--replay"),
@@ -752,6 +755,19 @@ struct CLITests {
                 var st = stat()
                 #expect(stat(path, &st) == 0 && st.st_mode & 0o777 == 0o640, "\(path): \(String(st.st_mode & 0o777, radix: 8))")
             }
+        }
+    }
+
+    @Test("an argument that is not valid UTF-8 is refused (65) before anything is done, not stored with U+FFFD in its place")
+    func invalidUTF8Argument() async throws {
+        try await withTemporaryGroup { group in
+            let tributary = productsDirectory.path + "/tributary"
+            for arguments in [#"track Ev --properties "$(printf '{"a":"\377"}')""#, #"login "$(printf '\377')""#] {
+                let result = try await ChildProcess(path: "/bin/sh", ["-c", "exec \(tributary) \(arguments) --group \(group)"]).finish()
+                #expect(result.status == 65, "\(arguments): \(result.stderr)")
+                #expect(result.stderr.contains("is not valid UTF-8"), "\(arguments): \(result.stderr)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: group), "the group was created")
         }
     }
 

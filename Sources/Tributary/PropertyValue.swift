@@ -36,6 +36,23 @@ extension PropertyValue {
     /// `checkingDuplicateKeys`: a key given twice is refused (JSON decoding would keep one value and drop
     /// the other); off for JSON this code wrote itself from a dictionary, which cannot repeat a key.
     public static func properties(fromJSON text: String, checkingDuplicateKeys: Bool = true) throws -> [String: PropertyValue] {
+        // JSONDecoder takes a trailing comma (`{"a":1,}`) for JSON, and gives one catch-all reason for
+        // most faults: typed text is first checked by the collector's strict scanner, which names the
+        // fault and where it is.
+        if checkingDuplicateKeys {
+            let bytes = Array(text.utf8)
+            let fault: JSONSyntaxError? = bytes.withUnsafeBufferPointer { buffer in
+                do throws(JSONSyntaxError) {
+                    _ = try JSONScanner.scanDocument(buffer, range: 0..<buffer.count)
+                    return nil
+                } catch {
+                    return error
+                }
+            }
+            if let fault {
+                throw TrackingError(.malformedProperties, field: "properties", "The properties are not valid JSON: \(fault).")
+            }
+        }
         let parsed: JSONValue
         do {
             parsed = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))

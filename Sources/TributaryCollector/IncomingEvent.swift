@@ -1,4 +1,5 @@
 import Foundation
+import TributaryJSON
 
 /// One validated event of an ingest batch, reduced to what the collector indexes plus where its JSON
 /// text is.

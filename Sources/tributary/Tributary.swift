@@ -33,6 +33,15 @@ struct TributaryCLI: ParsableCommand {
         // event was stored.
         signal(SIGPIPE, SIG_IGN)
         StandardDescriptors.takeClosed()
+        // Swift reads the command line with U+FFFD in place of bytes that are not UTF-8: an id, a
+        // property or a name given so would be stored as something else than what was given.
+        for index in 1..<Int(CommandLine.argc) {
+            guard let raw = CommandLine.unsafeArgv[index] else { continue }
+            let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(raw).assumingMemoryBound(to: UInt8.self), count: strlen(raw))
+            guard String(validating: bytes, as: UTF8.self) == nil else { continue }
+            warn("argument \(index) is not valid UTF-8 (\(String(decoding: bytes, as: UTF8.self))); nothing was done.")
+            Glibc.exit(Exit.rejected)
+        }
         main(nil)
     }
 }

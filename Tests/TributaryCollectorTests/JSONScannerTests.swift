@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TributaryJSON
 import TributaryWire
 
 @testable import TributaryCollector

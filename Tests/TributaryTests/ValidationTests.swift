@@ -105,6 +105,10 @@ struct ValidationTests {
         (#"{"a": [1, 2]}"#, .invalidValueType),
         (#"[1]"#, .malformedProperties),
         (#"{"a": "#, .malformedProperties),
+        // JSONDecoder reads these as JSON; they are not.
+        (#"{"a": 1,}"#, .malformedProperties),
+        (#"{"a": ["x",]}"#, .malformedProperties),
+        (#"{"a": 01}"#, .malformedProperties),
         (#"{"n": 18446744073709551615}"#, .inexactNumber),
         (#"{"n": -9223372036854775809}"#, .inexactNumber),
         // One key twice, as written or escaped: JSONDecoder would keep one value and drop the other.

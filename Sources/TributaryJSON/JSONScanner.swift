@@ -1,5 +1,4 @@
 import Foundation
-import TributaryJSON
 
 /// Why a JSON text was refused, and where (a byte offset). Sent to clients in a 400's message: it
 /// names the kind of fault and its offset, never the text around it.
