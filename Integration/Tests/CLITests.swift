@@ -219,6 +219,8 @@ struct CLITests {
         (["--max-retry-after=-1"], "--max-retry-after"),
         (["--grace", "nan"], "--grace"),
         (["--stop-timeout", "0"], "--stop-timeout"),
+        (["--flush-interval=1e-320"], "--flush-interval must be at least 0.001 seconds"),
+        (["--grace=1e-9"], "--grace must be 0, or at least 0.001 seconds"),
         (["--backoff-base", "5", "--backoff-cap", "2"], "--backoff-cap"),
     ])
     func agentDurations(extra: [String], flag: String) async throws {
@@ -768,6 +770,26 @@ struct CLITests {
                 #expect(result.stderr.contains("is not valid UTF-8"), "\(arguments): \(result.stderr)")
             }
             #expect(!FileManager.default.fileExists(atPath: group), "the group was created")
+        }
+    }
+
+    @Test("a new store's names are synced: the group directory once the store's files are in it, and the directory the group was made in")
+    func newStoreNamesSynced() async throws {
+        let unavailable = await ReliabilityScenarios.DiskFaultScenarios.straceUnavailable()
+        try #require(unavailable == nil, "\(unavailable ?? "")")
+        try await withTemporaryGroup { group in
+            let log = group + "-strace"
+            let tributary = productsDirectory.path + "/tributary"
+            let result = try await ChildProcess(
+                path: ReliabilityScenarios.DiskFaultScenarios.strace,
+                ["-f", "-qq", "-y", "-o", log, "-e", "trace=fsync", tributary, "track", "X", "--group", group]
+            ).finish()
+            #expect(result.status == 0, "\(result.stderr)")
+            let trace = try String(contentsOfFile: log, encoding: .utf8)
+            let real = AgentLock.realPath(group)
+            // strace -y prints each descriptor's path: fsync(3</tmp/…/group>) = 0.
+            #expect(trace.contains("<\(real)>) = 0"), "\(trace)")
+            #expect(trace.contains("<\(parentDirectory(of: real))>) = 0"), "\(trace)")
         }
     }
 

@@ -157,6 +157,9 @@ final class Environment: @unchecked Sendable {
             // LMDB creates its files through the umask; every process of the group must be able to write.
             // Only the files this open created: an existing one keeps the mode its owner gave it.
             for file in created { chmod(file, 0o660) }
+            // A new file's name is durable once its directory is synced (fsync(2)): the first events'
+            // commits sync the file, not the directory that names it.
+            if !created.isEmpty && options.durable { try GroupDirectory.sync(parentDirectory(of: path)) }
             try Self.checkNotTruncated(handle, path: path)
 
             // lmdb.h: "mdb_reader_check: Check for stale entries in the reader lock table" — slots left

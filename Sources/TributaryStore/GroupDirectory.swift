@@ -96,11 +96,36 @@ enum GroupDirectory {
                 + "directory, which a producer creates.", lmdbCode: ENOTDIR)
     }
 
+    /// Syncs the directory at `path` (`fsync` of a descriptor of it), so that the names created in it
+    /// survive a power loss.
+    static func sync(_ path: String) throws(StoreError) {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        var err: Int32 = 0
+        if fd < 0 {
+            err = errno
+        } else {
+            if fsync(fd) != 0 { err = errno }
+            close(fd)
+        }
+        guard err != 0 else { return }
+        throw StoreError(
+            .directoryUnavailable, "The directory \(path) could not be synced: \(String(cString: strerror(err))).",
+            lmdbCode: err)
+    }
+
     private static func makeDirectories(_ path: String) throws(StoreError) {
         var prefix = path.hasPrefix("/") ? "" : "."
+        var created: [String] = []
+        defer {
+            // Each new directory's name lives in its parent: synced (best effort: the store's own files are
+            // synced when created, and an error here leaves nothing half written).
+            for directory in created { try? sync(parentDirectory(of: directory)) }
+        }
         for component in path.split(separator: "/") {
             prefix += "/" + component
-            if mkdir(prefix, 0o770) != 0 && errno != EEXIST {
+            if mkdir(prefix, 0o770) == 0 {
+                created.append(prefix)
+            } else if errno != EEXIST {
                 let err = errno
                 if err == EACCES {
                     throw StoreError.permissionDenied(
@@ -127,16 +152,21 @@ extension StoreError {
     package static func permissionDenied(_ subject: String, directory: String) -> StoreError {
         var st = stat()
         let owner: String
+        // What to do: the owner itself is refused by the mode it gave; anyone else needs the group.
+        var advice = "Join the group that owns it, or run as its owner."
         if stat(directory, &st) == 0 {
             owner = "\(directory) belongs to user \(userName(st.st_uid)) and group \(groupName(st.st_gid)), mode "
                 + String(st.st_mode & 0o7777, radix: 8)
+            if st.st_uid == geteuid() {
+                advice = "Its mode refuses its own owner: give the owner read and write (and search, for a directory)."
+            }
         } else {
             owner = "a directory on the way to \(directory) cannot be searched by it"
         }
         return StoreError(
             .permissionDenied,
-            "permission denied: \(subject) cannot be used by this user (\(userName(geteuid()))): \(owner). Join the "
-                + "group that owns it, or run as its owner.", lmdbCode: EACCES)
+            "permission denied: \(subject) cannot be used by this user (\(userName(geteuid()))): \(owner). \(advice)",
+            lmdbCode: EACCES)
     }
 
     private static func userName(_ uid: uid_t) -> String {

@@ -186,8 +186,11 @@ struct AgentCommand: AsyncParsableCommand {
         guard seconds.isFinite, seconds <= longestSeconds else {
             throw ValidationError("\(flag) must be a number of seconds up to \(Int(longestSeconds)) (a year); got \(seconds).")
         }
-        guard zeroAllowed ? seconds >= 0 : seconds > 0 else {
-            throw ValidationError("\(flag) must be \(zeroAllowed ? "0 or more" : "more than 0") seconds; got \(seconds).")
+        // Below a millisecond a positive value becomes a zero Duration, which the agent's own check then
+        // refused as a configuration error (78) instead of a bad option.
+        guard zeroAllowed && seconds == 0 || seconds >= 0.001 else {
+            throw ValidationError(
+                "\(flag) must be \(zeroAllowed ? "0, or " : "")at least 0.001 seconds (a millisecond); got \(seconds).")
         }
     }
 

@@ -250,7 +250,7 @@ struct Flush: ParsableCommand {
 struct DeadLetters: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "dead-letters",
-        abstract: "List the events the collector rejected (kept in the agent's outbox), or replay them.",
+        abstract: "List the events the collector rejected (kept in the agent's outbox), replay or discard them.",
         discussion: """
             The outbox is found from the running agent's status file in the group directory, or given \
             with --outbox. --replay moves dead letters back into the outbox; the agent uploads them \

@@ -696,6 +696,21 @@ struct SharedStoreTests {
         #expect(parentDirectory(of: path) == parent)
     }
 
+    @Test("a permission refusal tells the owner that its own mode refuses it, and anyone else to join the group")
+    func permissionAdvice() throws {
+        try withTemporaryGroup { group in
+            try FileManager.default.createDirectory(atPath: group, withIntermediateDirectories: true)
+            let own = StoreError.permissionDenied("the store \(group)/tributary.mdb", directory: group)
+            #expect(own.message.contains("Its mode refuses its own owner"), "\(own.message)")
+            #expect(!own.message.contains("Join the group"), "\(own.message)")
+            // Owned by another user (as root, chown; as anyone else, a directory of root's).
+            let other = getuid() == 0 ? group : "/"
+            if getuid() == 0 { chown(group, 65534, 65534) }
+            let foreign = StoreError.permissionDenied("the group directory \(other)", directory: other)
+            #expect(foreign.message.contains("Join the group that owns it"), "\(foreign.message)")
+        }
+    }
+
     @Test("producer ids outside 1...255 bytes are refused")
     func producerIDLimits() throws {
         try withTemporaryGroup { group in
