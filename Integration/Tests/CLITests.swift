@@ -369,7 +369,7 @@ struct CLITests {
                 ]
                 let missing = try await Self.runAgent(arguments)
                 #expect(missing.status == 78, "no token file: stderr: \(missing.stderr)")
-                #expect(missing.stderr.contains("Cannot read the auth token file \(tokenFile)"), "\(missing.stderr)")
+                #expect(missing.stderr.contains("Cannot read the auth token file \(tokenFile): No such file or directory"), "\(missing.stderr)")
 
                 // docs/wire-formats.md: a --once run (the fetch timer's) that the collector refuses ends with 78.
                 try "expired\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)

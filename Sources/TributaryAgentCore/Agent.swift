@@ -138,8 +138,21 @@ public final class Agent: Service, Sendable {
     }
 
     static func readToken(_ path: String) throws -> String {
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw AgentError(.configuration, "Cannot read the auth token file \(path).")
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            // Why: missing, not this user's to read, a directory, not UTF-8.
+            var info = stat()
+            let reason: String
+            if stat(path, &info) != 0 || access(path, R_OK) != 0 {
+                reason = String(cString: strerror(errno))
+            } else if info.st_mode & S_IFMT == S_IFDIR {
+                reason = "it is a directory"
+            } else {
+                reason = "it is not UTF-8 text"
+            }
+            throw AgentError(.configuration, "Cannot read the auth token file \(path): \(reason).")
         }
         let token = text.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !token.isEmpty, !token.contains(where: \.isNewline) else {
