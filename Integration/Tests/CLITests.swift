@@ -234,7 +234,7 @@ struct CLITests {
     }
 
     @Test("a second agent, of another group, is refused the outbox the first one uses (exit 78), by its path or through a symbolic link, and gets it once that one stopped",
-          arguments: ["the same path", "a link to the file", "a link to its directory"])
+          arguments: ["the same path", "a link to the file", "a link to its directory", "a link to a file not there yet"])
     func sharedOutboxRefused(via: String) async throws {
         try await withTemporaryGroup { group in
             let other = group + "-other"
@@ -244,7 +244,14 @@ struct CLITests {
             let outbox = group + "-state/outbox.sqlite"
             let server = ["--server", "http://127.0.0.1:9/sa", "--log-level", "warning"]
             let common = server + ["--outbox", outbox]
-            let first = try ChildProcess("tributary-agent", ["--group", group] + common)
+            // A link made before the outbox exists, given to the first agent (the second names the file).
+            var firstNamed = outbox
+            if via == "a link to a file not there yet" {
+                try FileManager.default.createDirectory(atPath: group + "-state", withIntermediateDirectories: true)
+                firstNamed = group + "-link.sqlite"
+                try FileManager.default.createSymbolicLink(atPath: firstNamed, withDestinationPath: outbox)
+            }
+            let first = try ChildProcess("tributary-agent", ["--group", group] + server + ["--outbox", firstNamed])
             // The first agent holds the outbox once it has written its status.
             let started = ContinuousClock.now
             while AgentChannel.readStatus(groupDirectory: group) == nil && ContinuousClock.now - started < .seconds(30) {
@@ -729,6 +736,8 @@ struct CLITests {
             let whole = try Data(contentsOf: URL(fileURLWithPath: file))
             // A copy that stopped after 100,000 bytes: the meta pages are there, most tree pages are not.
             try whole.prefix(100_000).write(to: URL(fileURLWithPath: file))
+            // A directory of an earlier release, without the set-group-ID bit: an open refused keeps it so.
+            chmod(group, 0o770)
             for (tool, arguments) in [
                 ("tributary", ["status", "--group", group]), ("tributary", ["inspect", "--group", group]),
                 ("tributary", ["track", "X", "--group", group]), ("tributary-sim", ["extension", "--events", "1", "--group", group]),
@@ -740,6 +749,8 @@ struct CLITests {
             }
             let after = try Data(contentsOf: URL(fileURLWithPath: file))
             #expect(after == whole.prefix(100_000))
+            var st = stat()
+            #expect(stat(group, &st) == 0 && st.st_mode & 0o7777 == 0o770, "mode \(String(st.st_mode & 0o7777, radix: 8))")
         }
     }
 

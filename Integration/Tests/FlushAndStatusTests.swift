@@ -275,12 +275,13 @@ struct FlushAndStatusTests {
                     let status = AgentChannel.readStatus(groupDirectory: group)
                     return (status?.state, BootClock.wallMillis() - (status?.updatedMillis ?? 0))
                 }
-                // Written at least once a second: never more than about 1 s old (1.6 s with slack).
+                // Rewritten every second: about 1 s old at most (1.5 s more for a loaded machine; without
+                // the rewrites it still said the state before the request).
                 let uploading = try await status(after: 1.8)
-                #expect(uploading.state == "uploading" && uploading.age < 1600, "\(uploading)")
+                #expect(uploading.state == "uploading" && uploading.age < 2500, "\(uploading)")
                 agent.send(SIGTERM)
                 let stopping = try await status(after: 3.4)
-                #expect(stopping.state == "stopping" && stopping.age < 1600, "\(stopping)")
+                #expect(stopping.state == "stopping" && stopping.age < 2500, "\(stopping)")
                 let result = await agent.finish()
                 // The request out when the stop came was its attempt: its failure (at 4 s) ends the stop,
                 // with no second request.

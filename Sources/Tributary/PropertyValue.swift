@@ -33,8 +33,10 @@ extension PropertyValue {
     /// Strings, numbers, booleans and arrays of strings map to the matching case; anything else
     /// (null, nested objects, mixed arrays) is a ``TrackingError`` naming the property.
     ///
-    /// `checkingDuplicateKeys`: a key given twice is refused (JSON decoding would keep one value and drop
-    /// the other); off for JSON this code wrote itself from a dictionary, which cannot repeat a key.
+    /// `checkingDuplicateKeys`: the text is typed JSON, checked strictly (its syntax by the collector's
+    /// scanner, which refuses a trailing comma JSONDecoder takes and names each fault's offset; a key
+    /// given twice, which JSON decoding would keep one value of); off for JSON this code wrote itself
+    /// from a dictionary, which is valid and cannot repeat a key.
     public static func properties(fromJSON text: String, checkingDuplicateKeys: Bool = true) throws -> [String: PropertyValue] {
         // JSONDecoder takes a trailing comma (`{"a":1,}`) for JSON, and gives one catch-all reason for
         // most faults: typed text is first checked by the collector's strict scanner, which names the

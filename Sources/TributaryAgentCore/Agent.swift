@@ -150,7 +150,7 @@ public final class Agent: Service, Sendable {
             } else if info.st_mode & S_IFMT == S_IFDIR {
                 reason = "it is a directory"
             } else {
-                reason = "it is not UTF-8 text"
+                reason = "it could not be read as UTF-8 text (\(error.localizedDescription))"
             }
             throw AgentError(.configuration, "Cannot read the auth token file \(path): \(reason).")
         }
@@ -557,18 +557,23 @@ public final class Agent: Service, Sendable {
                     loop.report.drained += drainedDuring
                     // The status stays fresh (and says uploading or stopping) while the answer is awaited.
                     let statusTicker = keepStatusFresh(session: session, state: loop.state, loop: loop)
-                    let steps: [(step: UploadSession.Step, took: Duration)]
+                    let outcome: Result<[(step: UploadSession.Step, took: Duration)], any Error>
                     do {
-                        steps = try await upload
+                        outcome = .success(try await upload)
                     } catch {
-                        statusTicker.cancel()
-                        throw error
+                        outcome = .failure(error)
                     }
+                    // Ended before anything else writes the status (a failure's, the stop's): the two
+                    // writers share one temporary file.
                     statusTicker.cancel()
                     await statusTicker.value
+                    let steps = try outcome.get()
                     // A stop asked for while this request was out: it was the stop's one attempt, and its
                     // failure ends the stop (below) instead of a backoff cut short for another.
-                    if stopping.load(ordering: .acquiring) { loop.stopSeen = true }
+                    if stopping.load(ordering: .acquiring) {
+                        loop.stopSeen = true
+                        loop.state = "stopping"
+                    }
                     // Requests, not steps: a step that dead-letters the event bisection isolated sends none.
                     let requests = session.requestsSent - requestsBefore
                     loop.report.requests += requests

@@ -49,16 +49,25 @@ final class AgentLock: Sendable {
         }
     }
 
-    /// `path` with every symbolic link resolved (for a file not there yet, its directory's), else as given.
+    /// `path` with every symbolic link resolved, a link to a file not there yet (an outbox to be created)
+    /// followed to where it points; for a file not there, its directory resolved; else `path` as given.
     static func realPath(_ path: String) -> String {
         func resolved(_ path: String) -> String? {
             guard let pointer = realpath(path, nil) else { return nil }
             defer { free(pointer) }
             return String(cString: pointer)
         }
-        if let file = resolved(path) { return file }
-        let name = (path as NSString).lastPathComponent
-        return resolved(parentDirectory(of: path)).map { $0 == "/" ? "/" + name : $0 + "/" + name } ?? path
+        var current = path
+        for _ in 0..<40 {  // SYMLOOP_MAX on Linux
+            if let file = resolved(current) { return file }
+            var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+            let length = readlink(current, &target, target.count - 1)
+            guard length > 0 else { break }
+            let link = String(decoding: target[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            current = link.hasPrefix("/") ? link : parentDirectory(of: current) + "/" + link
+        }
+        let name = (current as NSString).lastPathComponent
+        return resolved(parentDirectory(of: current)).map { $0 == "/" ? "/" + name : $0 + "/" + name } ?? current
     }
 
     private init(
@@ -68,7 +77,11 @@ final class AgentLock: Sendable {
         fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o660)
         guard fd >= 0 else {
             let err = errno
-            if err == EACCES { throw StoreError.permissionDenied("the lock file \(path)", directory: parentDirectory(of: path)) }
+            if err == EACCES {
+                // The lock file's own mode refuses it, or (not there yet) its directory's.
+                let decides = access(path, F_OK) == 0 ? path : parentDirectory(of: path)
+                throw StoreError.permissionDenied("the lock file \(path)", directory: decides)
+            }
             throw AgentError(.startup, "Cannot open \(path): \(String(cString: strerror(err))).")
         }
         guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {

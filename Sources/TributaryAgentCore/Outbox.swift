@@ -112,7 +112,7 @@ public final class Outbox: Sendable {
     /// outbox, it was switched to WAL and migrated into an outbox beside its own tables, or failed half
     /// way. Read through a read-only connection: nothing is written. A file it cannot read so is left to
     /// the outbox's own open, which says why.
-    private static func refuseForeignDatabase(at path: String) throws {
+    private static func refuseForeignDatabase(at path: String) throws(AgentError) {
         var info = stat()
         guard stat(path, &info) == 0, info.st_size > 0 else { return }
         var configuration = Configuration()

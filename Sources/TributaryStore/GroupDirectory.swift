@@ -35,12 +35,15 @@ enum GroupDirectory {
         if faccessat(AT_FDCWD, path, R_OK | X_OK | (creates ? W_OK : 0), AT_EACCESS) != 0, errno == EACCES {
             throw StoreError.permissionDenied("the group directory \(path)", directory: path)
         }
-        // A directory of an earlier release (mode 0770) gets the set-group-ID bit from its owner, as a new
-        // one has it (see makeDirectories); only once a store is opened there (an open that is refused, or
-        // that finds no store to read, changes nothing).
-        if st.st_mode & S_ISGID == 0, st.st_uid == geteuid(), create || access(data, F_OK) == 0 {
-            chmod(path, mode_t(st.st_mode & 0o7777) | S_ISGID)
-        }
+    }
+
+    /// Gives a directory of an earlier release (mode 0770) the set-group-ID bit a new one has (see
+    /// makeDirectories), when this user owns it. Called once a store is open there: an open that is
+    /// refused, or that finds no store to read, changes nothing.
+    static func addSetGroupID(_ path: String) {
+        var st = stat()
+        guard stat(path, &st) == 0, st.st_mode & S_ISGID == 0, st.st_uid == geteuid() else { return }
+        chmod(path, mode_t(st.st_mode & 0o7777) | S_ISGID)
     }
 
     /// Throws unless the store file of the group at `path` exists; opens nothing.
@@ -97,20 +100,17 @@ enum GroupDirectory {
     }
 
     /// Syncs the directory at `path` (`fsync` of a descriptor of it), so that the names created in it
-    /// survive a power loss.
+    /// survive a power loss. A file system that syncs no directories (`EINVAL`: some FUSE and network
+    /// mounts; `EROFS`) is no failure; an I/O error is (``StoreError/Code/lmdb`` with its `errno`, 74).
     static func sync(_ path: String) throws(StoreError) {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        var err: Int32 = 0
-        if fd < 0 {
-            err = errno
-        } else {
-            if fsync(fd) != 0 { err = errno }
-            close(fd)
-        }
-        guard err != 0 else { return }
+        guard fd >= 0 else { return }  // not openable so (search-only): nothing to sync through
+        defer { close(fd) }
+        guard fsync(fd) != 0 else { return }
+        let err = errno
+        guard ![EINVAL, EROFS, ENOTSUP].contains(err) else { return }
         throw StoreError(
-            .directoryUnavailable, "The directory \(path) could not be synced: \(String(cString: strerror(err))).",
-            lmdbCode: err)
+            .lmdb, "The directory \(path) could not be synced: \(String(cString: strerror(err))).", lmdbCode: err)
     }
 
     private static func makeDirectories(_ path: String) throws(StoreError) {

@@ -86,6 +86,7 @@ public final class SharedStore: Sendable {
             throw error
         }
         self.environment = environment
+        GroupDirectory.addSetGroupID(directory)
     }
 
     deinit { environment.release() }

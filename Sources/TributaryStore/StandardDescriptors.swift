@@ -15,12 +15,12 @@ package enum StandardDescriptors {
         for descriptor: Int32 in 0...2 where fcntl(descriptor, F_GETFD) == -1 && errno == EBADF {
             let opened = open("/dev/null", (descriptor == 0 ? O_RDONLY : O_WRONLY) | O_CLOEXEC)
             guard opened >= 0 else { continue }
-            // The lowest free descriptor, this one, unless another thread took it meanwhile.
+            // The lowest free descriptor, this one, unless another thread took it meanwhile: then that
+            // thread's file holds it (dup2 would point that file at /dev/null), and this one goes.
             if opened != descriptor {
-                dup2(opened, descriptor)  // without O_CLOEXEC: a child's standard descriptors, as usual
                 close(opened)
             } else {
-                _ = fcntl(descriptor, F_SETFD, 0)
+                _ = fcntl(descriptor, F_SETFD, 0)  // a child's standard descriptor, as usual
             }
         }
     }

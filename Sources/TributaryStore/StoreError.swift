@@ -91,7 +91,8 @@ public struct StoreError: Error, CustomStringConvertible, Sendable {
 }
 
 extension StoreError {
-    /// The status (sysexits.h) a command-line tool ends with for this error, the same in every tool:
+    /// The status (sysexits.h) `tributary` and `tributary-sim` end with for this error (the agent maps
+    /// a few codes its own way: a service manager restarts on some, not others):
     /// 75 `EX_TEMPFAIL` for a full or replaced store (retry), 77 `EX_NOPERM` for a group directory this
     /// user may not use or that every user may write, 64 `EX_USAGE` for a group path that is no
     /// directory, 66 `EX_NOINPUT` for no group or no store, 65 `EX_DATAERR` for a value refused, and 74

@@ -67,7 +67,12 @@ struct Demo: AsyncParsableCommand {
         var options = SharedStore.Options()
         options.create = false
         // Closed again before any process is spawned (the store is released with the value).
-        let pending = try SharedStore(groupDirectory: group, options: options).status().pendingEvents
+        let pending: Int
+        do {
+            pending = try SharedStore(groupDirectory: group, options: options).status().pendingEvents
+        } catch {
+            throw producerFailure(error)  // the store's own exit status (74 unreadable, 77 permission, …)
+        }
         guard pending == 0 else {
             throw ValidationError(
                 "\(group) holds a Tributary store with \(pending) events not yet delivered, which no demo made; the "

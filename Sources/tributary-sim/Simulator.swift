@@ -12,7 +12,7 @@ struct Simulator: AsyncParsableCommand {
             is appended to a file (producer_seq, seq, event_id per line), so tests can check that \
             nothing acknowledged was lost even when the process is killed. Exit codes: 0 done; 1 a run-time \
             failure (demo; hybrid: its page servers could not start); 64 bad usage, or a group path that is not a \
-            directory; 65 an invalid event; 69 hybrid: the browser could not start or does not answer; 74 an I/O \
+            directory; 65 an invalid event; 66 no group directory where one must be; 69 hybrid: the browser could not start or does not answer; 74 an I/O \
             error; 75 the store is at its quota or was deleted or created anew while open (retry), or the hybrid \
             pages did not finish in time; 77 a group directory this user may not use, or that every user may write.
             """,

@@ -35,7 +35,7 @@ struct TributaryCLI: ParsableCommand {
         StandardDescriptors.takeClosed()
         // Swift reads the command line with U+FFFD in place of bytes that are not UTF-8: an id, a
         // property or a name given so would be stored as something else than what was given.
-        for index in 1..<Int(CommandLine.argc) {
+        for index in stride(from: 1, to: Int(CommandLine.argc), by: 1) {  // none when exec'd with an empty argv
             guard let raw = CommandLine.unsafeArgv[index] else { continue }
             let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(raw).assumingMemoryBound(to: UInt8.self), count: strlen(raw))
             guard String(validating: bytes, as: UTF8.self) == nil else { continue }

@@ -670,6 +670,11 @@ extension WebViewHostTests {
             pages: ["/": page, "/child": child], hostLogger: Logger(label: "test") { _ in logs }
         ) { harness in
             try await harness.wait(for: "the page's event after the churn") { harness.bridge.snapshot.accepted == 1 }
+            // The iframes' ends come from their own targets and the browser, and may trail the page's message.
+            try await harness.wait(for: "the frames' ends") {
+                let origins = harness.host.origins.get()
+                return origins.frames.count <= 2 && origins.parents.isEmpty && harness.host.unansweredCommands == 0
+            }
             let origins = harness.host.origins.get()
             // Left: the frame and context of the page and of the browser's first tab (about:blank);
             // every iframe's went with it.

@@ -71,22 +71,26 @@ final class DevToolsPipe: Sendable {
     /// Sends a command without waiting for its reply; a reply that says it failed is logged at
     /// `failureLevel` (a warning by default: a target the bridge's binding or script could not be set up
     /// in misses page events). A command to a browser that is gone is dropped: the reader reports the
-    /// end (``closedEvent``).
+    /// end (``closedEvent``). Returns the command's id (0 for one dropped so).
     @discardableResult
     func send(
         _ method: String, _ params: [String: JSON] = [:], session: String? = nil,
         failureLevel: Logger.Level = .warning
     ) -> Int {
-        let id = state.withLock { state in
+        let id: Int? = state.withLock { state in
+            // After the pipe closed no reply comes, and nothing would forget the entry.
+            guard !state.closed else { return nil }
             defer { state.nextID += 1 }
             state.unanswered[state.nextID] = (method, failureLevel)
             return state.nextID
         }
+        guard let id else { return 0 }
         write(id: id, method: method, params: params, session: session) { [self] error in
             guard state.withLock({ $0.unanswered.removeValue(forKey: id) }) != nil else { return }  // no reply will come
-            // Not when the browser is gone: the reader reports that once.
+            // Not when the browser is gone: the reader reports that once. A browser that stopped reading
+            // (too much waits unwritten) is a warning whatever the command.
             if error.code != .browserExited {
-                logger.log(level: failureLevel, "DevTools command not sent", metadata: [
+                logger.log(level: error.code == .timedOut ? .warning : failureLevel, "DevTools command not sent", metadata: [
                     "tributary.devtools.method": "\(method)", "tributary.devtools.error": "\(error)",
                     "tributary.devtools.session": "\(session ?? "browser")",
                 ])
