@@ -804,6 +804,23 @@ struct CLITests {
         }
     }
 
+    @Test("an agent.sock that is not a socket is refused (78) and left alone, not met with \"Address already in use\"")
+    func socketPathTaken() async throws {
+        try await withTemporaryGroup { group in
+            let track = try await ChildProcess.run("tributary", ["track", "X", "--group", group])
+            #expect(track.status == 0)
+            let socketPath = group + "/" + AgentChannel.socketFile
+            try FileManager.default.createDirectory(atPath: socketPath, withIntermediateDirectories: false)
+            let agent = try await ChildProcess.run("tributary-agent", [
+                "--group", group, "--server", "http://127.0.0.1:9/sa", "--outbox", group + "-outbox.sqlite",
+            ])
+            #expect(agent.status == 78, "\(agent.stderr)")
+            #expect(agent.stderr.contains("is not a socket"), "\(agent.stderr)")
+            var isDirectory: ObjCBool = false
+            #expect(FileManager.default.fileExists(atPath: socketPath, isDirectory: &isDirectory) && isDirectory.boolValue)
+        }
+    }
+
     @Test("every tool refuses a world-writable group with exit 77, and leaves the directory's mode as it was", arguments: [
         ("tributary", ["status", "--group", "{g}"]),
         ("tributary", ["track", "Refused", "--group", "{g}"]),

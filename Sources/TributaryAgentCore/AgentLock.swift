@@ -111,7 +111,17 @@ final class FlushListener: Sendable {
         path = groupDirectory + "/" + AgentChannel.socketFile
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw AgentError(.startup, "Cannot create the flush socket: \(String(cString: strerror(errno))).") }
-        unlink(path)  // a stale socket of a dead agent; we hold the group lock
+        // A stale socket of a dead agent goes (we hold the group lock); anything else there is not ours
+        // to remove, and bind would say only "Address already in use".
+        var existing = stat()
+        if lstat(path, &existing) == 0, existing.st_mode & S_IFMT != S_IFSOCK {
+            close(fd)
+            throw AgentError(
+                .configuration,
+                "\(path) is not a socket (a directory or a file is there): the agent's flush socket goes there. "
+                    + "Move it away; the agent makes the socket itself.")
+        }
+        unlink(path)
         guard var address = AgentChannel.unixAddress(path) else {
             close(fd)
             throw AgentError(

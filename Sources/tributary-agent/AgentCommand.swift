@@ -28,7 +28,8 @@ struct AgentCommand: AsyncParsableCommand {
             error; 74 I/O error on the store or outbox (a full disk too); 75 the group's store was \
             deleted or created anew while running (a restart drains the new one); 77 the group directory is \
             world-writable, or the agent's user may not use it (permission denied: join the group that owns it); \
-            78 configuration error (--metrics-address not servable, --outbox used by another agent, a --group that \
+            78 configuration error (--metrics-address not servable, --outbox used by another agent or not an outbox, \
+            an agent.sock that is not a socket, a --group that \
             is not a directory, --once with events and no collector URL, a store written by a newer Tributary, \
             too), or in --once mode the collector refuses uploads (401/403/404, or event after event: \
             --halt-after-dead-letters) or dead letters fill the outbox quota; 130 or 143 a second SIGINT or \
