@@ -757,8 +757,7 @@ struct CLITests {
     @Test("opening a store leaves the modes of its existing files as their owner set them")
     func storeModesKept() async throws {
         try await withTemporaryGroup { group in
-            let created = try await ChildProcess.run("tributary", ["track", "X", "--group", group])
-            #expect(created.status == 0)
+            try await Self.trackOne(group)
             let file = group + "/" + SharedStore.fileName
             chmod(file, 0o640)
             chmod(file + "-lock", 0o640)
@@ -804,11 +803,16 @@ struct CLITests {
         }
     }
 
+    /// Stores one event `X` in `group` (creating the group and its store) with `tributary track`.
+    static func trackOne(_ group: String) async throws {
+        let track = try await ChildProcess.run("tributary", ["track", "X", "--group", group])
+        #expect(track.status == 0, "\(track.stderr)")
+    }
+
     @Test("an agent.sock that is not a socket is refused (78) and left alone, not met with \"Address already in use\"")
     func socketPathTaken() async throws {
         try await withTemporaryGroup { group in
-            let track = try await ChildProcess.run("tributary", ["track", "X", "--group", group])
-            #expect(track.status == 0)
+            try await Self.trackOne(group)
             let socketPath = group + "/" + AgentChannel.socketFile
             try FileManager.default.createDirectory(atPath: socketPath, withIntermediateDirectories: false)
             let agent = try await ChildProcess.run("tributary-agent", [
