@@ -429,7 +429,7 @@ public final class Agent: Service, Sendable {
         // A one-shot run sends what is stored when it starts; what producers append meanwhile goes along
         // as the drain meets it, but is not waited for (with a producer appending steadily, the store
         // is never found empty).
-        let onceThrough = once ? try store.status().newestSeq ?? 0 : 0
+        let onceThrough = once ? try store.newestSeq() ?? 0 : 0
         let started = loop.clock.now
         while !Task.isCancelled {
             heartbeat.beat()
@@ -846,7 +846,7 @@ public final class Agent: Service, Sendable {
     /// Whether the store this process has open holds an event above the outbox's `last_drained_seq`: one
     /// the drain has not moved yet (events drained but not yet deleted from it are not counted).
     private func oldStoreHoldsUndrained() throws -> Bool {
-        (try store.status().newestSeq ?? 0) > (try outbox.lastDrainedSeq())
+        (try store.newestSeq() ?? 0) > (try outbox.lastDrainedSeq())
     }
 
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in
@@ -944,13 +944,17 @@ public final class Agent: Service, Sendable {
         var settingsProblem: String?
     }
 
+    /// What the loop knows for the status file now; `error`, when the run ended in one, is its last error.
+    private func statusFields(session: UploadSession, state: String, loop: LoopState, error: String? = nil) -> StatusFields {
+        StatusFields(
+            state: state, haltReason: session.haltReason, lastError: error ?? session.lastError,
+            lastUploadMillis: loop.lastUploadMillis, serverURL: loop.settings.serverURL,
+            settingsProblem: loop.settingsProblem)
+    }
+
     /// Writes the agent's status file; `error`, when the run ended in one, is its last error.
     private func writeStatus(session: UploadSession, state: String, loop: LoopState, error: String? = nil) {
-        writeStatus(
-            StatusFields(
-                state: state, haltReason: session.haltReason, lastError: error ?? session.lastError,
-                lastUploadMillis: loop.lastUploadMillis, serverURL: loop.settings.serverURL,
-                settingsProblem: loop.settingsProblem))
+        writeStatus(statusFields(session: session, state: state, loop: loop, error: error))
     }
 
     /// Rewrites the status file once a second (the first time a second after the loop last wrote it)
@@ -960,10 +964,7 @@ public final class Agent: Service, Sendable {
     private func keepStatusFresh(
         session: UploadSession, state: String, loop: LoopState
     ) -> Task<Void, Never> {
-        let fields = StatusFields(
-            state: state, haltReason: session.haltReason, lastError: session.lastError,
-            lastUploadMillis: loop.lastUploadMillis, serverURL: loop.settings.serverURL,
-            settingsProblem: loop.settingsProblem)
+        let fields = statusFields(session: session, state: state, loop: loop)
         let first = loop.lastStatusWrite.advanced(by: .seconds(1))
         return Task { [self] in
             var next = first

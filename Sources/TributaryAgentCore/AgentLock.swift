@@ -52,14 +52,9 @@ final class AgentLock: Sendable {
     /// `path` with every symbolic link resolved, a link to a file not there yet (an outbox to be created)
     /// followed to where it points; for a file not there, its directory resolved; else `path` as given.
     static func realPath(_ path: String) -> String {
-        func resolved(_ path: String) -> String? {
-            guard let pointer = realpath(path, nil) else { return nil }
-            defer { free(pointer) }
-            return String(cString: pointer)
-        }
         var current = path
         for _ in 0..<40 {  // SYMLOOP_MAX on Linux
-            if let file = resolved(current) { return file }
+            if let file = resolvedPath(current) { return file }
             var target = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
             let length = readlink(current, &target, target.count - 1)
             guard length > 0 else { break }
@@ -67,7 +62,7 @@ final class AgentLock: Sendable {
             current = link.hasPrefix("/") ? link : parentDirectory(of: current) + "/" + link
         }
         let name = (current as NSString).lastPathComponent
-        return resolved(parentDirectory(of: current)).map { $0 == "/" ? "/" + name : $0 + "/" + name } ?? current
+        return resolvedPath(parentDirectory(of: current)).map { $0 == "/" ? "/" + name : $0 + "/" + name } ?? current
     }
 
     private init(

@@ -100,9 +100,9 @@ public final class Outbox: Sendable {
         let migrator = Self.migrator
         if try !writer.read({ db in try migrator.hasCompletedMigrations(db) }) {
             // A migration rebuilds tables: its WAL is as large as they are. Emptied and cut at once.
-            let migrate = { [writer] in
+            let migrate = { [self] in
                 try migrator.migrate(writer)
-                try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_checkpoint(TRUNCATE)") }
+                try checkpoint()
             }
             if let whileMigrating { try whileMigrating(migrate) } else { try migrate() }
         }

@@ -301,8 +301,7 @@ public struct CrashLog: Sendable {
         if !Self.isInstalled(file), flock(fd, LOCK_EX | LOCK_NB) != 0 { return }
         // Locked, but is the path still that file? Another start may have set it aside meanwhile, and
         // the path now names the file a live process's handlers write to.
-        var named = stat()
-        guard stat(path, &named) == 0, named.st_dev == file.st_dev, named.st_ino == file.st_ino else { return }
+        guard Self.sameFile(fd, as: path) else { return }
         if !FileManager.default.fileExists(atPath: pendingPath) {
             guard rename(path, pendingPath) == 0 else {
                 throw CrashLogError(
@@ -347,6 +346,13 @@ public struct CrashLog: Sendable {
         }
     }
 
+    /// Whether descriptor `fd` and `path` name the same file (the path was not set aside meanwhile).
+    private static func sameFile(_ fd: Int32, as path: String) -> Bool {
+        var held = stat()
+        var named = stat()
+        return fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_dev == named.st_dev && held.st_ino == named.st_ino
+    }
+
     /// Whether `file` is the crash file this process's handlers write to (a second start in one process
     /// sets aside its own file: its shared lock is no other writer's).
     private static func isInstalled(_ file: stat) -> Bool {
@@ -363,13 +369,7 @@ public struct CrashLog: Sendable {
         // handlers are installed on the file without the lock.
         var fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o660)
         for _ in 0..<200 where fd >= 0 {
-            var held = stat()
-            var named = stat()
-            if flock(fd, LOCK_SH | LOCK_NB) == 0, fstat(fd, &held) == 0, stat(path, &named) == 0,
-                held.st_dev == named.st_dev, held.st_ino == named.st_ino
-            {
-                break
-            }
+            if flock(fd, LOCK_SH | LOCK_NB) == 0, Self.sameFile(fd, as: path) { break }
             close(fd)
             usleep(10_000)
             fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o660)

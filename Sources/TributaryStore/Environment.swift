@@ -194,9 +194,7 @@ final class Environment: @unchecked Sendable {
         lockFile = Self.identity(of: path + "-lock")
         // LMDB's own mapping of the lock file: by inode and by path (two stores on two file systems may
         // have lock files of the same inode number), and only if there is exactly one.
-        if let lockFile, let lockPath = realpath(path + "-lock", nil) {
-            let resolved = String(cString: lockPath)
-            free(lockPath)
+        if let lockFile, let resolved = resolvedPath(path + "-lock") {
             let mappings = Self.sharedMappings(ofInode: lockFile.inode, permissions: "rw-s")
                 .filter { $0.offset == 0 && $0.path == resolved }
             if mappings.count == 1 {

@@ -203,6 +203,14 @@ package func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Int32? {
     return nil
 }
 
+/// `path` with every symbolic link, `.` and `..` resolved (`realpath(3)`); nil when it cannot be (a
+/// part of it missing, or not this user's to search).
+package func resolvedPath(_ path: String) -> String? {
+    guard let pointer = realpath(path, nil) else { return nil }
+    defer { free(pointer) }
+    return String(cString: pointer)
+}
+
 /// The directory `path` is in: `/` for a file at the root, `.` for a relative name without a slash.
 package func parentDirectory(of path: String) -> String {
     guard let slash = path.lastIndex(of: "/") else { return "." }

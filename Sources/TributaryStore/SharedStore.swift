@@ -72,10 +72,7 @@ public final class SharedStore: Sendable {
         try GroupDirectory.prepare(directory, create: options.create)
         self.groupDirectory = directory
         // One environment per file per process (see Environment): key it by the canonical path.
-        let canonical = realpath(directory, nil).map { pointer in
-            defer { free(pointer) }
-            return String(cString: pointer)
-        } ?? directory
+        let canonical = resolvedPath(directory) ?? directory
         let path = canonical + "/" + Self.fileName
         if !options.create { try GroupDirectory.checkStoreExists(directory) }
         let environment = try Environment.open(path: path, options: options)
@@ -263,7 +260,7 @@ public final class SharedStore: Sendable {
             var lastSeq = try self.lastAssignedSeq(in: txn)
             // Never below the newest event's seq: a `last_seq` behind it (a store file put back beside a
             // newer lock file, a tool that rewrote it) would hand a seq out again.
-            if let newest = try txn.lastKey(tables.events).flatMap(decodeSequence) { lastSeq = max(lastSeq, newest) }
+            if let newest = try self.newestSeq(in: txn) { lastSeq = max(lastSeq, newest) }
             let now = BootClock.wallMillis()
             var appended: [Appended] = []
             appended.reserveCapacity(count)
@@ -577,6 +574,16 @@ public final class SharedStore: Sendable {
         public var isMemoryBacked = false
     }
 
+    /// The seq of the newest event the store holds, nil when it holds none: one read, where ``status()``
+    /// also counts, scans and reads the producers.
+    public func newestSeq() throws -> UInt64? {
+        try environment.read { txn in try newestSeq(in: txn) }
+    }
+
+    private func newestSeq(in txn: Transaction) throws -> UInt64? {
+        try txn.lastKey(environment.tables.events).flatMap(decodeSequence)
+    }
+
     /// Reads a consistent snapshot of the store's state.
     public func status() throws -> Status {
         let tables = environment.tables
@@ -589,7 +596,7 @@ public final class SharedStore: Sendable {
                 status.oldestSeq = decodeSequence(key)
                 return false
             }
-            status.newestSeq = try txn.lastKey(tables.events).flatMap(decodeSequence)
+            status.newestSeq = try self.newestSeq(in: txn)
             status.lastAssignedSeq = try self.lastAssignedSeq(in: txn)
             return status
         }

@@ -99,7 +99,7 @@ struct Demo: AsyncParsableCommand {
 
     func run() async throws {
         // The other tools are this one's siblings, wherever it was started from (PATH, a relative path).
-        let bin = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+        let bin = URL(fileURLWithPath: parentDirectory(of: resolvedPath("/proc/self/exe") ?? CommandLine.arguments[0]))
         try? FileManager.default.removeItem(atPath: group)
         try? FileManager.default.removeItem(atPath: group + "-state")
         // Made here, owner and group only (as a producer makes it), with the demo's marker in it.

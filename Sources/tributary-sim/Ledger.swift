@@ -39,10 +39,9 @@ final class Ledger: Sendable {
         }
         // The event is stored; its caller cannot be told by a throw (the bridge's receipt handler), and a
         // run whose ledger misses lines must not look like one that lost events.
-        FileHandle.standardError.write(
-            Data(
-                "tributary-sim: Cannot write to the ledger \(path) (event \(receipt.eventID) is stored): \(String(cString: strerror(err))).\n"
-                    .utf8))
-        exit(74)
+        let failure = runFailure(
+            "Cannot write to the ledger \(path) (event \(receipt.eventID) is stored): \(String(cString: strerror(err))).",
+            exitCode: 74)
+        exit(failure.rawValue)
     }
 }

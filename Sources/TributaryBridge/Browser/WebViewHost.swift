@@ -76,8 +76,9 @@ public final class WebViewHost: Sendable {
     ) -> Queued? {
         if origins.record(message) { return nil }
         // Any other message is credited with "null" (it is no page's).
-        let origin = isPageMessage(message) ? origin(of: message, in: origins, trusted: trusted) : "null"
-        if isPageMessage(message) {
+        let isPage = isPageMessage(message)
+        let origin = isPage ? origin(of: message, in: origins, trusted: trusted) : "null"
+        if isPage {
             // A frame not on the whitelist is refused here, unqueued: its messages neither wait for the
             // commits of trusted ones nor take their room in the queue (a foreign iframe posting as fast
             // as it can got a trusted page's messages dropped as overloaded). They are counted, and the
