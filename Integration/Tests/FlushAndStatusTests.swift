@@ -303,7 +303,7 @@ struct FlushAndStatusTests {
     }
 
     /// An agent with a long backoff of its own (a first wait of 0–3600 s), 5 events stored and its first
-    /// request sent.
+    /// request sent and answered.
     static func agentInBackoff(_ group: String, _ collector: RunningCollector, stopTimeout: Int) async throws -> ChildProcess {
         let agent = try ChildProcess("tributary-agent", [
             "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
@@ -312,6 +312,13 @@ struct FlushAndStatusTests {
         ])
         #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
         try await awaitFirstRequest(collector)
+        // Its answer applied (the status file says so within a second): a stop that comes while the request
+        // is still being handled takes it for the stop's one attempt, not a wait of the agent's own.
+        let answered = ContinuousClock.now
+        while AgentChannel.readStatus(groupDirectory: group)?.state != "backoff" && ContinuousClock.now - answered < .seconds(10) {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(AgentChannel.readStatus(groupDirectory: group)?.state == "backoff")
         return agent
     }
 
