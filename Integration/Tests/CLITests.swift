@@ -699,9 +699,13 @@ struct CLITests {
     func foreignDatabases() async throws {
         try await withTemporaryGroup { group in
             try FileManager.default.createDirectory(atPath: group, withIntermediateDirectories: true)
-            // A collector's database: made by a collector that ran on it.
+            // A collector's database: made by a collector process that ran on it and exited (closed, its WAL
+            // checkpointed: an in-process collector's pool could still be closing, and write, meanwhile).
             let collectorDB = group + "/collector.sqlite"
-            try await Collector.withRunning(CollectorConfiguration(databasePath: collectorDB)) { _ in }
+            let maker = try ChildProcess("tributary-collector", ["--db", collectorDB, "--port", "0"])
+            #expect(await maker.waitForLine(startingWith: "LISTENING") != nil)
+            maker.send(SIGTERM)
+            #expect(await maker.finish().status == 0)
             let before = try Data(contentsOf: URL(fileURLWithPath: collectorDB))
             let listing = try await ChildProcess.run("tributary", ["dead-letters", "--outbox", collectorDB])
             #expect(listing.status != 0 && listing.stderr.contains("not a Tributary outbox"), "\(listing)")
