@@ -225,6 +225,7 @@ public final class Agent: Service, Sendable {
         }
         let client = HTTPClientFactory.make(readTimeout: configuration.upload.requestTimeout)
         let session = UploadSession(outbox: outbox, client: client, configuration: configuration.upload, logger: logger)
+        session.defersAcknowledgements = true
         var loop = LoopState(clock: ContinuousClock(), settings: configuration.effective(AgentSettings()))
         loop.flushing = once
         loop.once = once
@@ -258,6 +259,8 @@ public final class Agent: Service, Sendable {
             }
             watchdog = startWatchdog()
             let report = try await loopBody(session: session, loop: &loop, once: once)
+            // The last batch delivered may still have its rows in the outbox (``UploadSession/settle()``).
+            try session.settle()
             // What is left before the deadline (the grace the loop kept, or less: a task's grace is at most
             // half its budget) is shared by the steps below: 0.4 of it each to the store delete and the
             // checkpoint, then a fifth of what remains to the HTTP client's shutdown.
@@ -276,6 +279,10 @@ public final class Agent: Service, Sendable {
             result = .success(report)
         } catch {
             if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
+            // A run that ends in an error (a store created anew, a halt in a one-shot run) still deletes
+            // what the collector acknowledged: the next start would send it again. An I/O error has
+            // stopped the process above, before anything more is written.
+            try? session.settle()
             result = .failure(Self.stopError(error, outbox: outbox.path))
         }
         // Release everything in the group directory first: nothing below may delay it.
@@ -524,7 +531,12 @@ public final class Agent: Service, Sendable {
             // What arrives meanwhile is durable in the store, and the next poll drains it in one chunk.
             var progressed = drainedMore(drained)
             // With no collector URL (none given, and none in the group's settings yet) the events wait.
-            if loop.flushing && pending > 0 && loop.mayUpload(at: now) {
+            let uploads = loop.flushing && pending > 0 && loop.mayUpload(at: now)
+            // A delivered batch whose rows the next request's step was to delete: a turn that sends no
+            // request deletes them itself, so that the outbox (its count in the status, the next flush
+            // decision) holds only what is still to be sent while the loop waits.
+            if !uploads { try session.settle() }
+            if uploads {
                 let (maxEvents, timeout, remaining) = plan(loop.planner, task: task, at: now)
                 if maxEvents == 0 {
                     // Not even one event would make it before the deadline: stop here.
@@ -627,7 +639,7 @@ public final class Agent: Service, Sendable {
                 ])
                 break
             }
-            if once, try sent(through: onceThrough, &loop) { break }
+            if once, try sent(through: onceThrough, session: session, &loop) { break }
             if progressed { continue }
             var timeout = configuration.pollInterval
             if let notBefore = loop.notBefore, loop.flushing { timeout = min(timeout, notBefore - loop.clock.now) }
@@ -783,10 +795,11 @@ public final class Agent: Service, Sendable {
     /// started too) must be sent; rows leave oldest first, so that is a count (``LoopState/onceMark``).
     /// Neither seqs (a store created anew numbers from 1 again) nor row ids (SQLite gives id 1 again
     /// once the table is empty) would do.
-    private func sent(through seq: UInt64, _ loop: inout LoopState) throws -> Bool {
+    private func sent(through seq: UInt64, session: UploadSession, _ loop: inout LoopState) throws -> Bool {
         if loop.onceMark == nil {
             guard try outbox.lastDrainedSeq() >= seq else { return false }
-            loop.onceMark = (try outbox.pending().count, loop.rowsSent)
+            // Rows delivered but not yet deleted (``UploadSession/settle()``) are counted in `rowsSent`.
+            loop.onceMark = (try outbox.pending().count - session.unsettledCount, loop.rowsSent)
         }
         guard let mark = loop.onceMark else { return false }
         return loop.rowsSent - mark.sentBefore >= mark.waiting

@@ -7,12 +7,13 @@ import Glibc
 /// `TRIBUTARY_CRASH_AT=name` kills the process the first time it reaches point `name`;
 /// `TRIBUTARY_CRASH_AT=name:N` the N-th time. Points:
 /// `drain.before-outbox-commit`, `drain.after-outbox-commit`, `upload.after-send`,
-/// `upload.after-ack`, `deadletter.before-commit`. Unset in production: one cached lookup.
+/// `upload.after-ack`, `upload.before-deferred-ack` (the next batch's request out, the acknowledged
+/// batch's rows not yet deleted), `deadletter.before-commit`. Unset in production: one cached lookup.
 public enum CrashPoint {
     /// The names a test may use.
     public static let names = [
         "drain.before-outbox-commit", "drain.after-outbox-commit", "upload.after-send", "upload.after-ack",
-        "deadletter.before-commit",
+        "upload.before-deferred-ack", "deadletter.before-commit",
     ]
 
     private static let target: (name: String, hit: Int)? = {

@@ -64,6 +64,15 @@ struct UploadTests {
     }
 
     /// Checks the collector holds exactly `count` unique events, each producer's in order, seq in order.
+    /// `count` events produced into `group` (``produce(_:count:)``) and drained into its outbox.
+    static func drainedOutbox(_ group: String, count: Int) async throws -> Outbox {
+        try await produce(group, count: count)
+        let tracker = try Tracker(configuration: .init(groupDirectory: group))
+        let outbox = try Outbox(path: group + "-state/outbox.sqlite")
+        #expect(try Drainer(store: tracker.store, outbox: outbox, logger: logger).drainAvailable() == count)
+        return outbox
+    }
+
     static func expectDelivered(_ collector: RunningCollector, count: Int, sourceLocation: SourceLocation = #_sourceLocation) async throws {
         let stats = try await collector.stats()
         #expect(stats.unique == count, sourceLocation: sourceLocation)
@@ -661,10 +670,7 @@ struct UploadTests {
     @Test("a batch read ahead that waited past its age is built again: _flush_time says when it was sent", arguments: [false, true])
     func staleReadAhead(stale: Bool) async throws {
         try await withTemporaryGroup { group in
-            try await Self.produce(group, count: 20)
-            let tracker = try Tracker(configuration: .init(groupDirectory: group))
-            let outbox = try Outbox(path: group + "-state/outbox.sqlite")
-            #expect(try Drainer(store: tracker.store, outbox: outbox, logger: Self.logger).drainAvailable() == 20)
+            let outbox = try await Self.drainedOutbox(group, count: 20)
             try await Collector.withRunning(CollectorConfiguration()) { collector in
                 let resumed = try await withHTTPClient { client in
                     var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
@@ -687,6 +693,46 @@ struct UploadTests {
                 } else {
                     #expect(flushTimes.suffix(10).allSatisfy { $0 < resumed }, "sent as read ahead")
                 }
+            }
+        }
+    }
+
+    @Test(
+        "deferred acknowledgements: a delivered batch's rows leave the outbox while the next batch's request is out, or at settle(); off, at once; order kept, nothing twice",
+        arguments: [true, false])
+    func deferredAcknowledgements(deferred: Bool) async throws {
+        try await withTemporaryGroup { group in
+            let outbox = try await Self.drainedOutbox(group, count: 25)
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                try await withHTTPClient { client in
+                    var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
+                    configuration.batchSize = 10
+                    let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: Self.logger)
+                    session.defersAcknowledgements = deferred
+                    // Deferred, a delivered batch's rows stay until the next request goes (or settle()).
+                    let kept = deferred ? 10 : 0
+                    #expect(try await session.step() == .progressed(delivered: 10))
+                    #expect(session.unsettledCount == kept && session.readyBatchCount == 10)
+                    #expect(try outbox.pending().count == 15 + kept)
+                    #expect(try await collector.stats().unique == 10)
+                    // The second goes as read ahead; the first's rows were deleted while it was out.
+                    #expect(try await session.step() == .progressed(delivered: 10))
+                    #expect(session.unsettledCount == kept && session.readyBatchCount == 5)
+                    #expect(try outbox.pending().count == 5 + kept)
+                    try session.settle()
+                    #expect(session.unsettledCount == 0 && session.readyBatchCount == 5, "settled, the third batch is the one in flight")
+                    #expect(try outbox.pending().count == 5)
+                    try session.settle()  // nothing left to settle: no change
+                    #expect(try outbox.pending().count == 5)
+                    // The last batch has nothing read ahead after it: acknowledged at once.
+                    #expect(try await session.step() == .progressed(delivered: 5))
+                    #expect(session.unsettledCount == 0)
+                    #expect(try outbox.pending().count == 0)
+                    #expect(try await session.step() == .empty)
+                }
+                try await Self.expectDelivered(collector, count: 25)
+                let stats = try await collector.stats()
+                #expect(stats.duplicates == 0 && stats.requests == 3, "\(stats)")
             }
         }
     }

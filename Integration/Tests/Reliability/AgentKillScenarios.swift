@@ -12,7 +12,7 @@ extension ReliabilityScenarios {
     struct AgentKillScenarios {
         @Test("SIGKILL at each named crash point, twice in a row, then restart: nothing lost or duplicated after dedup",
               arguments: ["drain.before-outbox-commit", "drain.after-outbox-commit", "upload.after-send",
-                          "upload.after-ack", "deadletter.before-commit"])  // CrashPoint.names
+                          "upload.after-ack", "upload.before-deferred-ack", "deadletter.before-commit"])  // CrashPoint.names
         func crashPoint(point: String) async throws {
             let rounds = Reliability.soak  // each round crashes twice in a row at the point
             let seed = Reliability.seed()
