@@ -55,6 +55,7 @@ extension AgentSession {
                     "worker", "--group", group, "--producer-id", "pipe-\(index)",
                     "--events", "\(perProcess + (index <= spec.events % spec.processes ? 1 : 0))",
                     "--callers", "\(spec.callers)", "--window", "\(spec.window)", "--map-size", "\(mapSize)",
+                    "--no-latencies",
                 ])
         }
         for producer in producers { try producer.waitUntilReady() }
