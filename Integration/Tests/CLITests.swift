@@ -222,6 +222,12 @@ struct CLITests {
         (["--flush-interval=1e-320"], "--flush-interval must be at least 0.001 seconds"),
         (["--grace=1e-9"], "--grace must be 0, or at least 0.001 seconds"),
         (["--backoff-base", "5", "--backoff-cap", "2"], "--backoff-cap"),
+        // A negative number given as the next argument is the option's value, refused as such (it was
+        // taken for an option: "Missing value").
+        (["--backoff-base", "-1"], "--backoff-base must be at least 0.001 seconds (a millisecond); got -1.0"),
+        (["--halt-after-dead-letters", "-1"], "--halt-after-dead-letters must be 0 or more"),
+        (["--batch-size", "-5"], "--drain-ahead must be positive"),
+        (["--once", "--deadline", "--grace", "1"], "The value '--grace' is invalid for '--deadline"),
     ])
     func agentDurations(extra: [String], flag: String) async throws {
         try await withTemporaryGroup { group in

@@ -65,35 +65,35 @@ struct AgentCommand: AsyncParsableCommand {
     @Flag(help: "Drain and upload everything stored when it starts, then exit (the background-fetch run a timer starts).")
     var once = false
 
-    @Option(help: "With --once: exit 0 within this many seconds, whether or not the backlog is empty.")
+    @Option(parsing: .unconditional, help: "With --once: exit 0 within this many seconds, whether or not the backlog is empty.")
     var deadline: Double?
 
-    @Option(name: .customLong("stop-timeout"), help: "After SIGTERM, finish within this many seconds (keep it under systemd's TimeoutStopSec).")
+    @Option(name: .customLong("stop-timeout"), parsing: .unconditional, help: "After SIGTERM, finish within this many seconds (keep it under systemd's TimeoutStopSec).")
     var stopTimeout: Double = 80
 
-    @Option(help: "Stop claiming work this many seconds before a deadline.")
+    @Option(parsing: .unconditional, help: "Stop claiming work this many seconds before a deadline.")
     var grace: Double = 1
 
-    @Option(name: .customLong("background-budget"), help: "Seconds a flush request (app entered background) may spend uploading.")
+    @Option(name: .customLong("background-budget"), parsing: .unconditional, help: "Seconds a flush request (app entered background) may spend uploading.")
     var backgroundBudget: Double = 30
 
     @Option(name: .customLong("metrics-address"), help: ArgumentHelp("Serve Prometheus metrics at http://HOST:PORT/metrics.", valueName: "host:port"))
     var metricsAddress: String?
 
-    @Option(name: .customLong("bulk-size"), help: "Upload as soon as this many events are pending (default 100).")
+    @Option(name: .customLong("bulk-size"), parsing: .unconditional, help: "Upload as soon as this many events are pending (default 100).")
     var bulkSize: Int?
 
-    @Option(name: .customLong("flush-interval"), help: "Upload pending events at least this often, in seconds (default 15).")
+    @Option(name: .customLong("flush-interval"), parsing: .unconditional, help: "Upload pending events at least this often, in seconds (default 15).")
     var flushInterval: Double?
 
-    @Option(name: .customLong("batch-size"), help: "Most events per request.")
+    @Option(name: .customLong("batch-size"), parsing: .unconditional, help: "Most events per request.")
     var batchSize = 500
 
-    @Option(name: .customLong("max-batch-bytes"), help: "Most uncompressed event bytes per request.")
+    @Option(name: .customLong("max-batch-bytes"), parsing: .unconditional, help: "Most uncompressed event bytes per request.")
     var maxBatchBytes = 1 << 20
 
     @Option(
-        name: .customLong("drain-ahead"),
+        name: .customLong("drain-ahead"), parsing: .unconditional,
         help: """
             While the collector accepts uploads, pause the drain once the outbox holds this many events \
             (at least 2 × --batch-size); while uploads fail, drain on up to the outbox quota.
@@ -101,28 +101,28 @@ struct AgentCommand: AsyncParsableCommand {
     var drainAhead = 20_000
 
     @Option(
-        name: .customLong("gzip-level"),
+        name: .customLong("gzip-level"), parsing: .unconditional,
         help: "gzip level of request bodies, 1 (fastest, the default; bodies ~1.2× those of level 6) … 9 (smallest).")
     var gzipLevel: Int32 = 1
 
     @Option(
-        name: .customLong("halt-after-dead-letters"),
+        name: .customLong("halt-after-dead-letters"), parsing: .unconditional,
         help: """
             Halt uploads once this many events in a row were refused and dead-lettered (a collector that \
             refuses everything would otherwise dead-letter the whole backlog); 0: never halt.
             """)
     var haltAfterDeadLetters = 10
 
-    @Option(name: .customLong("backoff-base"), help: "Retry backoff: first ceiling, in seconds (full jitter).")
+    @Option(name: .customLong("backoff-base"), parsing: .unconditional, help: "Retry backoff: first ceiling, in seconds (full jitter).")
     var backoffBase: Double = 1
 
-    @Option(name: .customLong("backoff-cap"), help: "Retry backoff: largest ceiling, in seconds.")
+    @Option(name: .customLong("backoff-cap"), parsing: .unconditional, help: "Retry backoff: largest ceiling, in seconds.")
     var backoffCap: Double = 60
 
-    @Option(name: .customLong("max-retry-after"), help: "Longest Retry-After honoured, in seconds.")
+    @Option(name: .customLong("max-retry-after"), parsing: .unconditional, help: "Longest Retry-After honoured, in seconds.")
     var maxRetryAfter: Double = 300
 
-    @Option(name: .customLong("request-timeout"), help: "Longest one upload request may take, in seconds.")
+    @Option(name: .customLong("request-timeout"), parsing: .unconditional, help: "Longest one upload request may take, in seconds.")
     var requestTimeout: Double = 30
 
     @Option(name: .customLong("auth-token-file"), help: ArgumentHelp("File with a bearer token for the collector.", valueName: "path"))

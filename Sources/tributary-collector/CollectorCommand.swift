@@ -27,7 +27,7 @@ struct CollectorCommand: AsyncParsableCommand {
     @Option(help: "Address to bind.")
     var host = "127.0.0.1"
 
-    @Option(help: "TCP port to bind; 0 picks a free port (printed on the LISTENING line).")
+    @Option(parsing: .unconditional, help: "TCP port to bind; 0 picks a free port (printed on the LISTENING line).")
     var port = 0
 
     @Option(
@@ -50,19 +50,19 @@ struct CollectorCommand: AsyncParsableCommand {
     @Option(help: "Most events one ingest request may carry (else 413, which the agent answers by splitting).")
     var maxRequestEvents = CollectorConfiguration.defaultMaxEventsPerRequest
 
-    @Option(help: "Seed of the fault generator: the same seed gives the same fault decisions.")
+    @Option(parsing: .unconditional, help: "Seed of the fault generator: the same seed gives the same fault decisions.")
     var seed: UInt64 = 0
 
     @Option(help: "Probability (0...1) of answering an ingest request with --fail-status, storing nothing.")
     var failRate = 0.0
 
-    @Option(help: "Status of injected failures (300...599).")
+    @Option(parsing: .unconditional, help: "Status of injected failures (300...599).")
     var failStatus = 503
 
     @Option(help: "Retry-After header value sent with injected failures and forced statuses (seconds or an HTTP date).")
     var retryAfter: String?
 
-    @Option(help: "Milliseconds of delay before every ingest response.")
+    @Option(parsing: .unconditional, help: "Milliseconds of delay before every ingest response.")
     var latencyMs = 0
 
     @Option(help: "Probability (0...1) of holding an ingest request without ever answering.")
@@ -83,16 +83,16 @@ struct CollectorCommand: AsyncParsableCommand {
     )
     var poisonPattern: String?
 
-    @Option(help: "Status of poisoned batches.")
+    @Option(parsing: .unconditional, help: "Status of poisoned batches.")
     var poisonStatus = 400
 
     @Option(
-        name: .customLong("max-events"),
+        name: .customLong("max-events"), parsing: .unconditional,
         help: ArgumentHelp("Reject batches of more than N events with 413.", valueName: "n")
     )
     var maxEventsPerBatch: Int?
 
-    @Option(
+    @Option(parsing: .unconditional, 
         help: "Answer every ingest request with this status, storing nothing (until changed via POST /control/faults)."
     )
     var forcedStatus: Int?

@@ -26,7 +26,7 @@ struct App: AsyncParsableCommand {
     @OptionGroup var options: ProducerOptions
 
     @Option(
-        name: .customLong("crash-after"), help: "Crash once this many events are durable (and the app is in front).")
+        name: .customLong("crash-after"), parsing: .unconditional, help: "Crash once this many events are durable (and the app is in front).")
     var crashAfter: Int?
 
     @Option(
@@ -41,7 +41,7 @@ struct App: AsyncParsableCommand {
             valueName: "path"))
     var foreignHandler: String?
 
-    @Option(name: .customLong("session-timeout"), help: "Seconds in the background that end a session.")
+    @Option(name: .customLong("session-timeout"), parsing: .unconditional, help: "Seconds in the background that end a session.")
     var sessionTimeout: Double = 30
 
     func validate() throws {

@@ -19,16 +19,16 @@ struct Demo: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Group directory to create (removed first).", valueName: "dir"))
     var group: String = ".run/group"
 
-    @Option(name: .customLong("app-events"), help: "Events from the main app.")
+    @Option(name: .customLong("app-events"), parsing: .unconditional, help: "Events from the main app.")
     var appEvents = 20_000
 
-    @Option(name: .customLong("extension-events"), help: "Events from each of the two extensions.")
+    @Option(name: .customLong("extension-events"), parsing: .unconditional, help: "Events from each of the two extensions.")
     var extensionEvents = 2_000
 
     @Option(help: "Wire format: sensors or ndjson.")
     var format = "sensors"
 
-    @Option(help: "Give up waiting for delivery after this many seconds.")
+    @Option(parsing: .unconditional, help: "Give up waiting for delivery after this many seconds.")
     var timeout: Double = 120
 
     func validate() throws {

@@ -29,7 +29,7 @@ struct Hybrid: AsyncParsableCommand {
     @Option(help: "pages (main page and whitelisted iframe) or all (also every kind of message the bridge refuses).")
     var scenario = "pages"
 
-    @Option(help: "Give up when the pages have not reported within this many seconds.")
+    @Option(parsing: .unconditional, help: "Give up when the pages have not reported within this many seconds.")
     var timeout: Double = 60
 
     func validate() throws {

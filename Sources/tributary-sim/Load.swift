@@ -11,13 +11,13 @@ struct ProducerOptions: ParsableArguments {
     @Option(name: .customLong("producer-id"), help: ArgumentHelp("Producer id (default: the kind).", valueName: "id"))
     var producerID: String?
 
-    @Option(name: [.customLong("events"), .customLong("count")], help: "How many events to track (--count is an alias).")
+    @Option(name: [.customLong("events"), .customLong("count")], parsing: .unconditional, help: "How many events to track (--count is an alias).")
     var events: Int = 100
 
-    @Option(help: "Events per second (per caller); 0 = as fast as the store allows.")
+    @Option(parsing: .unconditional, help: "Events per second (per caller); 0 = as fast as the store allows.")
     var rate: Double = 0
 
-    @Option(help: "Seed of the scripted choices (same seed, same session).")
+    @Option(parsing: .unconditional, help: "Seed of the scripted choices (same seed, same session).")
     var seed: UInt64 = 1
 
     @Option(help: ArgumentHelp("Append every acknowledged event to this file.", valueName: "path"))
@@ -26,7 +26,7 @@ struct ProducerOptions: ParsableArguments {
     @Option(name: .customLong("app-version"), help: "This process's $app_version (the main app publishes its presets).")
     var appVersion = "0.0.0"
 
-    @Option(name: .customLong("store-quota"), help: ArgumentHelp("Largest size, in bytes, this producer lets the store grow to (default 1 GiB).", valueName: "bytes"))
+    @Option(name: .customLong("store-quota"), parsing: .unconditional, help: ArgumentHelp("Largest size, in bytes, this producer lets the store grow to (default 1 GiB).", valueName: "bytes"))
     var storeQuota: Int?
 
     func validate() throws {
@@ -71,10 +71,10 @@ struct Load: AsyncParsableCommand {
     @Option(help: "Event name to track.")
     var event: String = "SimEvent"
 
-    @Option(help: "Concurrent async track() callers sharing group commits; 0 = synchronous track(), one transaction each.")
+    @Option(parsing: .unconditional, help: "Concurrent async track() callers sharing group commits; 0 = synchronous track(), one transaction each.")
     var concurrency: Int = 0
 
-    @Option(name: .customLong("interval-ms"), help: "Pause between events (per caller), in milliseconds (overrides --rate).")
+    @Option(name: .customLong("interval-ms"), parsing: .unconditional, help: "Pause between events (per caller), in milliseconds (overrides --rate).")
     var intervalMillis: Int?
 
     func validate() throws {

@@ -143,10 +143,10 @@ struct Inspect: ParsableCommand {
 
     @OptionGroup var options: GroupOption
 
-    @Option(help: "Show at most this many events.")
+    @Option(parsing: .unconditional, help: "Show at most this many events.")
     var limit: Int = 20
 
-    @Option(help: "Start at this global sequence number.")
+    @Option(parsing: .unconditional, help: "Start at this global sequence number.")
     var from: UInt64 = 0
 
     @Flag(help: "Print one JSON object per line (header fields and the event).")
@@ -268,7 +268,7 @@ struct DeadLetters: ParsableCommand {
     var discard = false
     @Option(help: "With --replay or --discard: only this dead letter id (repeatable; without it, every dead letter, listed or not).")
     var id: [Int64] = []
-    @Option(help: "List at most this many, oldest first; how many more there are is said.")
+    @Option(parsing: .unconditional, help: "List at most this many, oldest first; how many more there are is said.")
     var limit: Int = 1000
     @Flag(help: "Print JSON instead of text.")
     var json = false
