@@ -35,7 +35,8 @@ struct Worker: AsyncParsableCommand {
     var hold = false
 
     @Flag(help: """
-        Report no per-call latencies (the pipeline runs need none): encoding and decoding 500,000 of them         took about 0.9 s of CPU per run, while the agent and the collector were being measured.
+        Report no per-call latencies (the pipeline runs need none): encoding and decoding 500,000 of them \
+        took about 0.9 s of CPU per run, while the agent and the collector were being measured.
         """)
     var noLatencies = false
 

@@ -33,6 +33,8 @@ public final class Agent: Service, Sendable {
     private let started = Atomic<Bool>(false)
     private let budget = BudgetSlot()
     private let heartbeat = Heartbeat()
+    /// The events of a delivered batch whose rows are still in the outbox (the upload session's).
+    private let unsettledEvents = UnsettledEvents()
     private let notifier = SystemdNotifier()
     private let metrics = AgentMetrics()
     /// The drain's store deletes, on a thread of their own: a producer stopped inside its write
@@ -224,7 +226,8 @@ public final class Agent: Service, Sendable {
             }
         }
         let client = HTTPClientFactory.make(readTimeout: configuration.upload.requestTimeout)
-        let session = UploadSession(outbox: outbox, client: client, configuration: configuration.upload, logger: logger)
+        let session = UploadSession(
+            outbox: outbox, client: client, configuration: configuration.upload, logger: logger, unsettledEvents: unsettledEvents)
         session.defersAcknowledgements = true
         var loop = LoopState(clock: ContinuousClock(), settings: configuration.effective(AgentSettings()))
         loop.flushing = once
@@ -281,8 +284,16 @@ public final class Agent: Service, Sendable {
             if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
             // A run that ends in an error (a store created anew, a halt in a one-shot run) still deletes
             // what the collector acknowledged: the next start would send it again. An I/O error has
-            // stopped the process above, before anything more is written.
-            try? session.settle()
+            // stopped the process above, before anything more is written; so does one here.
+            do {
+                try session.settle()
+            } catch where FatalIO.matches(error) {
+                FatalIO.stop(error, logger: logger)
+            } catch {
+                logger.notice("could not delete the last batch delivered; the next start sends it again", metadata: [
+                    "tributary.error": "\(error)",
+                ])
+            }
             result = .failure(Self.stopError(error, outbox: outbox.path))
         }
         // Release everything in the group directory first: nothing below may delay it.
@@ -462,7 +473,7 @@ public final class Agent: Service, Sendable {
             // With a full batch already waiting and an upload about to start, upload at once: the drain
             // then runs during the request. While uploads wait (a backoff, a Retry-After, a halt, no URL,
             // a bulk size not reached), the drain goes on, up to the outbox's quota.
-            let queued = try outbox.pending().count
+            let queued = try waiting().count
             let batchWaiting = queued >= configuration.upload.batchSize && uploadMayStart(loop, pending: queued)
             // A store deleted or created anew: the old file's undrained events are reachable only through
             // this process's mapping, and go with it. A stop drains them first (within its deadline).
@@ -483,7 +494,7 @@ public final class Agent: Service, Sendable {
                         + "stopping so that the next start drains the new one (events already in the outbox stay "
                         + "and go first).")
             }
-            let (pending, pendingBytes, deadLetterBytes) = try outbox.pending()
+            let (pending, pendingBytes, deadLetterBytes) = try waiting()
             metrics.backlog.record(pending)
             let now = loop.clock.now
             if pending > 0 && loop.settings.serverURL == nil {
@@ -543,6 +554,7 @@ public final class Agent: Service, Sendable {
                     logger.info("no time left for another upload before the deadline", metadata: [
                         "tributary.remaining_s": "\(remaining.seconds)",
                     ])
+                    try session.settle()  // no request this turn (see above)
                     if isStopping { break }
                     loop.notBefore = task?.expiresAt
                 } else {
@@ -559,6 +571,8 @@ public final class Agent: Service, Sendable {
                     let requestsBefore = session.requestsSent
                     let uploaded = DoneFlag()
                     let drainOver = DoneFlag()
+                    // Read before the upload task starts, which sets the session's halt and last error.
+                    let tickerFields = statusFields(session: session, state: loop.state, loop: loop)
                     async let upload = uploadSteps(
                         session, maxEvents: maxEvents, timeout: timeout, planner: loop.planner, while: { !drainOver.isSet },
                         done: uploaded)
@@ -568,7 +582,7 @@ public final class Agent: Service, Sendable {
                     drainOver.set()
                     loop.report.drained += drainedDuring
                     // The status stays fresh (and says uploading or stopping) while the answer is awaited.
-                    let statusTicker = keepStatusFresh(session: session, state: loop.state, loop: loop)
+                    let statusTicker = keepStatusFresh(tickerFields, lastWrite: loop.lastStatusWrite)
                     let outcome: Result<[(step: UploadSession.Step, took: Duration)], any Error>
                     do {
                         outcome = .success(try await upload)
@@ -602,7 +616,7 @@ public final class Agent: Service, Sendable {
                     // which a producer appending steadily never lets happen, sent a request (and committed
                     // a drain) every few events. Stopping, one-shot runs and flush requests send everything.
                     if delivered && !once && !isStopping && loop.flushUntil == nil,
-                        try outbox.pending().count < loop.settings.bulkSize
+                        try waiting().count < loop.settings.bulkSize
                     {
                         loop.flushing = false
                     }
@@ -639,7 +653,7 @@ public final class Agent: Service, Sendable {
                 ])
                 break
             }
-            if once, try sent(through: onceThrough, session: session, &loop) { break }
+            if once, try sent(through: onceThrough, &loop) { break }
             if progressed { continue }
             var timeout = configuration.pollInterval
             if let notBefore = loop.notBefore, loop.flushing { timeout = min(timeout, notBefore - loop.clock.now) }
@@ -795,11 +809,11 @@ public final class Agent: Service, Sendable {
     /// started too) must be sent; rows leave oldest first, so that is a count (``LoopState/onceMark``).
     /// Neither seqs (a store created anew numbers from 1 again) nor row ids (SQLite gives id 1 again
     /// once the table is empty) would do.
-    private func sent(through seq: UInt64, session: UploadSession, _ loop: inout LoopState) throws -> Bool {
+    private func sent(through seq: UInt64, _ loop: inout LoopState) throws -> Bool {
         if loop.onceMark == nil {
             guard try outbox.lastDrainedSeq() >= seq else { return false }
             // Rows delivered but not yet deleted (``UploadSession/settle()``) are counted in `rowsSent`.
-            loop.onceMark = (try outbox.pending().count - session.unsettledCount, loop.rowsSent)
+            loop.onceMark = (try waiting().count, loop.rowsSent)
         }
         guard let mark = loop.onceMark else { return false }
         return loop.rowsSent - mark.sentBefore >= mark.waiting
@@ -862,6 +876,14 @@ public final class Agent: Service, Sendable {
         (try store.newestSeq() ?? 0) > (try outbox.lastDrainedSeq())
     }
 
+    /// The outbox's events still to be sent and their bytes, and its dead letters' bytes: the outbox's
+    /// own counts, less a delivered batch whose rows are deleted while the next request is out
+    /// (``UploadSession/settle()``). Its bytes stay counted: the quota is held to what is on disk.
+    private func waiting() throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
+        let pending = try outbox.pending()
+        return (pending.count - unsettledEvents.value, pending.bytes, pending.deadLetterBytes)
+    }
+
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in
     /// the store for the next run; `whileStopping`: but not in a deleted store's file) nor past the deadline.
     private func mayDrain(whileStopping: Bool = false) -> Bool {
@@ -873,7 +895,7 @@ public final class Agent: Service, Sendable {
     /// the deadline passes or the outbox reaches its quota. `whileStopping`: a deleted store's last
     /// events, drained during a stop, up to the quota and the deadline only.
     private func drainRespectingQuota(_ loop: inout LoopState, maxEvents: Int? = nil, whileStopping: Bool = false) throws -> Int {
-        let (count, bytes, deadBytes) = try outbox.pending()
+        let (count, bytes, deadBytes) = try waiting()
         let ahead = max(configuration.effectiveDrainAhead, loop.settings.bulkSize)
         // The bound keeps the outbox small while uploads flow; with none (no collector URL yet) the store
         // would fill as it does during an outage, so the drain goes on the same way.
@@ -970,15 +992,12 @@ public final class Agent: Service, Sendable {
         writeStatus(statusFields(session: session, state: state, loop: loop, error: error))
     }
 
-    /// Rewrites the status file once a second (the first time a second after the loop last wrote it)
-    /// until cancelled, in `state` (`stopping` once a stop is asked for) with the outbox's figures as
-    /// they are then: while the loop awaits a request, which only its timeout bounds. Cancelled, it
-    /// returns at once.
-    private func keepStatusFresh(
-        session: UploadSession, state: String, loop: LoopState
-    ) -> Task<Void, Never> {
-        let fields = statusFields(session: session, state: state, loop: loop)
-        let first = loop.lastStatusWrite.advanced(by: .seconds(1))
+    /// Rewrites the status file once a second (the first time a second after `lastWrite`) until
+    /// cancelled, with `fields` (read before the request started: the upload task changes the
+    /// session's; `stopping` once a stop is asked for) and the outbox's figures as they are then:
+    /// while the loop awaits a request, which only its timeout bounds. Cancelled, it returns at once.
+    private func keepStatusFresh(_ fields: StatusFields, lastWrite: ContinuousClock.Instant) -> Task<Void, Never> {
+        let first = lastWrite.advanced(by: .seconds(1))
         return Task { [self] in
             var next = first
             var fields = fields
@@ -995,7 +1014,7 @@ public final class Agent: Service, Sendable {
         let state = fields.state
         do {
             let counters = try outbox.counters()
-            let pending = try outbox.pending()
+            let pending = try waiting()
             var status = AgentStatus(
                 pid: getpid(), state: state, haltReason: fields.haltReason, lastError: fields.lastError,
                 outboxPath: outbox.path, outboxPending: pending.count, delivered: counters.delivered,

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import Synchronization
 import TributaryStore
 import TributaryWire
 
@@ -159,10 +160,14 @@ final class UploadSession: @unchecked Sendable {
     /// then off the path from one request to the next, and the collector does not idle through it.
     /// Promise 3 holds: `next` goes only once every earlier batch is acknowledged. A crash before the
     /// deletion commits sends both batches again, and the collector's dedup drops them.
-    private var unsettled: (batchID: String, count: Int, next: Outbox.PreparedBatch)?
+    private var unsettled: (batchID: String, count: Int, next: Outbox.PreparedBatch)? {
+        didSet { unsettledEvents.set(unsettled?.count ?? 0) }
+    }
+    /// ``unsettledCount``, readable from any thread (the loop's drain reads it while a request is out).
+    let unsettledEvents: UnsettledEvents
 
     /// The events of a delivered batch whose rows are still in the outbox (``unsettled``), or 0.
-    var unsettledCount: Int { unsettled?.count ?? 0 }
+    var unsettledCount: Int { unsettledEvents.value }
 
     /// The events of the batch the next step sends as it is (read ahead, already in flight), or nil
     /// when the next step reads the outbox.
@@ -181,12 +186,16 @@ final class UploadSession: @unchecked Sendable {
         }
     }
 
-    init(outbox: Outbox, client: HTTPClient, configuration: UploadConfiguration, logger: Logger) {
+    init(
+        outbox: Outbox, client: HTTPClient, configuration: UploadConfiguration, logger: Logger,
+        unsettledEvents: UnsettledEvents = UnsettledEvents()
+    ) {
         self.outbox = outbox
         self.client = client
         self.configuration = configuration
         self.logger = logger
         self.batchLimit = configuration.batchSize
+        self.unsettledEvents = unsettledEvents
     }
 
     /// What one step did.
@@ -242,6 +251,8 @@ final class UploadSession: @unchecked Sendable {
                 if let unsettled {
                     CrashPoint.hit("upload.before-deferred-ack")
                     settled.record { try self.outbox.acknowledge(unsettled.batchID, then: unsettled.next) }
+                    // The fail-stop rule at once: the loop's drain would commit again meanwhile (FatalIO).
+                    if let error = settled.failure, FatalIO.matches(error) { FatalIO.stop(error, logger: self.logger) }
                     guard settled.madeInFlight else { return }
                 }
                 self.readAhead(after: ready.batch.id, limit: limit)
@@ -482,6 +493,8 @@ final class UploadSession: @unchecked Sendable {
     ) async -> UploadOutcome {
         guard let serverURL = configuration.serverURL else {
             // The loop uploads only with a server URL; this is the same rule where the request is made.
+            // What was to run meanwhile (a deferred acknowledgement among it) still runs.
+            whileWaiting()
             return .retry(reason: "no collector URL is configured", retryAfter: nil)
         }
         var request = HTTPClientRequest(url: serverURL)
@@ -644,6 +657,22 @@ private final class SettleResult: @unchecked Sendable {
     /// Whether the batch sent became the batch in flight (false too when the acknowledgement failed).
     var madeInFlight: Bool { (try? result.get()) ?? false }
 
+    /// The acknowledgement's error, if it failed.
+    var failure: (any Error)? {
+        if case .failure(let error) = result { return error }
+        return nil
+    }
+
     /// Whether the batch sent became the batch in flight; the acknowledgement's error, if it failed.
     func outcome() throws -> Bool { try result.get() }
+}
+
+/// How many events of delivered batches still have their rows in the outbox (``UploadSession/settle()``),
+/// readable from any thread: the agent's counts of events waiting to be sent leave them out.
+final class UnsettledEvents: Sendable {
+    private let count = Atomic<Int>(0)
+
+    var value: Int { count.load(ordering: .acquiring) }
+
+    func set(_ value: Int) { count.store(value, ordering: .releasing) }
 }

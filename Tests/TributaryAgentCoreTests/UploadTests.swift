@@ -737,6 +737,34 @@ struct UploadTests {
         }
     }
 
+    @Test("deferred acknowledgements: a batch sent while the outbox changed under it (its predecessor deleted by hand) changes nothing; its events go again, once after dedup")
+    func deferredAcknowledgementOutboxChanged() async throws {
+        try await withTemporaryGroup { group in
+            let outbox = try await Self.drainedOutbox(group, count: 25)
+            try await Collector.withRunning(CollectorConfiguration()) { collector in
+                let steps = try await withHTTPClient { client in
+                    var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
+                    configuration.batchSize = 10
+                    let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: Self.logger)
+                    session.defersAcknowledgements = true
+                    var steps = [try await session.step()]
+                    // The delivered batch's rows deleted meanwhile, by another hand: the deferred
+                    // acknowledgement then finds it no longer in flight.
+                    let inFlight = try outbox.nextBatch(maxCount: 10, maxBytes: 1 << 20)  // the batch delivered
+                    try outbox.acknowledge(try #require(inFlight.first?.batchID))
+                    while let step = Optional(try await session.step()), step != .empty, steps.count < 10 { steps.append(step) }
+                    return steps
+                }
+                // The second batch's answer was not applied: its rows went again in a batch built anew.
+                #expect(steps == [.progressed(delivered: 10), .progressed(delivered: 0), .progressed(delivered: 10), .progressed(delivered: 5)])
+                #expect(try outbox.pending().count == 0)
+                try await Self.expectDelivered(collector, count: 25)
+                let stats = try await collector.stats()
+                #expect(stats.duplicates == 10 && stats.requests == 4, "\(stats)")
+            }
+        }
+    }
+
     @Test("a hybrid page's time from before this boot or from the future arrives as given; a native event's is still corrected")
     func pageTimeOffThisBoot() async throws {
         try await withTemporaryGroup { group in

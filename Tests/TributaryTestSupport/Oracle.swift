@@ -120,8 +120,12 @@ public struct Oracle: Sendable {
     public var expectedUndelivered: Set<String> = []
     /// Producers whose events nobody recorded in a ledger (a `tributary track` one-off): never "unexpected".
     public var unledgeredProducers: Set<String> = []
-    /// Crashes, lost acknowledgements and cancelled requests: each may repeat at most one in-flight batch.
+    /// Lost acknowledgements, cancelled requests and clean stops: each may repeat at most one in-flight batch.
     public var inFlightWindows = 0
+    /// Agent processes that ended without a clean stop (SIGKILL, SIGABRT, a fail-stop on an I/O error):
+    /// each may repeat two batches, the last one acknowledged (its rows are deleted while the next one's
+    /// request is out: docs/outbox.md, "The deletion follows the next request") and that next one.
+    public var crashWindows = 0
     /// The agent's batch size (`--batch-size`): the most one in-flight batch can repeat.
     public var batchSize = 500
 
@@ -146,7 +150,7 @@ public struct Oracle: Sendable {
             verdict.healthProblems.append("no producer acknowledged any event")
         }
         verdict.wireDuplicates = observed.wireDuplicates
-        verdict.allowedWireDuplicates = inFlightWindows * batchSize
+        verdict.allowedWireDuplicates = (inFlightWindows + 2 * crashWindows) * batchSize
 
         var seen = Set<String>()
         var lastProducerSeq: [String: UInt64] = [:]

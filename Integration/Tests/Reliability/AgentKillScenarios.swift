@@ -43,7 +43,7 @@ extension ReliabilityScenarios {
                                 "tributary-agent", Scenario.agentArguments(group, collector.url),
                                 environment: ["TRIBUTARY_CRASH_AT": "\(point):\(hit)"])
                             let result = await crashed.finish()
-                            oracle.inFlightWindows += 1
+                            oracle.crashWindows += 1
                             if !(crashed.process.terminationReason == .uncaughtSignal && result.status == SIGKILL) {
                                 problems.append("agent did not reach \(point):\(hit) (status \(result.status)): \(result.stderr)")
                             }
@@ -100,7 +100,7 @@ extension ReliabilityScenarios {
                     #expect(killed == kills)
                     #expect(killedRunning > 0)
                     #expect(try await collector.stats().requests > 0, "no kill came after an upload started")
-                    oracle.inFlightWindows = killed
+                    oracle.crashWindows = killed
                     for producer in producers {
                         let result = await producer.process.finish()
                         #expect(result.status == 0, "\(result.stderr)")

@@ -60,7 +60,7 @@ extension ReliabilityScenarios {
                         let run = try await Self.tracedAgent(
                             group, collector.url, syscalls: "fsync,fdatasync", inject: "fsync,fdatasync:error=EIO:when=\(nth)",
                             log: log)
-                        oracle.inFlightWindows += 1
+                        oracle.crashWindows += 1
                         let trace = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
                         let calls = Self.syncCalls(trace)
                         // strace counts `when=` per thread. A failed fsync of a file SQLite or the agent
@@ -109,7 +109,7 @@ extension ReliabilityScenarios {
                             group, collector.url, syscalls: "pwrite64,pwritev,write,writev",
                             inject: "pwrite64,pwritev:error=ENOSPC:when=\(nth)+", log: log)
                         if ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("(INJECTED)") { injectedRounds += 1 }
-                        oracle.inFlightWindows += 1
+                        oracle.crashWindows += 1
                         #expect(run.status == 0 || run.status == 74, "round \(round): unexpected exit \(run.status): \(run.stderr)")
                         #expect(Oracle.outboxProblems(Scenario.outbox(group)).isEmpty)
                         try await Scenario.drain(group, collector)

@@ -183,7 +183,7 @@ extension ReliabilityScenarios {
                         for _ in 0..<20 where frozen.process.isRunning { try await Task.sleep(for: .milliseconds(100)) }
                         if frozen.process.isRunning { frozen.send(SIGKILL) }
                         await frozen.finish()
-                        oracle.inFlightWindows += 1
+                        oracle.crashWindows += 1
                         try await Scenario.drain(group, collector)  // Restart=on-failure
                     }
                     try await Scenario.conclude(
