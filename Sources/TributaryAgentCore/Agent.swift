@@ -686,7 +686,13 @@ public final class Agent: Service, Sendable {
         var timeout = timeout
         while true {
             let began = clock.now
-            let step = try await stepCancelledAtExpiry(session, maxEvents: maxEvents, timeout: timeout)
+            let step: UploadSession.Step
+            do {
+                step = try await stepCancelledAtExpiry(session, maxEvents: maxEvents, timeout: timeout)
+            } catch where FatalIO.matches(error) {
+                // At once, here: the loop's drain, beside this task, would commit its chunk meanwhile.
+                FatalIO.stop(error, logger: logger)
+            }
             let took = clock.now - began
             steps.append((step, took))
             guard case .progressed(let delivered, _) = step, delivered > 0, let next = session.readyBatchCount,
@@ -881,7 +887,8 @@ public final class Agent: Service, Sendable {
     /// (``UploadSession/settle()``). Its bytes stay counted: the quota is held to what is on disk.
     private func waiting() throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
         let pending = try outbox.pending()
-        return (pending.count - unsettledEvents.value, pending.bytes, pending.deadLetterBytes)
+        // Not below 0: rows deleted by another hand meanwhile (the outbox edited) are gone from both.
+        return (max(0, pending.count - unsettledEvents.value), pending.bytes, pending.deadLetterBytes)
     }
 
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in
@@ -1013,12 +1020,15 @@ public final class Agent: Service, Sendable {
     private func writeStatus(_ fields: StatusFields) {
         let state = fields.state
         do {
+            // A delivered batch whose rows are not deleted yet counts as delivered, not as pending.
+            let unsettled = unsettledEvents.value
             let counters = try outbox.counters()
-            let pending = try waiting()
+            let pending = try outbox.pending()
             var status = AgentStatus(
                 pid: getpid(), state: state, haltReason: fields.haltReason, lastError: fields.lastError,
-                outboxPath: outbox.path, outboxPending: pending.count, delivered: counters.delivered,
-                deadLetters: counters.deadLetters, batches: counters.batches, retries: counters.retries,
+                outboxPath: outbox.path, outboxPending: max(0, pending.count - unsettled),
+                delivered: counters.delivered + Int64(unsettled), deadLetters: counters.deadLetters,
+                batches: counters.batches + (unsettled > 0 ? 1 : 0), retries: counters.retries,
                 corruptRecords: counters.corruptRecords, lastUploadMillis: fields.lastUploadMillis,
                 updatedMillis: BootClock.wallMillis())
             status.outboxBytes = pending.bytes

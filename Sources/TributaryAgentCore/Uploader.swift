@@ -257,6 +257,10 @@ final class UploadSession: @unchecked Sendable {
                 }
                 self.readAhead(after: ready.batch.id, limit: limit)
             }
+            if let unsettled, settled.failure != nil {
+                self.unsettled = unsettled  // still to do: a settle() tries again (the end of the run's)
+                _ = try settled.outcome()
+            }
             if unsettled != nil, try !settled.outcome() {
                 // The outbox changed meanwhile (rows edited by hand, say), and the batch just sent is not
                 // the one in flight: its answer changes nothing here. Its rows go in a batch built anew,
@@ -327,7 +331,12 @@ final class UploadSession: @unchecked Sendable {
     /// outbox then holds exactly what is still to be sent.
     func settle() throws {
         guard let unsettled = unsettled.take() else { return }
-        if try !outbox.acknowledge(unsettled.batchID, then: unsettled.next) { ready = nil }
+        do {
+            if try !outbox.acknowledge(unsettled.batchID, then: unsettled.next) { ready = nil }
+        } catch {
+            self.unsettled = unsettled  // still to do: the end of the run tries again
+            throw error
+        }
     }
 
     /// Reads and encodes the batch after `batchID` (in flight, its request out) so that, once it is

@@ -44,16 +44,16 @@ struct CollectorCommand: AsyncParsableCommand {
     )
     var databasePath: String?
 
-    @Option(help: "Largest ingest body accepted, as sent and after decompression (else 413).")
+    @Option(parsing: .unconditional, help: "Largest ingest body accepted, as sent and after decompression (else 413).")
     var maxBodyBytes = CollectorConfiguration.defaultMaxBodyBytes
 
-    @Option(help: "Most events one ingest request may carry (else 413, which the agent answers by splitting).")
+    @Option(parsing: .unconditional, help: "Most events one ingest request may carry (else 413, which the agent answers by splitting).")
     var maxRequestEvents = CollectorConfiguration.defaultMaxEventsPerRequest
 
     @Option(parsing: .unconditional, help: "Seed of the fault generator: the same seed gives the same fault decisions.")
     var seed: UInt64 = 0
 
-    @Option(help: "Probability (0...1) of answering an ingest request with --fail-status, storing nothing.")
+    @Option(parsing: .unconditional, help: "Probability (0...1) of answering an ingest request with --fail-status, storing nothing.")
     var failRate = 0.0
 
     @Option(parsing: .unconditional, help: "Status of injected failures (300...599).")
@@ -65,13 +65,13 @@ struct CollectorCommand: AsyncParsableCommand {
     @Option(parsing: .unconditional, help: "Milliseconds of delay before every ingest response.")
     var latencyMs = 0
 
-    @Option(help: "Probability (0...1) of holding an ingest request without ever answering.")
+    @Option(parsing: .unconditional, help: "Probability (0...1) of holding an ingest request without ever answering.")
     var hangRate = 0.0
 
-    @Option(help: "Probability (0...1) of resetting the connection before answering, storing nothing.")
+    @Option(parsing: .unconditional, help: "Probability (0...1) of resetting the connection before answering, storing nothing.")
     var resetRate = 0.0
 
-    @Option(help: "Probability (0...1) of storing a batch, then resetting the connection without an answer.")
+    @Option(parsing: .unconditional, help: "Probability (0...1) of storing a batch, then resetting the connection without an answer.")
     var lostAckRate = 0.0
 
     @Option(

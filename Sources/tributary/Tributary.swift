@@ -266,7 +266,7 @@ struct DeadLetters: ParsableCommand {
     var replay = false
     @Flag(help: "Delete the dead letters for good (after looking at them: they are events the collector refused).")
     var discard = false
-    @Option(help: "With --replay or --discard: only this dead letter id (repeatable; without it, every dead letter, listed or not).")
+    @Option(parsing: .unconditionalSingleValue, help: "With --replay or --discard: only this dead letter id (repeatable; without it, every dead letter, listed or not).")
     var id: [Int64] = []
     @Option(parsing: .unconditional, help: "List at most this many, oldest first; how many more there are is said.")
     var limit: Int = 1000
