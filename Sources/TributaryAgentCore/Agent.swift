@@ -262,8 +262,7 @@ public final class Agent: Service, Sendable {
             }
             watchdog = startWatchdog()
             let report = try await loopBody(session: session, loop: &loop, once: once)
-            // The last batch delivered may still have its rows in the outbox (``UploadSession/settle()``).
-            try session.settle()
+            settleAtEnd(session)
             // What is left before the deadline (the grace the loop kept, or less: a task's grace is at most
             // half its budget) is shared by the steps below: 0.4 of it each to the store delete and the
             // checkpoint, then a fifth of what remains to the HTTP client's shutdown.
@@ -283,17 +282,8 @@ public final class Agent: Service, Sendable {
         } catch {
             if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
             // A run that ends in an error (a store created anew, a halt in a one-shot run) still deletes
-            // what the collector acknowledged: the next start would send it again. An I/O error has
-            // stopped the process above, before anything more is written; so does one here.
-            do {
-                try session.settle()
-            } catch where FatalIO.matches(error) {
-                FatalIO.stop(error, logger: logger)
-            } catch {
-                logger.notice("could not delete the last batch delivered; the next start sends it again", metadata: [
-                    "tributary.error": "\(error)",
-                ])
-            }
+            // what the collector acknowledged. An I/O error has stopped the process above.
+            settleAtEnd(session)
             result = .failure(Self.stopError(error, outbox: outbox.path))
         }
         // Release everything in the group directory first: nothing below may delay it.
@@ -361,6 +351,23 @@ public final class Agent: Service, Sendable {
 
     /// The time the steps after the main loop share: the configured grace, or what is left before the
     /// deadline when that is less.
+    /// Deletes the rows of the last batch delivered, if they are still in the outbox
+    /// (``UploadSession/settle()``), as a run ends: otherwise the next start sends them again (the
+    /// collector's dedup drops them). Waits at most a fifth of ``closingTime()`` for another process's
+    /// write lock on the outbox; failing that, or on an error other than an I/O error (which stops the
+    /// process at once), it leaves them.
+    private func settleAtEnd(_ session: UploadSession) {
+        do {
+            try session.settle(patience: closingTime() * 0.2)
+        } catch where FatalIO.matches(error) {
+            FatalIO.stop(error, logger: logger)
+        } catch {
+            logger.notice("could not delete the last batch delivered; the next start sends it again", metadata: [
+                "tributary.error": "\(error)",
+            ])
+        }
+    }
+
     private func closingTime() -> Duration {
         guard let task = budget.current else { return configuration.grace }
         return max(.zero, min(configuration.grace, task.deadline - .now))

@@ -786,22 +786,27 @@ public final class Outbox: Sendable {
     /// frames are in the kernel's page cache. The sync was 5 of the acknowledgement's 7.5 ms per
     /// 2,000-event batch, on the path between one request and the next.
     ///
+    /// `patience`: how long to wait for another process's write lock (nil: the connection's 10 s);
+    /// past it the acknowledgement fails with `SQLITE_BUSY` and nothing changes.
+    ///
     /// - Returns: whether `next` is now the batch in flight (false: build the next batch anew).
     @discardableResult
-    public func acknowledge(_ batchID: String, then next: PreparedBatch?) throws -> Bool {
+    public func acknowledge(_ batchID: String, then next: PreparedBatch?, patience: Duration? = nil) throws -> Bool {
         try writer.writeWithoutTransaction { db in
-            try db.execute(sql: "PRAGMA synchronous = NORMAL")
-            var madeInFlight = false
-            let outcome = Result {
-                try db.inTransaction {
-                    madeInFlight = try Self.acknowledge(batchID, in: db, then: next)
-                    return .commit
+            try Self.withPatience(patience, db) {
+                try db.execute(sql: "PRAGMA synchronous = NORMAL")
+                var madeInFlight = false
+                let outcome = Result {
+                    try db.inTransaction {
+                        madeInFlight = try Self.acknowledge(batchID, in: db, then: next)
+                        return .commit
+                    }
                 }
+                // Every other transaction commits FULL: set it back before anything else can run here.
+                try db.execute(sql: "PRAGMA synchronous = FULL")
+                try outcome.get()
+                return madeInFlight
             }
-            // Every other transaction commits FULL: set it back before anything else can run here.
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-            try outcome.get()
-            return madeInFlight
         }
     }
 
@@ -1061,12 +1066,18 @@ public final class Outbox: Sendable {
     public func checkpoint(truncate: Bool = true, patience: Duration? = nil) throws -> Bool {
         let sql = truncate ? "PRAGMA wal_checkpoint(TRUNCATE)" : "PRAGMA wal_checkpoint(PASSIVE)"
         return try writer.writeWithoutTransaction { db in
-            guard let patience else { return try Self.checkpointed(db, sql) }
-            try db.execute(sql: "PRAGMA busy_timeout = \(max(1, Int(patience / .milliseconds(1))))")
-            let outcome = Result { try Self.checkpointed(db, sql) }
-            try db.execute(sql: "PRAGMA busy_timeout = \(Int(Self.busyTimeout * 1000))")  // the connection's own again
-            return try outcome.get()
+            try Self.withPatience(patience, db) { try Self.checkpointed(db, sql) }
         }
+    }
+
+    /// Runs `body` with `db`'s busy timeout cut to `patience` (nil: the connection's own), then sets
+    /// the connection's own again.
+    private static func withPatience<T>(_ patience: Duration?, _ db: Database, _ body: () throws -> T) throws -> T {
+        guard let patience else { return try body() }
+        try db.execute(sql: "PRAGMA busy_timeout = \(max(1, Int(patience / .milliseconds(1))))")
+        let outcome = Result { try body() }
+        try db.execute(sql: "PRAGMA busy_timeout = \(Int(Self.busyTimeout * 1000))")  // the connection's own again
+        return try outcome.get()
     }
 
     /// How long a statement waits for a lock another connection holds, in seconds (GRDB's `busyMode`).

@@ -329,10 +329,12 @@ final class UploadSession: @unchecked Sendable {
     /// Deletes the rows of a batch the collector acknowledged whose deletion was deferred (``unsettled``),
     /// making the batch read ahead after it the batch in flight; nothing when there is none. The
     /// outbox then holds exactly what is still to be sent.
-    func settle() throws {
+    /// `patience`: how long to wait for another process's write lock on the outbox (nil: the outbox's
+    /// own 10 s).
+    func settle(patience: Duration? = nil) throws {
         guard let unsettled = unsettled.take() else { return }
         do {
-            if try !outbox.acknowledge(unsettled.batchID, then: unsettled.next) { ready = nil }
+            if try !outbox.acknowledge(unsettled.batchID, then: unsettled.next, patience: patience) { ready = nil }
         } catch {
             self.unsettled = unsettled  // still to do: the end of the run tries again
             throw error
