@@ -349,8 +349,6 @@ public final class Agent: Service, Sendable {
         }
     }
 
-    /// The time the steps after the main loop share: the configured grace, or what is left before the
-    /// deadline when that is less.
     /// Deletes the rows of the last batch delivered, if they are still in the outbox
     /// (``UploadSession/settle()``), as a run ends: otherwise the next start sends them again (the
     /// collector's dedup drops them). Waits at most a fifth of ``closingTime()`` for another process's
@@ -368,6 +366,8 @@ public final class Agent: Service, Sendable {
         }
     }
 
+    /// The time the steps after the main loop share: the configured grace, or what is left before the
+    /// deadline when that is less.
     private func closingTime() -> Duration {
         guard let task = budget.current else { return configuration.grace }
         return max(.zero, min(configuration.grace, task.deadline - .now))
@@ -894,7 +894,7 @@ public final class Agent: Service, Sendable {
     /// (``UploadSession/settle()``). Its bytes stay counted: the quota is held to what is on disk.
     private func waiting() throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
         let pending = try outbox.pending()
-        // Not below 0: rows deleted by another hand meanwhile (the outbox edited) are gone from both.
+        // Not below 0: the undeleted batch's rows may have gone by another hand (the outbox edited).
         return (max(0, pending.count - unsettledEvents.value), pending.bytes, pending.deadLetterBytes)
     }
 

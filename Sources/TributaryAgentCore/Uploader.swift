@@ -257,19 +257,24 @@ final class UploadSession: @unchecked Sendable {
                 }
                 self.readAhead(after: ready.batch.id, limit: limit)
             }
-            if let unsettled, settled.failure != nil {
-                self.unsettled = unsettled  // still to do: a settle() tries again (the end of the run's)
-                _ = try settled.outcome()
-            }
-            if unsettled != nil, try !settled.outcome() {
-                // The outbox changed meanwhile (rows edited by hand, say), and the batch just sent is not
-                // the one in flight: its answer changes nothing here. Its rows go in a batch built anew,
-                // and the collector's dedup drops them if it stored them already.
-                readAheadBatch = nil
-                logger.notice("the batch sent was not the outbox's batch in flight; its events are sent again", metadata: [
-                    "tributary.batch.id": "\(ready.batch.id)",
-                ])
-                return .progressed(delivered: 0)
+            if let unsettled {
+                let madeInFlight: Bool
+                do {
+                    madeInFlight = try settled.outcome()
+                } catch {
+                    self.unsettled = unsettled  // still to do: a settle() tries again (the end of the run's)
+                    throw error
+                }
+                if !madeInFlight {
+                    // The outbox changed meanwhile (rows edited by hand, say), and the batch just sent is
+                    // not the one in flight: its answer changes nothing here. Its rows go in a batch built
+                    // anew, and the collector's dedup drops them if it stored them already.
+                    readAheadBatch = nil
+                    logger.notice("the batch sent was not the outbox's batch in flight; its events are sent again", metadata: [
+                        "tributary.batch.id": "\(ready.batch.id)",
+                    ])
+                    return .progressed(delivered: 0)
+                }
             }
             return try apply(outcome, batchID: ready.batch.id, count: ready.batch.count)
         }
@@ -496,8 +501,8 @@ final class UploadSession: @unchecked Sendable {
     /// task. The other way round, the request was the child and waited for a thread of the cooperative
     /// pool, which is as wide as the machine has CPUs: on 2 CPUs, one thread held by the loop's drain
     /// and the other by the read-ahead, the request left only once the read-ahead was done, and the
-    /// collector idled meanwhile (a 2,000-event batch every 22.6 ms, median, against 15.0 ms now: see
-    /// docs/performance.md, "Seventeenth round").
+    /// collector idled meanwhile (a 2,000-event batch every 16.4–18.0 ms, medians, against 14.5–15.9 ms
+    /// now: docs/performance.md, "Seventeenth round").
     private func post(
         _ encoded: EncodedBatch, batchID: String, sentAt nowWall: Int64, timeout: Duration,
         whileWaiting: @escaping @Sendable () -> Void

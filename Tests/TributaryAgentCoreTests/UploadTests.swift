@@ -63,7 +63,6 @@ struct UploadTests {
         return try await condition()
     }
 
-    /// Checks the collector holds exactly `count` unique events, each producer's in order, seq in order.
     /// `count` events produced into `group` (``produce(_:count:)``) and drained into its outbox.
     static func drainedOutbox(_ group: String, count: Int) async throws -> Outbox {
         try await produce(group, count: count)
@@ -73,6 +72,7 @@ struct UploadTests {
         return outbox
     }
 
+    /// Checks the collector holds exactly `count` unique events, each producer's in order, seq in order.
     static func expectDelivered(_ collector: RunningCollector, count: Int, sourceLocation: SourceLocation = #_sourceLocation) async throws {
         let stats = try await collector.stats()
         #expect(stats.unique == count, sourceLocation: sourceLocation)
@@ -752,7 +752,11 @@ struct UploadTests {
                     // acknowledgement then finds it no longer in flight.
                     let inFlight = try outbox.nextBatch(maxCount: 10, maxBytes: 1 << 20)  // the batch delivered
                     try outbox.acknowledge(try #require(inFlight.first?.batchID))
-                    while let step = Optional(try await session.step()), step != .empty, steps.count < 10 { steps.append(step) }
+                    while steps.count < 10 {
+                        let step = try await session.step()
+                        if step == .empty { break }
+                        steps.append(step)
+                    }
                     return steps
                 }
                 // The second batch's answer was not applied: its rows went again in a batch built anew.
