@@ -41,15 +41,12 @@ public struct BackgroundTask: Sendable, Equatable, CustomStringConvertible {
 struct UploadPlanner {
     /// Smoothed time per event of recent requests (including their fixed cost), in seconds.
     private(set) var secondsPerEvent: Double?
-    /// Smoothed duration of a request, in seconds.
-    private(set) var secondsPerRequest: Double?
 
     /// Records a finished request.
     mutating func record(events: Int, took: Duration) {
         guard events > 0 else { return }
         let perEvent = took.seconds / Double(events)
         secondsPerEvent = secondsPerEvent.map { 0.7 * $0 + 0.3 * perEvent } ?? perEvent
-        secondsPerRequest = secondsPerRequest.map { 0.7 * $0 + 0.3 * took.seconds } ?? took.seconds
     }
 
     /// How many events one request may carry to finish within `remaining`, with a safety factor of 2;
