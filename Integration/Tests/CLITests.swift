@@ -225,8 +225,8 @@ struct CLITests {
         // A negative number given as the next argument is the option's value, refused as such (it was
         // taken for an option: "Missing value").
         (["--backoff-base", "-1"], "--backoff-base must be at least 0.001 seconds (a millisecond); got -1.0"),
-        (["--halt-after-dead-letters", "-1"], "--halt-after-dead-letters must be 0 or more"),
-        (["--batch-size", "-5"], "--drain-ahead must be positive"),
+        (["--halt-after-dead-letters", "-1"], "--halt-after-dead-letters must be 0 or more; got -1"),
+        (["--batch-size", "-5"], "--batch-size must be positive; got -5"),
         (["--once", "--deadline", "--grace", "1"], "The value '--grace' is invalid for '--deadline"),
     ])
     func agentDurations(extra: [String], flag: String) async throws {

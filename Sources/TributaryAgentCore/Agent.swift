@@ -262,10 +262,11 @@ public final class Agent: Service, Sendable {
             }
             watchdog = startWatchdog()
             let report = try await loopBody(session: session, loop: &loop, once: once)
-            settleAtEnd(session)
             // What is left before the deadline (the grace the loop kept, or less: a task's grace is at most
-            // half its budget) is shared by the steps below: 0.4 of it each to the store delete and the
-            // checkpoint, then a fifth of what remains to the HTTP client's shutdown.
+            // half its budget) is shared by the steps below: a fifth of it to deleting the last delivered
+            // batch's rows; 0.4 each of what remains then to the store delete and the checkpoint; then a
+            // fifth of what remains to the HTTP client's shutdown.
+            settle(session, patience: closingTime() * 0.2)
             let closing = closingTime()
             // A store delete still waiting (a slow fsync, a writer stopped inside its transaction) gets its
             // share to end; one that failed meanwhile ends the run as it would have in the loop.
@@ -283,7 +284,7 @@ public final class Agent: Service, Sendable {
             if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
             // A run that ends in an error (a store created anew, a halt in a one-shot run) still deletes
             // what the collector acknowledged. An I/O error has stopped the process above.
-            settleAtEnd(session)
+            settle(session, patience: closingTime() * 0.2)
             result = .failure(Self.stopError(error, outbox: outbox.path))
         }
         // Release everything in the group directory first: nothing below may delay it.
@@ -350,17 +351,17 @@ public final class Agent: Service, Sendable {
     }
 
     /// Deletes the rows of the last batch delivered, if they are still in the outbox
-    /// (``UploadSession/settle()``), as a run ends: otherwise the next start sends them again (the
-    /// collector's dedup drops them). Waits at most a fifth of ``closingTime()`` for another process's
-    /// write lock on the outbox; failing that, or on an error other than an I/O error (which stops the
-    /// process at once), it leaves them.
-    private func settleAtEnd(_ session: UploadSession) {
+    /// (``UploadSession/settle()``): in a turn that sends nothing, and as a run ends (where it waits
+    /// at most a fifth of ``closingTime()`` for another process's write lock on the outbox). A failure
+    /// other than an I/O error (which stops the process at once) leaves them for a later turn, or the
+    /// next start, which sends them again (the collector's dedup drops them); it ends no run.
+    private func settle(_ session: UploadSession, patience: Duration?) {
         do {
-            try session.settle(patience: closingTime() * 0.2)
+            try session.settle(patience: patience)
         } catch where FatalIO.matches(error) {
             FatalIO.stop(error, logger: logger)
         } catch {
-            logger.notice("could not delete the last batch delivered; the next start sends it again", metadata: [
+            logger.notice("could not delete the rows of the last batch delivered yet; a later turn or the next start does", metadata: [
                 "tributary.error": "\(error)",
             ])
         }
@@ -551,9 +552,9 @@ public final class Agent: Service, Sendable {
             // With no collector URL (none given, and none in the group's settings yet) the events wait.
             let uploads = loop.flushing && pending > 0 && loop.mayUpload(at: now)
             // A delivered batch whose rows the next request's step was to delete: a turn that sends no
-            // request deletes them itself, so that the outbox (its count in the status, the next flush
-            // decision) holds only what is still to be sent while the loop waits.
-            if !uploads { try session.settle() }
+            // request deletes them itself, so that the outbox holds only what is still to be sent while
+            // the loop waits. Not while stopping: the run's end does it, within its closing time.
+            if !uploads && !isStopping { settle(session, patience: nil) }
             if uploads {
                 let (maxEvents, timeout, remaining) = plan(loop.planner, task: task, at: now)
                 if maxEvents == 0 {
@@ -561,7 +562,6 @@ public final class Agent: Service, Sendable {
                     logger.info("no time left for another upload before the deadline", metadata: [
                         "tributary.remaining_s": "\(remaining.seconds)",
                     ])
-                    try session.settle()  // no request this turn (see above)
                     if isStopping { break }
                     loop.notBefore = task?.expiresAt
                 } else {

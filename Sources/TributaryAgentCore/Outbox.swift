@@ -784,7 +784,8 @@ public final class Outbox: Sendable {
     /// acknowledgement, never a drain: the batch is then sent again under its id and the collector's
     /// dedup drops it (delivery is at least once on the wire). A process crash loses nothing: the
     /// frames are in the kernel's page cache. The sync was 5 of the acknowledgement's 7.5 ms per
-    /// 2,000-event batch, on the path between one request and the next.
+    /// 2,000-event batch, then on the path between one request and the next (the agent now runs the
+    /// acknowledgement while the next request is out: ``UploadSession/settle()``).
     ///
     /// `patience`: how long to wait for another process's write lock (nil: the connection's 10 s);
     /// past it the acknowledgement fails with `SQLITE_BUSY` and nothing changes.

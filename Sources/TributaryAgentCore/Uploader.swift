@@ -160,10 +160,9 @@ final class UploadSession: @unchecked Sendable {
     /// then off the path from one request to the next, and the collector does not idle through it.
     /// Promise 3 holds: `next` goes only once every earlier batch is acknowledged. A crash before the
     /// deletion commits sends both batches again, and the collector's dedup drops them.
-    private var unsettled: (batchID: String, count: Int, next: Outbox.PreparedBatch)? {
-        didSet { unsettledEvents.set(unsettled?.count ?? 0) }
-    }
-    /// ``unsettledCount``, readable from any thread (the loop's drain reads it while a request is out).
+    private var unsettled: (batchID: String, count: Int, next: Outbox.PreparedBatch)?
+    /// ``unsettledCount``, readable from any thread (the loop's drain reads it while a request is out):
+    /// set when a deletion is deferred, 0 once it has committed (``deleteUnsettled(_:patience:)``).
     let unsettledEvents: UnsettledEvents
 
     /// The events of a delivered batch whose rows are still in the outbox (``unsettled``), or 0.
@@ -250,10 +249,10 @@ final class UploadSession: @unchecked Sendable {
             let outcome = await post(ready.encoded, batchID: ready.batch.id, sentAt: ready.clock.wallMillis, timeout: timeout) {
                 if let unsettled {
                     CrashPoint.hit("upload.before-deferred-ack")
-                    settled.record { try self.outbox.acknowledge(unsettled.batchID, then: unsettled.next) }
+                    settled.record { try self.deleteUnsettled(unsettled) }
                     // The fail-stop rule at once: the loop's drain would commit again meanwhile (FatalIO).
                     if let error = settled.failure, FatalIO.matches(error) { FatalIO.stop(error, logger: self.logger) }
-                    guard settled.madeInFlight else { return }
+                    guard (try? settled.outcome()) == true else { return }
                 }
                 self.readAhead(after: ready.batch.id, limit: limit)
             }
@@ -339,11 +338,22 @@ final class UploadSession: @unchecked Sendable {
     func settle(patience: Duration? = nil) throws {
         guard let unsettled = unsettled.take() else { return }
         do {
-            if try !outbox.acknowledge(unsettled.batchID, then: unsettled.next, patience: patience) { ready = nil }
+            if try !deleteUnsettled(unsettled, patience: patience) { ready = nil }
         } catch {
-            self.unsettled = unsettled  // still to do: the end of the run tries again
+            self.unsettled = unsettled  // still to do: a later settle() tries again
             throw error
         }
+    }
+
+    /// Deletes the rows of `unsettled`'s acknowledged batch, making its successor the batch in flight
+    /// (``Outbox/acknowledge(_:then:patience:)``), and only then stops counting them as delivered but
+    /// not deleted. Returns whether the successor became the batch in flight.
+    private func deleteUnsettled(
+        _ unsettled: (batchID: String, count: Int, next: Outbox.PreparedBatch), patience: Duration? = nil
+    ) throws -> Bool {
+        let madeInFlight = try outbox.acknowledge(unsettled.batchID, then: unsettled.next, patience: patience)
+        unsettledEvents.set(0)
+        return madeInFlight
     }
 
     /// Reads and encodes the batch after `batchID` (in flight, its request out) so that, once it is
@@ -383,6 +393,7 @@ final class UploadSession: @unchecked Sendable {
             CrashPoint.hit("upload.after-ack")
             if defersAcknowledgements, suspect == nil, let next {
                 (unsettled, ready) = ((batchID, count, next.batch), next)
+                unsettledEvents.set(count)
             } else if try outbox.acknowledge(batchID, then: next?.batch) {
                 // (The acknowledgement's transaction sets the outbox's count of dead letters in a row back to 0.)
                 ready = next
@@ -502,7 +513,7 @@ final class UploadSession: @unchecked Sendable {
     /// pool, which is as wide as the machine has CPUs: on 2 CPUs, one thread held by the loop's drain
     /// and the other by the read-ahead, the request left only once the read-ahead was done, and the
     /// collector idled meanwhile (a 2,000-event batch every 16.4–18.0 ms, medians, against 14.5–15.9 ms
-    /// now: docs/performance.md, "Seventeenth round").
+    /// with this change alone: docs/performance.md, "Seventeenth round").
     private func post(
         _ encoded: EncodedBatch, batchID: String, sentAt nowWall: Int64, timeout: Duration,
         whileWaiting: @escaping @Sendable () -> Void
@@ -669,9 +680,6 @@ private final class SettleResult: @unchecked Sendable {
     private var result: Result<Bool, any Error> = .success(false)
 
     func record(_ acknowledge: () throws -> Bool) { result = Result { try acknowledge() } }
-
-    /// Whether the batch sent became the batch in flight (false too when the acknowledgement failed).
-    var madeInFlight: Bool { (try? result.get()) ?? false }
 
     /// The acknowledgement's error, if it failed.
     var failure: (any Error)? {

@@ -132,10 +132,15 @@ struct AgentCommand: AsyncParsableCommand {
     var logLevel: String = "info"
 
     func validate() throws {
-        guard bulkSize ?? 1 > 0, batchSize > 0, maxBatchBytes > 0, drainAhead > 0 else {
-            throw ValidationError("--bulk-size, --batch-size, --max-batch-bytes and --drain-ahead must be positive.")
+        for (option, value) in [
+            ("--bulk-size", bulkSize ?? 1), ("--batch-size", batchSize), ("--max-batch-bytes", maxBatchBytes),
+            ("--drain-ahead", drainAhead),
+        ] where value <= 0 {
+            throw ValidationError("\(option) must be positive; got \(value).")
         }
-        guard haltAfterDeadLetters >= 0 else { throw ValidationError("--halt-after-dead-letters must be 0 or more.") }
+        guard haltAfterDeadLetters >= 0 else {
+            throw ValidationError("--halt-after-dead-letters must be 0 or more; got \(haltAfterDeadLetters).")
+        }
         guard (1...9).contains(gzipLevel) else { throw ValidationError("--gzip-level must be 1 … 9.") }
         if format == nil, let text = Self.environment("TRIBUTARY_FORMAT"), WireFormat(rawValue: text) == nil {
             throw ValidationError("TRIBUTARY_FORMAT must be sensors or ndjson, not '\(text)'.")

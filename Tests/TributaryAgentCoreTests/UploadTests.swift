@@ -698,7 +698,7 @@ struct UploadTests {
     }
 
     @Test(
-        "deferred acknowledgements: a delivered batch's rows leave the outbox while the next batch's request is out, or at settle(); off, at once; order kept, nothing twice",
+        "deferred acknowledgements: a delivered batch's rows stay until the next batch's step or settle(); off, they go at once; order kept, nothing twice",
         arguments: [true, false])
     func deferredAcknowledgements(deferred: Bool) async throws {
         try await withTemporaryGroup { group in
@@ -707,6 +707,7 @@ struct UploadTests {
                 try await withHTTPClient { client in
                     var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
                     configuration.batchSize = 10
+                    configuration.readAheadMaxAge = .seconds(600)  // a loaded machine's pause keeps it
                     let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: Self.logger)
                     session.defersAcknowledgements = deferred
                     // Deferred, a delivered batch's rows stay until the next request goes (or settle()).
@@ -745,6 +746,7 @@ struct UploadTests {
                 let steps = try await withHTTPClient { client in
                     var configuration = UploadConfiguration(serverURL: collector.url + "/sa")
                     configuration.batchSize = 10
+                    configuration.readAheadMaxAge = .seconds(600)  // the second step must send the batch read ahead
                     let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: Self.logger)
                     session.defersAcknowledgements = true
                     var steps = [try await session.step()]
