@@ -806,7 +806,7 @@ struct CLITests {
             ).finish()
             #expect(result.status == 0, "\(result.stderr)")
             let trace = try String(contentsOfFile: log, encoding: .utf8)
-            let real = AgentLock.realPath(group)
+            let real = try #require(resolvedPath(group))
             // strace -y prints each descriptor's path: fsync(3</tmp/…/group>) = 0.
             #expect(trace.contains("<\(real)>) = 0"), "\(trace)")
             #expect(trace.contains("<\(parentDirectory(of: real))>) = 0"), "\(trace)")

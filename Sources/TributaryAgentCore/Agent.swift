@@ -96,7 +96,7 @@ public final class Agent: Service, Sendable {
             outboxLock.release()
             lock.release()
             // Refused as another program's database: a configuration error (78), said as it is.
-            if let refusal = error as? AgentError, refusal.code == .configuration { throw refusal }
+            if error is AgentError { throw error }
             throw AgentError(.startup, "Cannot open the outbox \(configuration.outboxPath): \(error).")
         }
         do {
@@ -892,10 +892,12 @@ public final class Agent: Service, Sendable {
     /// The outbox's events still to be sent and their bytes, and its dead letters' bytes: the outbox's
     /// own counts, less a delivered batch whose rows are deleted while the next request is out
     /// (``UploadSession/settle()``). Its bytes stay counted: the quota is held to what is on disk.
-    private func waiting() throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
+    /// `unsettled`: the undeleted batch's events as the caller read them (default: read now).
+    private func waiting(unsettled: Int? = nil) throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
         let pending = try outbox.pending()
         // Not below 0: the undeleted batch's rows may have gone by another hand (the outbox edited).
-        return (max(0, pending.count - unsettledEvents.value), pending.bytes, pending.deadLetterBytes)
+        let count = max(0, pending.count - (unsettled ?? unsettledEvents.value))
+        return (count, pending.bytes, pending.deadLetterBytes)
     }
 
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in
@@ -1030,10 +1032,10 @@ public final class Agent: Service, Sendable {
             // A delivered batch whose rows are not deleted yet counts as delivered, not as pending.
             let unsettled = unsettledEvents.value
             let counters = try outbox.counters()
-            let pending = try outbox.pending()
+            let pending = try waiting(unsettled: unsettled)
             var status = AgentStatus(
                 pid: getpid(), state: state, haltReason: fields.haltReason, lastError: fields.lastError,
-                outboxPath: outbox.path, outboxPending: max(0, pending.count - unsettled),
+                outboxPath: outbox.path, outboxPending: pending.count,
                 delivered: counters.delivered + Int64(unsettled), deadLetters: counters.deadLetters,
                 batches: counters.batches + (unsettled > 0 ? 1 : 0), retries: counters.retries,
                 corruptRecords: counters.corruptRecords, lastUploadMillis: fields.lastUploadMillis,

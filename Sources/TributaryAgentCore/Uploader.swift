@@ -160,7 +160,7 @@ final class UploadSession: @unchecked Sendable {
     /// then off the path from one request to the next, and the collector does not idle through it.
     /// Promise 3 holds: `next` goes only once every earlier batch is acknowledged. A crash before the
     /// deletion commits sends both batches again, and the collector's dedup drops them.
-    private var unsettled: (batchID: String, count: Int, next: Outbox.PreparedBatch)?
+    private var unsettled: (batchID: String, next: Outbox.PreparedBatch)?
     /// ``unsettledCount``, readable from any thread (the loop's drain reads it while a request is out):
     /// set when a deletion is deferred, 0 once it has committed (``deleteUnsettled(_:patience:)``).
     let unsettledEvents: UnsettledEvents
@@ -349,7 +349,7 @@ final class UploadSession: @unchecked Sendable {
     /// (``Outbox/acknowledge(_:then:patience:)``), and only then stops counting them as delivered but
     /// not deleted. Returns whether the successor became the batch in flight.
     private func deleteUnsettled(
-        _ unsettled: (batchID: String, count: Int, next: Outbox.PreparedBatch), patience: Duration? = nil
+        _ unsettled: (batchID: String, next: Outbox.PreparedBatch), patience: Duration? = nil
     ) throws -> Bool {
         let madeInFlight = try outbox.acknowledge(unsettled.batchID, then: unsettled.next, patience: patience)
         unsettledEvents.set(0)
@@ -392,7 +392,7 @@ final class UploadSession: @unchecked Sendable {
         case .delivered:
             CrashPoint.hit("upload.after-ack")
             if defersAcknowledgements, suspect == nil, let next {
-                (unsettled, ready) = ((batchID, count, next.batch), next)
+                (unsettled, ready) = ((batchID, next.batch), next)
                 unsettledEvents.set(count)
             } else if try outbox.acknowledge(batchID, then: next?.batch) {
                 // (The acknowledgement's transaction sets the outbox's count of dead letters in a row back to 0.)

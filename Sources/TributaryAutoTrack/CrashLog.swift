@@ -301,7 +301,7 @@ public struct CrashLog: Sendable {
         if !Self.isInstalled(file), flock(fd, LOCK_EX | LOCK_NB) != 0 { return }
         // Locked, but is the path still that file? Another start may have set it aside meanwhile, and
         // the path now names the file a live process's handlers write to.
-        guard Self.sameFile(fd, as: path) else { return }
+        guard Self.sameFile(file, as: path) else { return }
         if !FileManager.default.fileExists(atPath: pendingPath) {
             guard rename(path, pendingPath) == 0 else {
                 throw CrashLogError(
@@ -346,11 +346,11 @@ public struct CrashLog: Sendable {
         }
     }
 
-    /// Whether descriptor `fd` and `path` name the same file (the path was not set aside meanwhile).
-    private static func sameFile(_ fd: Int32, as path: String) -> Bool {
-        var held = stat()
+    /// Whether the file `held` describes (an open descriptor's `fstat`) is the one `path` names (the path
+    /// was not set aside meanwhile).
+    private static func sameFile(_ held: stat, as path: String) -> Bool {
         var named = stat()
-        return fstat(fd, &held) == 0 && stat(path, &named) == 0 && held.st_dev == named.st_dev && held.st_ino == named.st_ino
+        return stat(path, &named) == 0 && held.st_dev == named.st_dev && held.st_ino == named.st_ino
     }
 
     /// Whether `file` is the crash file this process's handlers write to (a second start in one process
@@ -369,7 +369,8 @@ public struct CrashLog: Sendable {
         // handlers are installed on the file without the lock.
         var fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o660)
         for _ in 0..<200 where fd >= 0 {
-            if flock(fd, LOCK_SH | LOCK_NB) == 0, Self.sameFile(fd, as: path) { break }
+            var held = stat()
+            if flock(fd, LOCK_SH | LOCK_NB) == 0, fstat(fd, &held) == 0, Self.sameFile(held, as: path) { break }
             close(fd)
             usleep(10_000)
             fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o660)

@@ -138,6 +138,7 @@ final class Environment: @unchecked Sendable {
         guard rc == MDB_SUCCESS, let handle else {
             throw StoreError(.lmdb, "Could not create an LMDB environment handle.", lmdbCode: rc)
         }
+        let data: DataFile
         do throws(StoreError) {
             try Environment.mapError(mdb_env_set_maxdbs(handle, 8), "mdb_env_set_maxdbs", path: path)
             try Environment.mapError(
@@ -160,7 +161,8 @@ final class Environment: @unchecked Sendable {
             // A new file's name is durable once its directory is synced (fsync(2)): the first events'
             // commits sync the file, not the directory that names it.
             if !created.isEmpty && options.durable { try GroupDirectory.sync(parentDirectory(of: path)) }
-            try Self.checkNotTruncated(handle, path: path)
+            data = Self.dataFile(of: handle)
+            try Self.checkNotTruncated(handle, data, path: path)
 
             // lmdb.h: "mdb_reader_check: Check for stale entries in the reader lock table" — slots left
             // by processes that died (kill -9) while reading would otherwise pin old pages forever.
@@ -179,12 +181,8 @@ final class Environment: @unchecked Sendable {
         self.directoryFD = Glibc.open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         self.quota = options.quota
         self.durable = options.durable
-        var stat = MDB_stat()
-        mdb_env_stat(handle, &stat)
-        self.pageSize = Int(stat.ms_psize)
-        var fd: Int32 = -1
-        var info = Glibc.stat()
-        if mdb_env_get_fd(handle, &fd) == MDB_SUCCESS, fstat(fd, &info) == 0 {
+        self.pageSize = data.pageSize
+        if let fd = data.fd, let info = data.stat {
             file = (UInt64(info.st_dev), UInt64(info.st_ino))
             dataFD = fd
         } else {
@@ -478,19 +476,34 @@ final class Environment: @unchecked Sendable {
         return total
     }
 
+    /// The data file as an open finds it: LMDB's page size, and the file's descriptor and `fstat` (nil
+    /// when LMDB gives no descriptor or the file cannot be stat'ed).
+    private struct DataFile {
+        var pageSize: Int
+        var fd: Int32?
+        var stat: Glibc.stat?
+    }
+
+    private static func dataFile(of handle: OpaquePointer) -> DataFile {
+        var stat = MDB_stat()
+        mdb_env_stat(handle, &stat)
+        var fd: Int32 = -1
+        var info = Glibc.stat()
+        guard mdb_env_get_fd(handle, &fd) == MDB_SUCCESS, fstat(fd, &info) == 0 else {
+            return DataFile(pageSize: Int(stat.ms_psize), fd: nil, stat: nil)
+        }
+        return DataFile(pageSize: Int(stat.ms_psize), fd: fd, stat: info)
+    }
+
     /// Throws ``StoreError/Code/unreadableStore`` if the data file is shorter than the pages its newest
     /// meta page says are in use: a truncated copy (a backup cut short, a disk that filled while the file
     /// was copied). LMDB reads the store through its memory map, and a page past the end of the file is a
     /// SIGBUS that kills the process at its first read.
-    private static func checkNotTruncated(_ handle: OpaquePointer, path: String) throws(StoreError) {
+    private static func checkNotTruncated(_ handle: OpaquePointer, _ data: DataFile, path: String) throws(StoreError) {
+        guard let file = data.stat else { return }
         var info = MDB_envinfo()
         mdb_env_info(handle, &info)
-        var stat = MDB_stat()
-        mdb_env_stat(handle, &stat)
-        var fd: Int32 = -1
-        var file = Glibc.stat()
-        guard mdb_env_get_fd(handle, &fd) == MDB_SUCCESS, fstat(fd, &file) == 0 else { return }
-        let needed = (info.me_last_pgno + 1) * Int(stat.ms_psize)
+        let needed = (info.me_last_pgno + 1) * data.pageSize
         guard Int(file.st_size) < needed else { return }
         throw StoreError(
             .unreadableStore,

@@ -8,8 +8,8 @@ enum GroupDirectory {
     /// safe to use.
     ///
     /// A directory writable by other users is refused: anyone could then replace the store files or
-    /// plant a lock file that blocks every producer.
-    static func prepare(_ path: String, create: Bool) throws(StoreError) {
+    /// plant a lock file that blocks every producer. Returns the directory's `stat`.
+    static func prepare(_ path: String, create: Bool) throws(StoreError) -> stat {
         var st = stat()
         if let found = try examine(path) {
             st = found
@@ -35,14 +35,15 @@ enum GroupDirectory {
         if faccessat(AT_FDCWD, path, R_OK | X_OK | (creates ? W_OK : 0), AT_EACCESS) != 0, errno == EACCES {
             throw StoreError.permissionDenied("the group directory \(path)", directory: path)
         }
+        return st
     }
 
     /// Gives a directory of an earlier release (mode 0770) the set-group-ID bit a new one has (see
     /// makeDirectories), when this user owns it. Called once a store is open there: an open that is
-    /// refused, or that finds no store to read, changes nothing.
-    static func addSetGroupID(_ path: String) {
-        var st = stat()
-        guard stat(path, &st) == 0, st.st_mode & S_ISGID == 0, st.st_uid == geteuid() else { return }
+    /// refused, or that finds no store to read, changes nothing. `st`: the directory's `stat` from
+    /// ``prepare(_:create:)``.
+    static func addSetGroupID(_ path: String, _ st: stat) {
+        guard st.st_mode & S_ISGID == 0, st.st_uid == geteuid() else { return }
         chmod(path, mode_t(st.st_mode & 0o7777) | S_ISGID)
     }
 

@@ -69,7 +69,7 @@ public final class SharedStore: Sendable {
         StandardDescriptors.takeClosed()
         var directory = groupDirectory
         while directory.count > 1 && directory.hasSuffix("/") { directory.removeLast() }
-        try GroupDirectory.prepare(directory, create: options.create)
+        let directoryStat = try GroupDirectory.prepare(directory, create: options.create)
         self.groupDirectory = directory
         // One environment per file per process (see Environment): key it by the canonical path.
         let canonical = resolvedPath(directory) ?? directory
@@ -83,7 +83,7 @@ public final class SharedStore: Sendable {
             throw error
         }
         self.environment = environment
-        GroupDirectory.addSetGroupID(directory)
+        GroupDirectory.addSetGroupID(directory, directoryStat)
     }
 
     deinit { environment.release() }

@@ -43,9 +43,9 @@ struct Demo: AsyncParsableCommand {
         }
         guard !group.isEmpty else { throw ValidationError("--group must name a directory.") }
         // The demo removes both directories first: only ones that hold nothing but what a demo puts there.
-        try Self.checkRemovable(group, keeping: Self.groupFiles)
+        let groupEntries = try Self.checkRemovable(group, keeping: Self.groupFiles)
         try Self.checkRemovable(group + "-state", keeping: Self.stateFiles)
-        try Self.checkNoUndelivered(group)
+        try Self.checkNoUndelivered(group, entries: groupEntries)
     }
 
     /// The file a demo leaves in the group it made, so that the next demo knows the group for its own.
@@ -60,10 +60,9 @@ struct Demo: AsyncParsableCommand {
     /// Throws if the store in `group` holds events not yet delivered and no demo made the group: an app's
     /// real group has the same file names as a demo's. (A group of an earlier demo, made before the
     /// marker, has delivered everything unless that demo failed.)
-    static func checkNoUndelivered(_ group: String) throws {
-        guard !FileManager.default.fileExists(atPath: group + "/" + marker),
-            FileManager.default.fileExists(atPath: group + "/" + SharedStore.fileName)
-        else { return }
+    /// `entries`: the group directory's names, as ``checkRemovable(_:keeping:)`` listed them.
+    static func checkNoUndelivered(_ group: String, entries: [String]) throws {
+        guard !entries.contains(marker), entries.contains(SharedStore.fileName) else { return }
         var options = SharedStore.Options()
         options.create = false
         // Closed again before any process is spawned (the store is released with the value).
@@ -83,10 +82,12 @@ struct Demo: AsyncParsableCommand {
     /// What the demo's `-state` directory next to it holds: the outbox, its SQLite files and lock.
     static let stateFiles: Set<String> = ["outbox.sqlite", "outbox.sqlite-wal", "outbox.sqlite-shm", "outbox.sqlite-journal", "outbox.sqlite.lock"]
 
-    /// Throws unless `path` is missing, or a directory holding only names in `expected`.
-    static func checkRemovable(_ path: String, keeping expected: Set<String>) throws {
+    /// Throws unless `path` is missing, or a directory holding only names in `expected`; returns its
+    /// names (none when it is missing).
+    @discardableResult
+    static func checkRemovable(_ path: String, keeping expected: Set<String>) throws -> [String] {
         var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { return }
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { return [] }
         let entries = isDirectory.boolValue ? try? FileManager.default.contentsOfDirectory(atPath: path) : nil
         guard let entries else {
             throw ValidationError("\(path) is not a directory the demo may remove and create anew; give --group a new path.")
@@ -95,6 +96,7 @@ struct Demo: AsyncParsableCommand {
             throw ValidationError(
                 "\(path) holds \(other), which no demo put there; the demo removes its directories first, so give --group a new path (or remove \(path) yourself).")
         }
+        return entries
     }
 
     func run() async throws {
