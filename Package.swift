@@ -156,7 +156,8 @@ let package = Package(
         .testTarget(
             name: "TributaryCollectorTests",
             dependencies: ["TributaryCollector", "TributaryJSON", "TributaryTestSupport",
-                           .product(name: "AsyncHTTPClient", package: "async-http-client")],
+                           .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                           .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strict
         ),
         .testTarget(

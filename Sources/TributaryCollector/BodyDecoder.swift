@@ -8,6 +8,11 @@ struct DecodedBody: Sendable {
     var json: [UInt8]
     /// Each event, in order.
     var events: [ScannedEvent]
+    /// `json` as it came, still compressed if it came so: `Gzip.undoContentEncoding(payloadEncoding,
+    /// of: payload)` gives `json` back. What the collector keeps of a batch (``EventStore``).
+    var payload: [UInt8]
+    /// The `Content-Encoding` that `payload` is in (nil: `payload` is `json`).
+    var payloadEncoding: String?
 }
 
 /// Decodes ingest bodies on bytes: what `WireFormat.decodeWithText` does, without building a
@@ -32,10 +37,13 @@ enum BodyDecoder {
         limit: Int,
         maxEvents: Int
     ) throws(WireError) -> DecodedBody {
-        let body = try Gzip.undoContentEncoding(contentEncoding, of: body, limit: limit)
+        let decoded = try Gzip.undoContentEncoding(contentEncoding, of: body, limit: limit)
         switch format {
-        case .sensors: return try sensors(body, limit: limit, maxEvents: maxEvents)
-        case .ndjson: return try ndjson(body, maxEvents: maxEvents)
+        case .sensors: return try sensors(decoded, limit: limit, maxEvents: maxEvents)
+        case .ndjson:
+            var ndjson = try ndjson(decoded, maxEvents: maxEvents)
+            (ndjson.payload, ndjson.payloadEncoding) = (body, contentEncoding)
+            return ndjson
         }
     }
 
@@ -69,8 +77,9 @@ enum BodyDecoder {
         guard isASCII, let decoded else {
             throw WireError(.malformedBody, "data_list is not valid base64.")
         }
-        var json = [UInt8](decoded)
-        if form.gzip == [UInt8(ascii: "1")] { json = try Gzip.decompress(json, limit: limit) }
+        let payload = [UInt8](decoded)
+        let gzipped = form.gzip == [UInt8(ascii: "1")]
+        let json = gzipped ? try Gzip.decompress(payload, limit: limit) : payload
         let scanned = json.withUnsafeBufferPointer { bytes in
             Result { () throws(JSONScanner.ArrayRefusal) in try JSONScanner.scanObjects(bytes, maxElements: maxEvents) }
         }
@@ -85,7 +94,7 @@ enum BodyDecoder {
         case .failure(.tooManyElements(let limit)):
             throw Self.tooManyEvents(limit)
         }
-        return DecodedBody(json: json, events: events)
+        return DecodedBody(json: json, events: events, payload: payload, payloadEncoding: gzipped ? "gzip" : nil)
     }
 
     /// `javaStringHash` of ASCII bytes (one UTF-16 code unit each).
@@ -194,6 +203,6 @@ enum BodyDecoder {
                 return events
             }
         }
-        return DecodedBody(json: body, events: try scanned.get())
+        return DecodedBody(json: body, events: try scanned.get(), payload: body, payloadEncoding: nil)
     }
 }

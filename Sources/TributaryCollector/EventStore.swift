@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import GRDBSQLite
+import TributaryWire
 
 /// `text`'s NUL-terminated UTF-8, or a nil pointer (which `sqlite3_bind_text` binds as NULL), for `body`.
 private func withCString<Result>(
@@ -120,6 +121,38 @@ final class EventStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("v2: event text in the batch's payload") { db in
+            // A batch keeps its events' text as it came, compressed if it came so, and each event its
+            // range of it: an event's text was a row of its own, about 0.8 KiB each, and the in-memory
+            // database's growth (new pages, zeroed by the kernel) was a fifth of the collector's CPU in
+            // the pipeline benchmark (docs/performance.md). Events stored before keep their `body`.
+            // SQLite cannot drop a NOT NULL constraint, so `events` is rebuilt, arrivals unchanged.
+            try db.execute(
+                sql: """
+                    ALTER TABLE batches ADD COLUMN payload BLOB;
+                    ALTER TABLE batches ADD COLUMN payload_encoding TEXT;
+                    CREATE TABLE events_v2 (
+                        arrival INTEGER PRIMARY KEY,
+                        event_id TEXT NOT NULL UNIQUE,
+                        type TEXT NOT NULL,
+                        event TEXT,
+                        seq INTEGER,
+                        producer TEXT,
+                        producer_seq INTEGER,
+                        batch INTEGER NOT NULL REFERENCES batches(id),
+                        batch_id TEXT,
+                        body TEXT,
+                        body_start INTEGER,
+                        body_length INTEGER,
+                        CHECK ((body IS NULL) != (body_start IS NULL AND body_length IS NULL))
+                    );
+                    INSERT INTO events_v2 (arrival, event_id, type, event, seq, producer, producer_seq, batch, batch_id, body)
+                        SELECT arrival, event_id, type, event, seq, producer, producer_seq, batch, batch_id, body FROM events;
+                    DROP TABLE events;
+                    ALTER TABLE events_v2 RENAME TO events;
+                    """
+            )
+        }
         return migrator
     }
 
@@ -162,8 +195,9 @@ final class EventStore: Sendable {
         var seqHighWater = try Int64.fetchOne(db, sql: "SELECT value FROM high_water WHERE name = 'seq'")
         let insert = try db.cachedStatement(
             sql: """
-                INSERT INTO events (event_id, type, event, seq, producer, producer_seq, batch, batch_id, body)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING
+                INSERT INTO events (event_id, type, event, seq, producer, producer_seq, batch, batch_id, body_start,
+                    body_length)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING
                 """
         )
         // The batch's columns are bound once; SQLITE_STATIC: the key's C string lives until the loop
@@ -174,23 +208,21 @@ final class EventStore: Sendable {
         try withCString(batch.idempotencyKey) { key in
             sqlite3_bind_text(handle, 8, key, -1, nil)
             defer { sqlite3_clear_bindings(handle) }
-            try batch.json.withUnsafeBufferPointer { json in
-                for event in batch.events {
-                    guard try Self.insert(event, json: json, with: insert, in: db) else {
-                        receipt.duplicates += 1
-                        continue
-                    }
-                    receipt.accepted += 1
-                    if let seq = event.seq {
-                        if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
-                        seqHighWater = max(seqHighWater ?? seq, seq)
-                    }
-                    if let producer = event.producer {
-                        let key = ExactString(producer)
-                        var order = try producers[key] ?? ProducerOrder(producer, in: db)
-                        order.count(producerSeq: event.producerSeq)
-                        producers[key] = order
-                    }
+            for event in batch.events {
+                guard try Self.insert(event, with: insert, in: db) else {
+                    receipt.duplicates += 1
+                    continue
+                }
+                receipt.accepted += 1
+                if let seq = event.seq {
+                    if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
+                    seqHighWater = max(seqHighWater ?? seq, seq)
+                }
+                if let producer = event.producer {
+                    let key = ExactString(producer)
+                    var order = try producers[key] ?? ProducerOrder(producer, in: db)
+                    order.count(producerSeq: event.producerSeq)
+                    producers[key] = order
                 }
             }
         }
@@ -201,9 +233,11 @@ final class EventStore: Sendable {
                 arguments: [seqHighWater]
             )
         }
+        // The payload only when it holds a stored event's text (a batch sent again holds none).
+        let payload = receipt.accepted > 0 ? Data(batch.payload) : nil
         try db.execute(
-            sql: "UPDATE batches SET accepted = ?, duplicates = ? WHERE id = ?",
-            arguments: [receipt.accepted, receipt.duplicates, batchRow]
+            sql: "UPDATE batches SET accepted = ?, duplicates = ?, payload = ?, payload_encoding = ? WHERE id = ?",
+            arguments: [receipt.accepted, receipt.duplicates, payload, payload.flatMap { _ in batch.payloadEncoding }, batchRow]
         )
         try bump(Counter.requests, in: db)
         try bump(Counter.batches, in: db)
@@ -217,16 +251,15 @@ final class EventStore: Sendable {
     }
 
     /// Runs the cached `INSERT … ON CONFLICT (event_id) DO NOTHING` for one event (the batch's columns
-    /// 7 and 8 already bound); whether it was new.
+    /// 7 and 8 already bound); whether it was new. The event's text is stored as its range of the
+    /// batch's payload.
     ///
     /// Binds with `sqlite3_bind_*` directly instead of GRDB's `StatementArguments` (an array of
-    /// `DatabaseValue`s per event, and a `String` of each event's text). Strings are bound as GRDB
-    /// binds them (NUL-terminated C strings; nil is NULL), the event's text straight from the batch's
-    /// bytes; all with SQLITE_STATIC (no copy by SQLite): they outlive the step, and the statement is
-    /// reset before they go.
+    /// `DatabaseValue`s per event). Strings are bound as GRDB binds them (NUL-terminated C strings;
+    /// nil is NULL), with SQLITE_STATIC (no copy by SQLite): they outlive the step, and the statement
+    /// is reset before they go.
     private static func insert(
         _ event: IncomingEvent,
-        json: UnsafeBufferPointer<UInt8>,
         with statement: Statement,
         in db: Database
     ) throws -> Bool {
@@ -241,8 +274,8 @@ final class EventStore: Sendable {
         sqlite3_reset(handle)
         bind(4, event.seq)
         bind(6, event.producerSeq)
-        let text = UnsafeRawPointer(json.baseAddress! + event.text.lowerBound).assumingMemoryBound(to: CChar.self)
-        sqlite3_bind_text(handle, 9, text, Int32(event.text.count), nil)
+        sqlite3_bind_int64(handle, 9, Int64(event.text.lowerBound))
+        sqlite3_bind_int64(handle, 10, Int64(event.text.count))
         let rc = event.eventID.withCString { eventID in
             withCString(event.type) { type in
                 withCString(event.name) { name in
@@ -364,10 +397,11 @@ final class EventStore: Sendable {
     /// Unique events with an arrival index above `after`, in arrival order, at most `limit` (nil: all).
     func events(after: Int64, limit: Int?) async throws(CollectorError) -> [ReceivedEvent] {
         try await read { db in
-            try Row.fetchAll(
+            var texts = EventTexts()
+            return try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT arrival, event_id, type, event, seq, producer, producer_seq, batch_id, body
+                    SELECT arrival, event_id, type, event, seq, producer, producer_seq, batch_id, \(EventTexts.columns)
                     FROM events WHERE arrival > ? ORDER BY arrival LIMIT ?
                     """,
                 arguments: [after, limit ?? -1]
@@ -383,7 +417,7 @@ final class EventStore: Sendable {
                     producer: row["producer"],
                     producerSeq: producerSeq.map(UInt64.init),
                     batchID: row["batch_id"],
-                    json: row["body"]
+                    json: try texts.text(of: row, in: db)
                 )
             }
         }
@@ -392,13 +426,48 @@ final class EventStore: Sendable {
     /// The stored JSON text of unique events after `after`, as one JSON array (for `GET /events`).
     func eventsJSONArray(after: Int64, limit: Int?) async throws(CollectorError) -> String {
         try await read { db in
-            let bodies = try String.fetchAll(
+            var texts = EventTexts()
+            let bodies = try Row.fetchAll(
                 db,
-                sql: "SELECT body FROM events WHERE arrival > ? ORDER BY arrival LIMIT ?",
+                sql: "SELECT \(EventTexts.columns) FROM events WHERE arrival > ? ORDER BY arrival LIMIT ?",
                 arguments: [after, limit ?? -1]
-            )
+            ).map { row in try texts.text(of: row, in: db) }
             return "[" + bodies.joined(separator: ",") + "]"
         }
+    }
+
+    /// Stored events' text: an event's own `body` (stored before schema v2), or its range of its batch's
+    /// payload, which is decoded once per batch (the batches of one read, in arrival order, one after
+    /// another).
+    private struct EventTexts {
+        /// The columns of `events` that ``text(of:in:)`` reads.
+        static let columns = "body, batch, body_start, body_length"
+
+        private var batch: Int64?
+        private var json: [UInt8] = []
+
+        mutating func text(of row: Row, in db: Database) throws -> String {
+            if let body = row["body"] as String? { return body }
+            let batch: Int64 = row["batch"]
+            if batch != self.batch {
+                guard let stored = try Row.fetchOne(
+                    db.cachedStatement(sql: "SELECT payload, payload_encoding FROM batches WHERE id = ?"), arguments: [batch]),
+                    let payload = stored["payload"] as Data?
+                else { throw EventTextMissing(batch: batch) }
+                json = try Gzip.undoContentEncoding(stored["payload_encoding"], of: [UInt8](payload), limit: .max)
+                self.batch = batch
+            }
+            let start: Int = row["body_start"]
+            let length: Int = row["body_length"]
+            guard start >= 0, length >= 0, start + length <= json.count else { throw EventTextMissing(batch: batch) }
+            return String(decoding: json[start..<(start + length)], as: UTF8.self)
+        }
+    }
+
+    /// An event whose text its batch's stored payload does not hold (a database changed by hand).
+    struct EventTextMissing: Error, CustomStringConvertible {
+        var batch: Int64
+        var description: String { "batch \(batch)'s stored payload does not hold the text of its events" }
     }
 
     // MARK: Helpers
@@ -430,9 +499,11 @@ struct IncomingBatch: Sendable {
     var idempotencyKey: String?
     /// The wire format it came in (`sensors`, `ndjson`).
     var format: String
-    /// The bytes the events' text ranges point into.
-    var json: [UInt8]
     var events: [IncomingEvent]
+    /// The bytes the events' text ranges point into (``DecodedBody/json``) as they came, in
+    /// `payloadEncoding` (``DecodedBody/payload``): what is stored.
+    var payload: [UInt8]
+    var payloadEncoding: String?
 }
 
 /// What storing a batch did.

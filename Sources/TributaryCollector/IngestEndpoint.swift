@@ -121,7 +121,9 @@ struct IngestEndpoint: Sendable {
         }
         try checkPoison(events, faults: faults)
 
-        let batch = IncomingBatch(idempotencyKey: batchID, format: format.rawValue, json: decoded.json, events: events)
+        let batch = IncomingBatch(
+            idempotencyKey: batchID, format: format.rawValue, events: events,
+            payload: decoded.payload, payloadEncoding: decoded.payloadEncoding)
         do throws(CollectorError) {
             return .accepted(try await store.accept(batch, lostAck: decision.loseAck), loseAck: decision.loseAck)
         } catch {

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import Testing
 import TributaryCollector
 import TributaryTestSupport
@@ -398,6 +399,84 @@ struct IngestTests {
                 let stats = try await collector.stats()
                 #expect(stats.batches == 2 && stats.unique == 4 && stats.seqViolations == 0)
                 #expect(try await collector.events().map(\.seq) == [1, 2, 3, 4])
+            }
+        }
+    }
+
+    @Test("A batch is stored once, as it came (compressed), and each event as its range of it", arguments: WireFormat.allCases)
+    func storesBatchPayloads(format: WireFormat) async throws {
+        try await withTemporaryGroup { (directory: String) in
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let path = directory + "/collector.sqlite"
+            let events = Events.run(40)
+            let encoded = try format.encode(events)
+            try await Collector.withRunning(CollectorConfiguration(databasePath: path)) { collector in
+                let client = Client(collector)
+                let first = try await client.post(events, format: format, batchID: "b1")
+                // Sent again: every event a duplicate, nothing of it kept.
+                let again = try await client.post(events, format: format, batchID: "b1")
+                #expect(first.status == 200 && again.status == 200)
+                let received = try await collector.events()
+                #expect(received.map(\.json) == events.map { String(decoding: $0, as: UTF8.self) })
+                let served = try await client.get("/events")
+                #expect(served.array.compactMap { $0["event_id"] as? String } == received.map(\.eventID))
+            }
+            let (batches, ranged): ([(bytes: Int?, encoding: String?)], Int) = try await DatabaseQueue(path: path).read { db in
+                let batches = try Row.fetchAll(db, sql: "SELECT LENGTH(payload), payload_encoding FROM batches ORDER BY id")
+                    .map { (bytes: $0[0] as Int?, encoding: $0[1] as String?) }
+                let ranged = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM events WHERE body IS NULL AND body_start IS NOT NULL")
+                return (batches, ranged ?? 0)
+            }
+            #expect(batches.count == 2)
+            #expect(ranged == 40)
+            let textBytes = events.reduce(0) { $0 + $1.count }
+            // Both formats send gzip: the sensors form inside data_list, NDJSON as the body's coding.
+            #expect(batches.first?.encoding == "gzip")
+            let kept = batches.first?.bytes ?? .max
+            #expect(kept < textBytes / 2, "kept \(kept) bytes of \(textBytes) (body \(encoded.body.count))")
+            #expect(batches.last?.bytes == nil)
+        }
+    }
+
+    @Test("A database from before batches kept their payload keeps its events' text, and dedups against them")
+    func readsSchemaV1Database() async throws {
+        try await withTemporaryGroup { (directory: String) in
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            let path = directory + "/collector.sqlite"
+            let old = Events.track(id: "old-1", seq: 1, producerSeq: 1)
+            // Schema v1 as the collector created it, with one event stored under it.
+            try await DatabaseQueue(path: path).write { db in
+                try db.execute(sql: """
+                    CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY);
+                    INSERT INTO grdb_migrations VALUES ('v1');
+                    CREATE TABLE batches (id INTEGER PRIMARY KEY, idempotency_key TEXT, format TEXT NOT NULL,
+                        events INTEGER NOT NULL, accepted INTEGER NOT NULL DEFAULT 0, duplicates INTEGER NOT NULL DEFAULT 0,
+                        lost_ack INTEGER NOT NULL DEFAULT 0, received_at REAL NOT NULL);
+                    CREATE INDEX batches_by_key ON batches(idempotency_key);
+                    CREATE TABLE events (arrival INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, type TEXT NOT NULL,
+                        event TEXT, seq INTEGER, producer TEXT, producer_seq INTEGER,
+                        batch INTEGER NOT NULL REFERENCES batches(id), batch_id TEXT, body TEXT NOT NULL);
+                    CREATE TABLE producers (producer TEXT PRIMARY KEY, unique_events INTEGER NOT NULL,
+                        order_violations INTEGER NOT NULL, producer_seq_high_water INTEGER);
+                    CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                    CREATE TABLE high_water (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                    INSERT INTO batches VALUES (1, 'b0', 'sensors', 1, 1, 0, 0, 0);
+                    INSERT INTO producers VALUES ('app-1', 1, 0, 1);
+                    INSERT INTO counters VALUES ('requests', 1), ('batches', 1), ('received', 1), ('unique', 1);
+                    INSERT INTO high_water VALUES ('seq', 1);
+                    """)
+                try db.execute(
+                    sql: "INSERT INTO events VALUES (1, 'old-1', 'track', 'BuyProduct', 1, 'app-1', 1, 1, 'b0', ?)",
+                    arguments: [String(decoding: old, as: UTF8.self)])
+            }
+            let new = Events.track(seq: 2, producerSeq: 2)
+            try await Collector.withRunning(CollectorConfiguration(databasePath: path)) { collector in
+                let reply = try await Client(collector).post([old, new])
+                #expect(reply.object["accepted"] as? Int == 1)
+                #expect(reply.object["duplicates"] as? Int == 1)
+                #expect(try await collector.events().map(\.json) == [old, new].map { String(decoding: $0, as: UTF8.self) })
+                let stats = try await collector.stats()
+                #expect(stats.unique == 2 && stats.seqViolations == 0 && stats.orderViolations.isEmpty)
             }
         }
     }
