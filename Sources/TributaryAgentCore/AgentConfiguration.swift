@@ -16,8 +16,11 @@ public struct AgentConfiguration: Sendable {
     public var flushInterval: Duration = .seconds(15)
     /// How often the store is checked for new events. Default 200 ms.
     public var pollInterval: Duration = .milliseconds(200)
-    /// Events per drain transaction. Default 1,000.
-    public var drainChunk = 1000
+    /// Events per drain transaction. Default 2,000: each chunk costs an SQLite and an LMDB commit,
+    /// with an fsync each, and a read of the store's last record; with 1,000 the pipeline benchmark
+    /// moved about 9 % fewer events per second (docs/performance.md, "Eighteenth round"). The chunk is
+    /// held in memory while it is inserted.
+    public var drainChunk = 2000
     /// Stop draining while the outbox holds this many bytes of events, pending and dead letters
     /// together (the store then fills up and producers get `storeFull`, rather than the disk).
     /// Default 512 MiB.

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CMalloc
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -337,6 +338,13 @@ private final class StopSignals: Sendable {
 enum AgentCommandMain {
     static func main() async {
         StandardDescriptors.takeClosed()
+        // One malloc arena for all threads. glibc gives each thread that allocates while another holds
+        // the arena's lock an arena of its own, and each keeps the memory freed into it: the drain's
+        // chunk buffer, built on whichever thread ran the chunk, was resident once per arena (peak anon
+        // 31 MiB against 21 MiB with one arena, 1,000,000-event backlog, 2,000-event chunks). The
+        // threads that allocate much (the drain, the upload) take turns: the pipeline benchmark's
+        // throughput was the same (docs/performance.md, "Eighteenth round").
+        _ = mallopt(M_ARENA_MAX, 1)
         await AgentCommand.main()
     }
 }
