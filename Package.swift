@@ -37,7 +37,6 @@ let package = Package(
         .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
         .systemLibrary(name: "CDeflate", pkgConfig: "libdeflate", providers: [.apt(["libdeflate-dev"])]),
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
-        .systemLibrary(name: "CMalloc"),
 
         // JSON string literals, written one way by every component (no dependencies).
         .target(name: "TributaryJSON", swiftSettings: strict),
@@ -113,7 +112,7 @@ let package = Package(
         .executableTarget(
             name: "tributary-agent",
             dependencies: [
-                "TributaryAgentCore", "TributaryWire", "CMalloc",
+                "TributaryAgentCore", "TributaryWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Prometheus", package: "swift-prometheus"),

@@ -144,10 +144,13 @@ final class EventStore: Sendable {
                         body TEXT,
                         body_start INTEGER,
                         body_length INTEGER,
-                        CHECK ((body IS NULL) != (body_start IS NULL AND body_length IS NULL))
+                        CHECK ((body IS NOT NULL AND body_start IS NULL AND body_length IS NULL)
+                            OR (body IS NULL AND body_start IS NOT NULL AND body_length IS NOT NULL))
                     );
-                    INSERT INTO events_v2 (arrival, event_id, type, event, seq, producer, producer_seq, batch, batch_id, body)
-                        SELECT arrival, event_id, type, event, seq, producer, producer_seq, batch, batch_id, body FROM events;
+                    INSERT INTO events_v2
+                        (arrival, event_id, type, event, seq, producer, producer_seq, batch, batch_id, body)
+                        SELECT arrival, event_id, type, event, seq, producer, producer_seq, batch, batch_id, body
+                        FROM events;
                     DROP TABLE events;
                     ALTER TABLE events_v2 RENAME TO events;
                     """
@@ -237,7 +240,9 @@ final class EventStore: Sendable {
         let payload = receipt.accepted > 0 ? Data(batch.payload) : nil
         try db.execute(
             sql: "UPDATE batches SET accepted = ?, duplicates = ?, payload = ?, payload_encoding = ? WHERE id = ?",
-            arguments: [receipt.accepted, receipt.duplicates, payload, payload.flatMap { _ in batch.payloadEncoding }, batchRow]
+            arguments: [
+                receipt.accepted, receipt.duplicates, payload, payload.flatMap { _ in batch.payloadEncoding }, batchRow,
+            ]
         )
         try bump(Counter.requests, in: db)
         try bump(Counter.batches, in: db)
@@ -401,7 +406,7 @@ final class EventStore: Sendable {
             return try Row.fetchAll(
                 db,
                 sql: """
-                    SELECT arrival, event_id, type, event, seq, producer, producer_seq, batch_id, \(EventTexts.columns)
+                    SELECT event_id, type, event, seq, producer, producer_seq, batch_id, \(EventTexts.columns)
                     FROM events WHERE arrival > ? ORDER BY arrival LIMIT ?
                     """,
                 arguments: [after, limit ?? -1]
@@ -441,33 +446,49 @@ final class EventStore: Sendable {
     /// another).
     private struct EventTexts {
         /// The columns of `events` that ``text(of:in:)`` reads.
-        static let columns = "body, batch, body_start, body_length"
+        static let columns = "arrival, body, batch, body_start, body_length"
 
         private var batch: Int64?
         private var json: [UInt8] = []
 
         mutating func text(of row: Row, in db: Database) throws -> String {
             if let body = row["body"] as String? { return body }
+            let arrival: Int64 = row["arrival"]
             let batch: Int64 = row["batch"]
             if batch != self.batch {
-                guard let stored = try Row.fetchOne(
-                    db.cachedStatement(sql: "SELECT payload, payload_encoding FROM batches WHERE id = ?"), arguments: [batch]),
-                    let payload = stored["payload"] as Data?
-                else { throw EventTextMissing(batch: batch) }
-                json = try Gzip.undoContentEncoding(stored["payload_encoding"], of: [UInt8](payload), limit: .max)
+                let stored = try Row.fetchOne(
+                    db.cachedStatement(sql: "SELECT payload, payload_encoding FROM batches WHERE id = ?"),
+                    arguments: [batch])
+                guard let payload = stored?["payload"] as Data? else {
+                    throw StoredTextError(arrival: arrival, batch: batch, problem: "that batch kept no payload")
+                }
+                do {
+                    json = try Gzip.undoContentEncoding(stored?["payload_encoding"], of: [UInt8](payload), limit: .max)
+                } catch {
+                    throw StoredTextError(
+                        arrival: arrival, batch: batch, problem: "its payload cannot be decoded: \(error)")
+                }
                 self.batch = batch
             }
-            let start: Int = row["body_start"]
-            let length: Int = row["body_length"]
-            guard start >= 0, length >= 0, start + length <= json.count else { throw EventTextMissing(batch: batch) }
+            guard let start = row["body_start"] as Int?, let length = row["body_length"] as Int?,
+                start >= 0, length >= 0, start + length <= json.count
+            else {
+                throw StoredTextError(arrival: arrival, batch: batch, problem: "its range is not within the payload")
+            }
             return String(decoding: json[start..<(start + length)], as: UTF8.self)
         }
     }
 
-    /// An event whose text its batch's stored payload does not hold (a database changed by hand).
-    struct EventTextMissing: Error, CustomStringConvertible {
+    /// An event whose text cannot be read back: the database was changed by something other than the
+    /// collector (which writes an event's range and its batch's payload in one transaction).
+    struct StoredTextError: Error, CustomStringConvertible {
+        var arrival: Int64
         var batch: Int64
-        var description: String { "batch \(batch)'s stored payload does not hold the text of its events" }
+        var problem: String
+        var description: String {
+            "the text of event \(arrival) (batch \(batch)) is not in the database: \(problem); the database was "
+                + "changed outside the collector"
+        }
     }
 
     // MARK: Helpers

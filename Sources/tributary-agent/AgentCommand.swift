@@ -1,5 +1,4 @@
 import ArgumentParser
-import CMalloc
 import Foundation
 import Logging
 import ServiceLifecycle
@@ -207,7 +206,6 @@ struct AgentCommand: AsyncParsableCommand {
         // then stops as it would have a moment later, instead of killing it with the signal's default action.
         // A second one exits at once (below).
         let stopSignals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
-        MallocPolicy.reuseLargeBuffers(singleArena: true)
         let level = Logger.Level(rawValue: logLevel) ?? .info
         if metricsAddress != nil { MetricsEndpoint.bootstrap() }
         LoggingSystem.bootstrap { label in
@@ -338,13 +336,10 @@ private final class StopSignals: Sendable {
 enum AgentCommandMain {
     static func main() async {
         StandardDescriptors.takeClosed()
-        // One malloc arena for all threads. glibc gives each thread that allocates while another holds
-        // the arena's lock an arena of its own, and each keeps the memory freed into it: the drain's
-        // chunk buffer, built on whichever thread ran the chunk, was resident once per arena (peak anon
-        // 31 MiB against 21 MiB with one arena, 1,000,000-event backlog, 2,000-event chunks). The
-        // threads that allocate much (the drain, the upload) take turns: the pipeline benchmark's
-        // throughput was the same (docs/performance.md, "Eighteenth round").
-        _ = mallopt(M_ARENA_MAX, 1)
+        // Before any other thread allocates: an arena a thread already has stays its own. (Run after the
+        // command's first `await`, the pool's threads had arenas of their own, each keeping a drain
+        // chunk's buffer resident: peak anon 31 MiB instead of 21 at a 1,000,000-event backlog.)
+        MallocPolicy.reuseLargeBuffers(singleArena: true)
         await AgentCommand.main()
     }
 }
