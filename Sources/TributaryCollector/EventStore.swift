@@ -241,7 +241,7 @@ final class EventStore: Sendable {
         try db.execute(
             sql: "UPDATE batches SET accepted = ?, duplicates = ?, payload = ?, payload_encoding = ? WHERE id = ?",
             arguments: [
-                receipt.accepted, receipt.duplicates, payload, payload.flatMap { _ in batch.payloadEncoding }, batchRow,
+                receipt.accepted, receipt.duplicates, payload, payload == nil ? nil : batch.payloadEncoding, batchRow,
             ]
         )
         try bump(Counter.requests, in: db)

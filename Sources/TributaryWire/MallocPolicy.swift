@@ -23,10 +23,9 @@ public enum MallocPolicy {
     private static let mmapThreshold: Int32 = -3
     private static let arenaMax: Int32 = -8
 
-    /// Applies the thresholds; call first thing, before any thread but the main one allocates: the
-    /// arena limit does not take back an arena a thread already has (the agent called this after its
-    /// first `await`, when the cooperative pool's threads had theirs, and ran with several arenas
-    /// until 2026-11-25).
+    /// Applies the thresholds; call first thing in `main`, before any thread but the main one
+    /// allocates: the arena limit does not take back an arena a thread already has (after a first
+    /// `await`, the cooperative pool's threads have theirs).
     ///
     /// - Parameter singleArena: one malloc arena for all threads. glibc otherwise creates one per
     ///   thread that allocates (up to 8 per core), and each keeps 3–5 MiB of freed batch buffers of
