@@ -65,8 +65,11 @@ struct AgentBench: ParsableCommand {
 
     @Option(
         name: .customLong("pipeline-agent-options"), parsing: .upToNextOption,
-        help: ArgumentHelp("tributary-agent options of the pipeline runs (quote each, e.g. '--batch-size=2000').",
-                           valueName: "option"))
+        help: ArgumentHelp(
+            "tributary-agent options of the pipeline runs, each given with '=' (--pipeline-agent-options=--drain-ahead=60000"
+                + " ...; given after a space, a value starting with -- is taken for an option of this command). Giving any "
+                + "replaces the defaults.",
+            valueName: "option"))
     var pipelineAgentOptions: [String] = ["--batch-size=2000", "--max-batch-bytes=4194304"]
 
     @Option(name: .customLong("pipeline-reps"), help: "Repetitions of the pipeline run.")
