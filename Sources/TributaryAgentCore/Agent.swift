@@ -95,7 +95,7 @@ public final class Agent: Service, Sendable {
             if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
             outboxLock.release()
             lock.release()
-            // Refused as another program's database: a configuration error (78), said as it is.
+            // An AgentError says itself (another program's database: a configuration error, 78).
             if error is AgentError { throw error }
             throw AgentError(.startup, "Cannot open the outbox \(configuration.outboxPath): \(error).")
         }

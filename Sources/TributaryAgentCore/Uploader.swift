@@ -250,9 +250,13 @@ final class UploadSession: @unchecked Sendable {
                 if let unsettled {
                     CrashPoint.hit("upload.before-deferred-ack")
                     settled.record { try self.deleteUnsettled(unsettled) }
-                    // The fail-stop rule at once: the loop's drain would commit again meanwhile (FatalIO).
-                    if let error = settled.failure, FatalIO.matches(error) { FatalIO.stop(error, logger: self.logger) }
-                    guard (try? settled.outcome()) == true else { return }
+                    do {
+                        guard try settled.outcome() else { return }
+                    } catch {
+                        // The fail-stop rule at once: the loop's drain would commit again meanwhile (FatalIO).
+                        if FatalIO.matches(error) { FatalIO.stop(error, logger: self.logger) }
+                        return
+                    }
                 }
                 self.readAhead(after: ready.batch.id, limit: limit)
             }
@@ -680,12 +684,6 @@ private final class SettleResult: @unchecked Sendable {
     private var result: Result<Bool, any Error> = .success(false)
 
     func record(_ acknowledge: () throws -> Bool) { result = Result { try acknowledge() } }
-
-    /// The acknowledgement's error, if it failed.
-    var failure: (any Error)? {
-        if case .failure(let error) = result { return error }
-        return nil
-    }
 
     /// Whether the batch sent became the batch in flight; the acknowledgement's error, if it failed.
     func outcome() throws -> Bool { try result.get() }

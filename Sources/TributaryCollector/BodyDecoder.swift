@@ -40,10 +40,7 @@ enum BodyDecoder {
         let decoded = try Gzip.undoContentEncoding(contentEncoding, of: body, limit: limit)
         switch format {
         case .sensors: return try sensors(decoded, limit: limit, maxEvents: maxEvents)
-        case .ndjson:
-            var ndjson = try ndjson(decoded, maxEvents: maxEvents)
-            (ndjson.payload, ndjson.payloadEncoding) = (body, contentEncoding)
-            return ndjson
+        case .ndjson: return try ndjson(decoded, maxEvents: maxEvents, asSent: body, contentEncoding)
         }
     }
 
@@ -170,7 +167,10 @@ enum BodyDecoder {
     /// data that was not declared so.
     static let gzipMagic: [UInt8] = [0x1F, 0x8B]
 
-    private static func ndjson(_ body: [UInt8], maxEvents: Int) throws(WireError) -> DecodedBody {
+    /// `asSent`: the body before its `contentEncoding` was undone (the batch's payload).
+    private static func ndjson(
+        _ body: [UInt8], maxEvents: Int, asSent: [UInt8], _ contentEncoding: String?
+    ) throws(WireError) -> DecodedBody {
         let scanned = body.withUnsafeBufferPointer { bytes in
             Result { () throws(WireError) in
                 var events: [ScannedEvent] = []
@@ -203,6 +203,6 @@ enum BodyDecoder {
                 return events
             }
         }
-        return DecodedBody(json: body, events: try scanned.get(), payload: body, payloadEncoding: nil)
+        return DecodedBody(json: body, events: try scanned.get(), payload: asSent, payloadEncoding: contentEncoding)
     }
 }

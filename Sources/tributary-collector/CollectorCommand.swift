@@ -92,7 +92,8 @@ struct CollectorCommand: AsyncParsableCommand {
     )
     var maxEventsPerBatch: Int?
 
-    @Option(parsing: .unconditional, 
+    @Option(
+        parsing: .unconditional,
         help: "Answer every ingest request with this status, storing nothing (until changed via POST /control/faults)."
     )
     var forcedStatus: Int?
