@@ -59,6 +59,12 @@ public final class Outbox: Sendable {
     /// Where the outbox lives.
     public let path: String
     let writer: DatabasePool
+    /// How many ids' worth the newer table holds before the drain turns to the other one, once that one
+    /// is empty (``Tables``).
+    let turnRows: Int64
+
+    /// ``turnRows`` unless a test sets another: a few seconds of the drain at full speed, and a few MiB.
+    static let defaultTurnRows: Int64 = 8_192
 
     /// Creates the directory an outbox at `path` lives in (mode 0700: the outbox is the agent's alone).
     static func createDirectory(of path: String) throws {
@@ -72,8 +78,15 @@ public final class Outbox: Sendable {
     /// Opens (creating and migrating) the outbox at `path`. `whileMigrating`, when the outbox needs a
     /// migration (a new outbox too), runs around it: a migration that rebuilds a table takes time in
     /// proportion to what the outbox holds.
-    public init(path: String, whileMigrating: ((() throws -> Void) throws -> Void)? = nil) throws {
+    public convenience init(path: String, whileMigrating: ((() throws -> Void) throws -> Void)? = nil) throws {
+        try self.init(path: path, turnRows: Self.defaultTurnRows, whileMigrating: whileMigrating)
+    }
+
+    /// ``init(path:whileMigrating:)`` with the tables turning every `turnRows` ids (tests).
+    init(path: String, turnRows: Int64, whileMigrating: ((() throws -> Void) throws -> Void)? = nil) throws {
+        precondition(turnRows > 0, "turnRows must be positive")
         self.path = path
+        self.turnRows = turnRows
         try Self.createDirectory(of: path)
         var config = Configuration()
         config.busyMode = .timeout(Self.busyTimeout)
@@ -87,6 +100,11 @@ public final class Outbox: Sendable {
             // the pipeline benchmark; 64 KiB measured about the same). Effective only on a new file,
             // before the pool switches it to WAL: an existing outbox keeps its page size.
             try db.execute(sql: "PRAGMA page_size = 16384")
+            // Debian's SQLite is built with SQLITE_SECURE_DELETE, which zeroes every freed page and so
+            // writes it into the WAL: emptying a delivered table (``Tables``) would then cost as many
+            // page writes as deleting its rows one by one. The outbox is the agent's own file (0600 in a
+            // 0700 directory); a delivered event's bytes stay in a free page until it is reused.
+            try db.execute(sql: "PRAGMA secure_delete = OFF")
         }
         try Self.refuseForeignDatabase(at: path)
         writer = try DatabasePool(path: path, configuration: config)
@@ -284,7 +302,116 @@ public final class Outbox: Sendable {
                 END;
                 """)
         }
+        m.registerMigration("v7: two tables in turn") { db in
+            // Deleting an acknowledged batch's rows rewrote every page they were on into the WAL (as many
+            // page writes as their drain had cost); emptying a table whose rows are all delivered frees
+            // its pages without writing them (docs/outbox.md, "Two tables in turn"). The rows keep their
+            // ids in `outbox_0`, which the drain goes on appending to; the view `outbox` shows what waits.
+            try db.execute(sql: """
+                ALTER TABLE outbox RENAME TO outbox_0;
+                CREATE TABLE outbox_1 (
+                    id INTEGER PRIMARY KEY,
+                    seq INTEGER NOT NULL,
+                    event_id TEXT NOT NULL,
+                    producer TEXT NOT NULL,
+                    producer_kind INTEGER NOT NULL,
+                    producer_seq INTEGER NOT NULL,
+                    wall_ms INTEGER NOT NULL,
+                    boot_ns INTEGER NOT NULL,
+                    boot_id BLOB NOT NULL,
+                    body BLOB NOT NULL
+                );
+                -- What the batch in flight holds, so that its acknowledgement need not read its rows (null:
+                -- a batch an agent of v6 made, counted when it is acknowledged).
+                ALTER TABLE in_flight ADD COLUMN event_count INTEGER;
+                ALTER TABLE in_flight ADD COLUMN body_bytes INTEGER;
+                INSERT OR REPLACE INTO agent_state (key, value) VALUES ('newer_table', 0);
+                INSERT OR REPLACE INTO agent_state (key, value)
+                    SELECT 'delivered_through', COALESCE(MIN(id) - 1, 0) FROM outbox_0;
+                CREATE VIEW outbox AS
+                    SELECT * FROM outbox_0
+                        WHERE id > COALESCE((SELECT value FROM agent_state WHERE key = 'delivered_through'), 0)
+                    UNION ALL
+                    SELECT * FROM outbox_1
+                        WHERE id > COALESCE((SELECT value FROM agent_state WHERE key = 'delivered_through'), 0);
+                """)
+        }
         return m
+    }
+
+    // MARK: Two tables in turn
+
+    /// Where the outbox's rows are: two tables, `outbox_0` and `outbox_1`, used in turn
+    /// (docs/outbox.md, "Two tables in turn").
+    ///
+    /// - The drain appends to the newer table, with ids above every id in either table and above
+    ///   `delivered_through`: every id in the newer table is above every id in the older one, so upload
+    ///   order is the older table's rows, then the newer's.
+    /// - An acknowledgement of the oldest rows waiting moves `delivered_through` past them instead of
+    ///   deleting them. A table whose rows are all delivered is emptied whole: SQLite's truncate
+    ///   optimization frees its pages without writing them, where deleting its rows one by one wrote
+    ///   every page they were on into the WAL again (as many page writes as the drain had made).
+    /// - Once the older table is empty and the newer one holds ``turnRows`` ids' worth, the older
+    ///   becomes the newer: the drain appends to it from then on, and the other one empties as the
+    ///   collector acknowledges it.
+    ///
+    /// The view `outbox` shows the rows waiting (both tables, above `delivered_through`).
+    struct Tables {
+        /// Which table the drain appends to: 0 or 1.
+        var newer: Int
+        /// Every row with an id up to this one is delivered; it stays until its table is emptied.
+        var deliveredThrough: Int64
+
+        var older: Int { 1 - newer }
+        /// The two tables in upload order.
+        var inOrder: [Int] { [older, newer] }
+
+        static func read(_ db: Database) throws -> Tables {
+            Tables(
+                newer: try Outbox.state(db, "newer_table") == 1 ? 1 : 0,
+                deliveredThrough: try Outbox.state(db, "delivered_through"))
+        }
+
+        /// The largest id either table holds, or `delivered_through` when that is larger: the next row's
+        /// id is one more (an id at or below `delivered_through` would count as delivered).
+        func lastID(_ db: Database) throws -> Int64 {
+            var last = deliveredThrough
+            for table in 0...1 { last = max(last, try Self.maxID(db, table) ?? 0) }
+            return last
+        }
+
+        /// The largest id in `table`, nil when it is empty.
+        static func maxID(_ db: Database, _ table: Int) throws -> Int64? {
+            try Int64.fetchOne(db.cachedStatement(sql: maxIDSQL[table]))
+        }
+
+        /// Empties each table whose rows are all delivered: its pages go to SQLite's free list unwritten.
+        func emptyDelivered(_ db: Database) throws {
+            for table in 0...1 {
+                guard let last = try Self.maxID(db, table), last <= deliveredThrough else { continue }
+                try db.cachedStatement(sql: Self.emptySQL[table]).execute()
+            }
+        }
+
+        /// Empties the tables whose rows are all delivered; then, when the older table is empty and the
+        /// newer one spans at least `turnRows` ids, makes the older one the newer (recorded in `db`).
+        mutating func turnIfDue(_ db: Database, turnRows: Int64) throws {
+            try emptyDelivered(db)
+            guard try Self.maxID(db, older) == nil,
+                let span = try GRDB.Row.fetchOne(db.cachedStatement(sql: Self.spanSQL[newer])),
+                let first = span[0] as Int64?, let last = span[1] as Int64?, last - first + 1 >= turnRows
+            else { return }
+            newer = older
+            try Outbox.setState(db, "newer_table", Int64(newer))
+        }
+
+        /// Each statement per table (cached per connection under its text).
+        private static let maxIDSQL = sql { "SELECT MAX(id) FROM \($0)" }
+        private static let spanSQL = sql { "SELECT MIN(id), MAX(id) FROM \($0)" }
+        private static let emptySQL = sql { "DELETE FROM \($0)" }  // no WHERE: the truncate optimization
+
+        /// `text` for `outbox_0` and `outbox_1`.
+        static func sql(_ text: (String) -> String) -> [String] { [text("outbox_0"), text("outbox_1")] }
     }
 
     // MARK: Drain side
@@ -423,11 +550,10 @@ public final class Outbox: Sendable {
             var skipped = 0
             var corrupt = 0
             var insertedBytes = 0
-            let insert = try db.cachedStatement(sql: """
-                INSERT INTO outbox
-                    (seq, event_id, producer, producer_kind, producer_seq, wall_ms, boot_ns, boot_id, body)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """)
+            var tables = try Tables.read(db)
+            try tables.turnIfDue(db, turnRows: turnRows)
+            var id = try tables.lastID(db)
+            let insert = try db.cachedStatement(sql: Self.insertSQL[tables.newer])
             try chunk.bytes.withUnsafeBytes { bytes in
                 for entry in chunk.entries {
                     switch entry {
@@ -436,7 +562,8 @@ public final class Outbox: Sendable {
                             skipped += 1
                             continue
                         }
-                        try Self.insert(event, from: bytes, with: insert, in: db)
+                        id += 1
+                        try Self.insert(event, id: id, from: bytes, with: insert, in: db)
                         highest = event.seq
                         inserted += 1
                         insertedBytes += event.body.count
@@ -530,14 +657,23 @@ public final class Outbox: Sendable {
         try setState(db, "halted_seq", 0)
     }
 
-    /// Runs the cached `INSERT INTO outbox` for one event of a chunk.
+    /// `INSERT INTO` the table for each table, every column bound (``insert(_:id:from:with:in:)``).
+    private static let insertSQL = Tables.sql {
+        """
+        INSERT INTO \($0) (id, seq, event_id, producer, producer_kind, producer_seq, wall_ms, boot_ns, boot_id, body)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        """
+    }
+
+    /// Runs a cached ``insertSQL`` for one event of a chunk, as row `id`.
     ///
     /// Binds with `sqlite3_bind_*` directly instead of GRDB's `StatementArguments`: building an array
     /// of `DatabaseValue`s and two `Data` copies per row was the largest cost of a drain after the
     /// SQLite work itself. SQLITE_STATIC: the chunk's buffer outlives the statement's step; the
     /// bindings are cleared before the buffer goes.
     private static func insert(
-        _ event: DrainedChunk.Event, from bytes: UnsafeRawBufferPointer, with statement: Statement, in db: Database
+        _ event: DrainedChunk.Event, id: Int64, from bytes: UnsafeRawBufferPointer, with statement: Statement,
+        in db: Database
     ) throws {
         let handle = statement.sqliteStatement
         defer { sqlite3_clear_bindings(handle) }
@@ -554,15 +690,16 @@ public final class Outbox: Sendable {
             }
         }
         sqlite3_reset(handle)
-        sqlite3_bind_int64(handle, 1, Int64(event.seq))
-        text(2, event.eventID)
-        text(3, event.producer)
-        sqlite3_bind_int64(handle, 4, Int64(event.producerKind.rawValue))
-        sqlite3_bind_int64(handle, 5, Int64(event.producerSeq))
-        sqlite3_bind_int64(handle, 6, event.wallMillis)
-        sqlite3_bind_int64(handle, 7, Int64(bitPattern: event.bootNanos))
-        blob(8, event.bootID)
-        blob(9, event.body)
+        sqlite3_bind_int64(handle, 1, id)
+        sqlite3_bind_int64(handle, 2, Int64(event.seq))
+        text(3, event.eventID)
+        text(4, event.producer)
+        sqlite3_bind_int64(handle, 5, Int64(event.producerKind.rawValue))
+        sqlite3_bind_int64(handle, 6, Int64(event.producerSeq))
+        sqlite3_bind_int64(handle, 7, event.wallMillis)
+        sqlite3_bind_int64(handle, 8, Int64(bitPattern: event.bootNanos))
+        blob(9, event.bootID)
+        blob(10, event.body)
         let rc = sqlite3_step(handle)
         sqlite3_reset(handle)
         guard rc == SQLITE_DONE else {
@@ -628,8 +765,8 @@ public final class Outbox: Sendable {
     ) throws -> BatchInfo? {
         try writer.write { db in
             if let inFlight = try Self.inFlight(db) {
-                let select = try Self.selectBatch(db, from: inFlight.firstID, through: inFlight.lastID, limit: maxCount)
-                let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, each)
+                let scanned = try Self.scan(
+                    db, from: inFlight.firstID, through: inFlight.lastID, maxCount: maxCount, maxBytes: maxBytes, each)
                 if scanned.count > 0 && scanned.lastID >= inFlight.lastID {
                     return BatchInfo(id: inFlight.id, count: scanned.count)
                 }
@@ -644,18 +781,16 @@ public final class Outbox: Sendable {
                 // outbox edited by hand): never send an empty batch; start a new one.
                 try Self.endInFlight(db)
             }
-            let select = try Self.selectBatch(db, from: .min, through: .max, limit: maxCount)
-            let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, each)
+            let scanned = try Self.scan(db, from: .min, through: .max, maxCount: maxCount, maxBytes: maxBytes, each)
             guard scanned.count > 0 else { return nil }
             return try Self.startBatch(scanned, in: db)
         }
     }
 
     /// Makes the rows `scanned` covers the batch in flight, under a new id.
-    private static func startBatch(_ scanned: (count: Int, firstID: Int64, lastID: Int64), in db: Database) throws
-        -> BatchInfo
-    {
-        let batch = InFlight(id: newBatchID(), firstID: scanned.firstID, lastID: scanned.lastID)
+    private static func startBatch(_ scanned: Scanned, in db: Database) throws -> BatchInfo {
+        let batch = InFlight(
+            id: newBatchID(), firstID: scanned.firstID, lastID: scanned.lastID, count: scanned.count, bytes: scanned.bytes)
         try setInFlight(db, batch)
         return BatchInfo(id: batch.id, count: scanned.count)
     }
@@ -668,8 +803,9 @@ public final class Outbox: Sendable {
     public struct PreparedBatch: Sendable, Hashable {
         /// The id it will have (the `Idempotency-Key`).
         public var id: String
-        /// Its number of events.
+        /// Its number of events, and their bodies' bytes.
         public var count: Int
+        public var bytes: Int
         /// Its first and last row ids.
         public var firstID: Int64
         public var lastID: Int64
@@ -684,41 +820,60 @@ public final class Outbox: Sendable {
     ) throws -> PreparedBatch? {
         try writer.read { db in
             guard let inFlight = try Self.inFlight(db), inFlight.id == batchID else { return nil }
-            let select = try Self.selectBatch(db, from: inFlight.lastID + 1, through: .max, limit: maxCount)
-            let scanned = try Self.scan(select, in: db, maxBytes: maxBytes, each)
+            let scanned = try Self.scan(
+                db, from: inFlight.lastID + 1, through: .max, maxCount: maxCount, maxBytes: maxBytes, each)
             guard scanned.count > 0 else { return nil }
             return PreparedBatch(
-                id: Self.newBatchID(), count: scanned.count,
+                id: Self.newBatchID(), count: scanned.count, bytes: scanned.bytes,
                 firstID: scanned.firstID, lastID: scanned.lastID)
         }
     }
 
-    /// The cached statement that reads a batch's rows for ``scan(_:in:maxBytes:_:)``: at most `limit`
-    /// rows with ids from `firstID` through `lastID`, in upload order, bound and ready to step.
-    private static func selectBatch(_ db: Database, from firstID: Int64, through lastID: Int64, limit: Int) throws
-        -> Statement
-    {
-        let select = try db.cachedStatement(
-            sql: "SELECT id, wall_ms, boot_ns, boot_id, body FROM outbox WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?")
-        let handle = select.sqliteStatement
-        sqlite3_reset(handle)
-        sqlite3_bind_int64(handle, 1, firstID)
-        sqlite3_bind_int64(handle, 2, lastID)
-        sqlite3_bind_int64(handle, 3, Int64(limit))
-        return select
-    }
-
-    /// Steps a `SELECT id, wall_ms, boot_ns, boot_id, body` statement, handing each row to `each` until
-    /// the rows run out or the next body would pass `maxBytes` (the first row always goes).
-    private static func scan(
-        _ statement: Statement, in db: Database, maxBytes: Int, _ each: (BatchEvent) throws -> Void
-    ) throws -> (count: Int, firstID: Int64, lastID: Int64) {
-        let handle = statement.sqliteStatement
-        defer { sqlite3_reset(handle) }
+    /// What ``scan(_:from:through:maxCount:maxBytes:_:)`` handed on: how many rows, their body bytes,
+    /// and the ids of the first and last.
+    private struct Scanned {
         var count = 0
         var bytes = 0
         var firstID: Int64 = 0
         var lastID: Int64 = 0
+        /// Whether the next row would have passed the byte limit.
+        var full = false
+    }
+
+    /// Hands the rows waiting with ids from `firstID` through `lastID` to `each`, in upload order (the
+    /// older table's, then the newer's: ``Tables``), until `maxCount` rows or until the next body would
+    /// pass `maxBytes` (the first row always goes).
+    private static func scan(
+        _ db: Database, from firstID: Int64, through lastID: Int64, maxCount: Int, maxBytes: Int,
+        _ each: (BatchEvent) throws -> Void
+    ) throws -> Scanned {
+        let tables = try Tables.read(db)
+        var scanned = Scanned()
+        for table in tables.inOrder where scanned.count < maxCount && !scanned.full {
+            let select = try db.cachedStatement(sql: selectBatchSQL[table])
+            let handle = select.sqliteStatement
+            sqlite3_reset(handle)
+            sqlite3_bind_int64(handle, 1, max(firstID, tables.deliveredThrough + 1))
+            sqlite3_bind_int64(handle, 2, lastID)
+            sqlite3_bind_int64(handle, 3, Int64(maxCount - scanned.count))
+            try scan(select, in: db, maxBytes: maxBytes, into: &scanned, each)
+        }
+        return scanned
+    }
+
+    /// For each table: at most `?3` rows with ids from `?1` through `?2`, in upload order.
+    private static let selectBatchSQL = Tables.sql {
+        "SELECT id, wall_ms, boot_ns, boot_id, body FROM \($0) WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?"
+    }
+
+    /// Steps a bound ``selectBatchSQL`` statement, handing each row to `each` and adding it to `scanned`,
+    /// until the rows run out or the next body would pass `maxBytes` (the first row of all always goes).
+    private static func scan(
+        _ statement: Statement, in db: Database, maxBytes: Int, into scanned: inout Scanned,
+        _ each: (BatchEvent) throws -> Void
+    ) throws {
+        let handle = statement.sqliteStatement
+        defer { sqlite3_reset(handle) }
         while true {
             let rc = sqlite3_step(handle)
             if rc == SQLITE_DONE { break }
@@ -729,18 +884,20 @@ public final class Outbox: Sendable {
             }
             // sqlite.org/c3ref/column_blob.html: call _blob first, then _bytes, for the pointer to stay valid.
             let body = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 4), count: Int(sqlite3_column_bytes(handle, 4)))
-            if count > 0 && bytes + body.count > maxBytes { break }
+            if scanned.count > 0 && scanned.bytes + body.count > maxBytes {
+                scanned.full = true
+                break
+            }
             let bootID = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 3), count: Int(sqlite3_column_bytes(handle, 3)))
             let id = sqlite3_column_int64(handle, 0)
-            if count == 0 { firstID = id }
-            lastID = id
+            if scanned.count == 0 { scanned.firstID = id }
+            scanned.lastID = id
             try each(BatchEvent(
                 wallMillis: sqlite3_column_int64(handle, 1), bootNanos: UInt64(bitPattern: sqlite3_column_int64(handle, 2)),
                 bootID: bootID, body: body))
-            count += 1
-            bytes += body.count
+            scanned.count += 1
+            scanned.bytes += body.count
         }
-        return (count, firstID, lastID)
     }
 
     /// The rows of batch `batchID`, in upload order (to bisect or dead-letter a batch the collector refused);
@@ -760,9 +917,12 @@ public final class Outbox: Sendable {
                 try Self.endInFlight(db)
                 return []
             }
-            let batch = InFlight(id: Self.newBatchID(), firstID: first.id, lastID: last.id)
+            var batch = InFlight(id: Self.newBatchID(), firstID: first.id, lastID: last.id)
+            let rows = try Self.rows(db, batch)
+            batch.count = rows.count
+            batch.bytes = rows.reduce(0) { $0 + $1.body.count }
             try Self.setInFlight(db, batch)
-            return try Self.rows(db, batch)
+            return rows
         }
     }
 
@@ -815,22 +975,60 @@ public final class Outbox: Sendable {
     private static func acknowledge(_ batchID: String, in db: Database, then next: PreparedBatch?) throws -> Bool {
         guard try acknowledge(batchID, in: db) else { return false }
         guard let next else { return false }
-        let oldest = try GRDB.Row.fetchOne(
-            db.cachedStatement(sql: "SELECT MIN(id), COUNT(*) FROM outbox WHERE id <= ?"), arguments: [next.lastID])
-        guard let oldest, oldest[0] as Int64? == next.firstID, oldest[1] as Int == next.count else { return false }
-        try setInFlight(db, InFlight(id: next.id, firstID: next.firstID, lastID: next.lastID))
+        let tables = try Tables.read(db)
+        var oldest: Int64?
+        var count = 0
+        for table in tables.inOrder {
+            let row = try GRDB.Row.fetchOne(
+                db.cachedStatement(sql: waitingThroughSQL[table]), arguments: [tables.deliveredThrough, next.lastID])
+            if oldest == nil { oldest = row?[0] }
+            count += row?[1] ?? 0
+        }
+        guard oldest == next.firstID, count == next.count else { return false }
+        try setInFlight(
+            db, InFlight(id: next.id, firstID: next.firstID, lastID: next.lastID, count: next.count, bytes: next.bytes))
         return true
     }
 
+    /// For each table: the first id waiting (above `?1`) up to `?2`, and how many wait there.
+    private static let waitingThroughSQL = Tables.sql { "SELECT MIN(id), COUNT(*) FROM \($0) WHERE id > ? AND id <= ?" }
+
     /// Deletes the batch in flight if it is `batchID`; false when it is not.
+    ///
+    /// When no row waits before it (always so, unless the outbox was edited by hand), its rows are
+    /// delivered by moving `delivered_through` to its last id, and a table whose rows are then all
+    /// delivered is emptied whole (``Tables``); otherwise its rows are deleted one by one.
     private static func acknowledge(_ batchID: String, in db: Database) throws -> Bool {
         guard let inFlight = try Self.inFlight(db), inFlight.id == batchID else { return false }
-        let range: StatementArguments = [inFlight.firstID, inFlight.lastID]
-        let bytes = try Int.fetchOne(
-            db.cachedStatement(sql: "SELECT COALESCE(SUM(LENGTH(body)), 0) FROM outbox WHERE id BETWEEN ? AND ?"),
-            arguments: range) ?? 0
-        try db.cachedStatement(sql: "DELETE FROM outbox WHERE id BETWEEN ? AND ?").execute(arguments: range)
-        let deleted = db.changesCount
+        var tables = try Tables.read(db)
+        var deleted = 0
+        var bytes = 0
+        if let count = inFlight.count, let recorded = inFlight.bytes {
+            (deleted, bytes) = (count, recorded)  // no read of its rows
+        } else {
+            for table in tables.inOrder {
+                let row = try GRDB.Row.fetchOne(
+                    db.cachedStatement(sql: countSQL[table]), arguments: [inFlight.firstID, inFlight.lastID])
+                deleted += row?[0] ?? 0
+                bytes += row?[1] ?? 0
+            }
+        }
+        var earlierWaiting = false
+        for table in tables.inOrder {
+            earlierWaiting = try earlierWaiting || Bool.fetchOne(
+                db.cachedStatement(sql: waitingBetweenSQL[table]), arguments: [tables.deliveredThrough, inFlight.firstID]
+            ) == true
+        }
+        if earlierWaiting {
+            for table in tables.inOrder {
+                try db.cachedStatement(sql: deleteRangeSQL[table]).execute(arguments: [inFlight.firstID, inFlight.lastID])
+            }
+            try tables.emptyDelivered(db)
+        } else {
+            tables.deliveredThrough = max(tables.deliveredThrough, inFlight.lastID)
+            try setState(db, "delivered_through", tables.deliveredThrough)
+            try tables.emptyDelivered(db)
+        }
         try Self.endInFlight(db)
         if deleted > 0 {
             // A delivery ends the run of dead letters, and any hold a halt made (the held event was the
@@ -846,6 +1044,15 @@ public final class Outbox: Sendable {
         return true
     }
 
+    /// For each table: how many rows have ids from `?1` through `?2`, and their body bytes.
+    private static let countSQL = Tables.sql {
+        "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM \($0) WHERE id BETWEEN ? AND ?"
+    }
+    /// For each table: whether a row has an id above `?1` and below `?2`.
+    private static let waitingBetweenSQL = Tables.sql { "SELECT EXISTS (SELECT 1 FROM \($0) WHERE id > ? AND id < ?)" }
+    /// For each table: deletes the rows with ids from `?1` through `?2`.
+    private static let deleteRangeSQL = Tables.sql { "DELETE FROM \($0) WHERE id BETWEEN ? AND ?" }
+
     /// Moves one event to the dead-letter table with the collector's status and reason.
     public func deadLetter(_ row: Row, status: Int, reason: String, beforeCommit: () -> Void = {}) throws {
         try writer.write { db in
@@ -860,8 +1067,14 @@ public final class Outbox: Sendable {
                     row.wallMillis, Int64(bitPattern: row.bootNanos), Data(row.bootID.bytes), status, reason,
                     row.batchID, BootClock.wallMillis(), Data(row.body),
                 ])
-            try db.execute(sql: "DELETE FROM outbox WHERE id = ?", arguments: [row.id])
-            let deleted = db.changesCount
+            var deleted = 0
+            let tables = try Tables.read(db)
+            let waitingFrom = max(row.id, tables.deliveredThrough + 1)  // a delivered row is not waiting
+            for table in 0...1 {
+                try db.cachedStatement(sql: Self.deleteRangeSQL[table]).execute(arguments: [waitingFrom, row.id])
+                deleted += db.changesCount
+            }
+            try tables.emptyDelivered(db)  // the row may have been the last one waiting in its table
             // A batch in flight holding the row is over: its other rows go back to the pool. (No row of a
             // batch in flight is deleted while it stays in flight, so a new row's id, one past the
             // largest, never falls inside one.)
@@ -975,20 +1188,19 @@ public final class Outbox: Sendable {
             let chunk = Array(chosen[start..<min(start + Self.replayChunk, chosen.count)])
             moved += try ReplayInterrupted.saying(moved: moved, of: chosen.count) { try writer.write { db in
                 let select = try db.cachedStatement(sql: "SELECT * FROM dead_letters WHERE id = ?")
-                let insert = try db.cachedStatement(
-                    sql: """
-                        INSERT INTO outbox (seq, event_id, producer, producer_kind, producer_seq, wall_ms,
-                            boot_ns, boot_id, body)
-                        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                        """)
+                // Appended after every row in either table (``Tables``), as the drain appends.
+                let tables = try Tables.read(db)
+                var lastID = try tables.lastID(db)
+                let insert = try db.cachedStatement(sql: Self.insertSQL[tables.newer])
                 let delete = try db.cachedStatement(sql: "DELETE FROM dead_letters WHERE id = ?")
                 var moved = 0
                 var bytes = 0
                 for id in chunk {
                     // Gone meanwhile (discarded, or replayed by another command): nothing to move.
                     guard let r = try GRDB.Row.fetchOne(select, arguments: [id]) else { continue }
+                    lastID += 1
                     try insert.execute(arguments: [
-                        r["seq"], r["event_id"], r["producer"], r["producer_kind"], r["producer_seq"], r["wall_ms"],
+                        lastID, r["seq"], r["event_id"], r["producer"], r["producer_kind"], r["producer_seq"], r["wall_ms"],
                         r["boot_ns"], r["boot_id"], r["body"],
                     ])
                     try delete.execute(arguments: [id])
@@ -1097,23 +1309,29 @@ public final class Outbox: Sendable {
     // MARK: Helpers
 
     /// The batch in flight: its id and the ids of its first and last rows (every row between them
-    /// belongs to it).
+    /// belongs to it), with their number and their bodies' bytes (nil: not recorded, as by an agent before
+    /// migration v7).
     private struct InFlight {
         var id: String
         var firstID: Int64
         var lastID: Int64
+        var count: Int?
+        var bytes: Int?
     }
 
     private static func inFlight(_ db: Database) throws -> InFlight? {
-        try GRDB.Row.fetchOne(db.cachedStatement(sql: "SELECT batch_id, first_id, last_id FROM in_flight LIMIT 1")).map { r in
-            InFlight(id: r[0], firstID: r[1], lastID: r[2])
+        try GRDB.Row.fetchOne(
+            db.cachedStatement(sql: "SELECT batch_id, first_id, last_id, event_count, body_bytes FROM in_flight LIMIT 1")
+        ).map { r in
+            InFlight(id: r[0], firstID: r[1], lastID: r[2], count: r[3], bytes: r[4])
         }
     }
 
     private static func setInFlight(_ db: Database, _ batch: InFlight) throws {
         try endInFlight(db)
-        try db.cachedStatement(sql: "INSERT INTO in_flight (batch_id, first_id, last_id) VALUES (?, ?, ?)")
-            .execute(arguments: [batch.id, batch.firstID, batch.lastID])
+        try db.cachedStatement(
+            sql: "INSERT INTO in_flight (batch_id, first_id, last_id, event_count, body_bytes) VALUES (?, ?, ?, ?, ?)"
+        ).execute(arguments: [batch.id, batch.firstID, batch.lastID, batch.count, batch.bytes])
     }
 
     /// Ends the batch in flight, if any: its rows go back to the pool of unbatched rows.

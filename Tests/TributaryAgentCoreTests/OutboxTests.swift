@@ -345,10 +345,10 @@ struct OutboxTests {
         }
     }
 
-    /// The names of the indexes on the outbox table (SQLite's automatic ones for UNIQUE included).
+    /// The names of the indexes on the outbox tables (SQLite's automatic ones for UNIQUE included).
     static func outboxIndexes(_ outbox: Outbox) throws -> [String] {
         try outbox.writer.read { db in
-            try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'outbox'")
+            try String.fetchAll(db, sql: "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name IN ('outbox_0', 'outbox_1')")
         }
     }
 

@@ -1,0 +1,238 @@
+import Foundation
+import GRDB
+import Testing
+import TributaryCollector
+import TributaryStore
+import TributaryTestSupport
+
+@testable import TributaryAgentCore
+
+/// The outbox's two tables used in turn (docs/outbox.md, "Two tables in turn"): an acknowledgement
+/// moves `delivered_through` instead of deleting rows, and a table whose rows are all delivered is
+/// emptied whole.
+@Suite("Outbox tables in turn")
+struct OutboxTablesTests {
+    /// A drained event whose body is JSON of `size` bytes or a little more.
+    static func row(_ seq: UInt64, size: Int = 0) -> Outbox.Row {
+        var row = OutboxTests.row(seq)
+        row.body = Array(#"{"event_id":"e\#(seq)","pad":"\#(String(repeating: "x", count: size))"}"#.utf8)
+        return row
+    }
+
+    /// WAL frames in the outbox's WAL file (a 32-byte header, then a 24-byte header and a page each).
+    static func walFrames(_ outbox: Outbox) -> Int { max(0, outbox.walFileBytes - 32) / (24 + 16_384) }
+
+    /// The rows each table holds, waiting or delivered.
+    static func tableCounts(_ outbox: Outbox) throws -> [Int] {
+        try outbox.writer.read { db in
+            try ["outbox_0", "outbox_1"].map { try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM \($0)") ?? 0 }
+        }
+    }
+
+    static func pageCounts(_ outbox: Outbox) throws -> (pages: Int, free: Int) {
+        try outbox.writer.read { db in
+            (try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0, try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0)
+        }
+    }
+
+    @Test("an acknowledgement writes a few pages into the WAL, not the pages of its rows; an emptied table's pages are reused")
+    func acknowledgementWritesFewPages() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            for start in stride(from: UInt64(1), through: 4_000, by: 1_000) {
+                try outbox.insertDrained((start..<start + 1_000).map { .event(Self.row($0, size: 800)) })
+            }
+            let drainedPages = try Self.pageCounts(outbox).pages
+            #expect(drainedPages > 200, "4,000 events of 0.8 KiB fill about 200 pages of 16 KiB")
+
+            // Half of them: `delivered_through` moves, no row is deleted.
+            let first = try outbox.nextBatch(maxCount: 2_000, maxBytes: .max)
+            #expect(try outbox.checkpoint() && outbox.walFileBytes == 0)
+            try outbox.acknowledge(try #require(first.first?.batchID))
+            #expect(Self.walFrames(outbox) <= 6, "deleting the batch's rows wrote about 110 pages")
+            #expect(try Self.tableCounts(outbox) == [4_000, 0], "delivered rows wait for their table to empty")
+            #expect(try outbox.pending().count == 2_000)
+
+            // The other half: every row of the table is delivered, and it is emptied whole.
+            let second = try outbox.nextBatch(maxCount: 2_000, maxBytes: .max)
+            #expect(second.map(\.seq) == Array(2_001...4_000))
+            #expect(try outbox.checkpoint() && outbox.walFileBytes == 0)
+            try outbox.acknowledge(try #require(second.first?.batchID))
+            #expect(Self.walFrames(outbox) <= 8, "emptying the table frees its pages without writing them")
+            #expect(try Self.tableCounts(outbox) == [0, 0] && outbox.pending().count == 0)
+            let emptied = try Self.pageCounts(outbox)
+            #expect(emptied.free >= drainedPages - 10, "the table's pages are free")
+
+            // The next drain takes the free pages: the file does not grow.
+            for start in stride(from: UInt64(4_001), through: 8_000, by: 1_000) {
+                try outbox.insertDrained((start..<start + 1_000).map { .event(Self.row($0, size: 800)) })
+            }
+            #expect(try Self.pageCounts(outbox).pages <= emptied.pages + 4)
+            #expect(try outbox.nextBatch(maxCount: 10, maxBytes: .max).map(\.seq) == Array(4_001...4_010))
+            #expect(try outbox.integrityCheck() == "ok")
+        }
+    }
+
+    @Test("an acknowledged batch with rows still waiting before it deletes its own rows and no others")
+    func acknowledgementAfterWaitingRows() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            try outbox.insertDrained((1...6).map { .event(Self.row($0)) })
+            let batch = try outbox.nextBatch(maxCount: 6, maxBytes: .max)
+            // Its last rows made a batch of their own (as only an outbox edited by hand has it: bisection
+            // keeps the first half), then acknowledged: rows 1 and 2 still wait.
+            let last = try outbox.rebatch(Array(batch.suffix(4)))
+            try outbox.acknowledge(try #require(last.first?.batchID))
+            #expect(try outbox.pending().count == 2 && outbox.counters().delivered == 4)
+            #expect(try outbox.nextBatch(maxCount: 10, maxBytes: .max).map(\.seq) == [1, 2])
+            #expect(try Self.tableCounts(outbox) == [2, 0], "its rows deleted one by one")
+        }
+    }
+
+    @Test("ids stay above every delivered one when both tables are empty")
+    func idsAfterEmptyTables() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            try outbox.insertDrained((1...3).map { .event(Self.row($0)) })
+            let batch = try outbox.nextBatch(maxCount: 3, maxBytes: .max)
+            try outbox.acknowledge(try #require(batch.first?.batchID))
+            #expect(try Self.tableCounts(outbox) == [0, 0])
+            try outbox.insertDrained((4...5).map { .event(Self.row($0)) })
+            let next = try outbox.nextBatch(maxCount: 3, maxBytes: .max)
+            #expect(next.map(\.seq) == [4, 5] && next.map(\.id) == [4, 5], "an id at or below 3 would count as delivered")
+        }
+    }
+
+    @Test(
+        "drains, batches, acknowledgements, dead letters, replays and reopenings through many turns match a model",
+        arguments: [(1, 3), (2, 5), (3, 8), (4, 1)] as [(UInt64, Int64)])
+    func model(seed: UInt64, turnRows: Int64) throws {
+        var rng = SplitMix64(seed: seed)
+        func random(_ bound: Int) -> Int { Int(rng.next() % UInt64(bound)) }
+        try withTemporaryGroup { dir in
+            let path = dir + "/outbox.sqlite"
+            var outbox = try Outbox(path: path, turnRows: turnRows)
+            var waiting: [(seq: UInt64, bytes: Int)] = []  // in upload order
+            var refused: [(seq: UInt64, bytes: Int)] = []  // in the order they were refused
+            var nextSeq: UInt64 = 1
+            var delivered = 0
+            var turns = 0
+            var newer = 0
+
+            for step in 0..<400 {
+                switch random(10) {
+                case 0...2:
+                    let rows = (0..<(1 + random(12))).map { _ in
+                        defer { nextSeq += 1 }
+                        return Self.row(nextSeq, size: random(60))
+                    }
+                    try outbox.insertDrained(rows.map { .event($0) })
+                    waiting += rows.map { ($0.seq, $0.body.count) }
+                case 3...5:
+                    let batch = try outbox.nextBatch(maxCount: 1 + random(8), maxBytes: .max)
+                    #expect(batch.map(\.seq) == waiting.prefix(batch.count).map(\.seq), "step \(step)")
+                    #expect(batch.isEmpty == waiting.isEmpty, "step \(step)")
+                    if let id = batch.first?.batchID, random(4) != 0 {
+                        try outbox.acknowledge(id)
+                        waiting.removeFirst(batch.count)
+                        delivered += batch.count
+                    }
+                case 6:
+                    let batch = try outbox.nextBatch(maxCount: 1 + random(4), maxBytes: .max)
+                    guard !batch.isEmpty else { break }
+                    let index = random(batch.count)
+                    try outbox.deadLetter(batch[index], status: 400, reason: "HTTP 400")
+                    refused.append(waiting.remove(at: index))
+                case 7:
+                    #expect(try outbox.replayDeadLetters() == refused.count)
+                    waiting += refused
+                    refused = []
+                case 8:
+                    let batch = try outbox.nextBatch(maxCount: 2 + random(6), maxBytes: .max)
+                    guard batch.count > 1 else { break }
+                    // A batch that is not the oldest rows waiting (only an outbox edited by hand has one).
+                    let suffix = try outbox.rebatch(Array(batch.dropFirst(1 + random(batch.count - 1))))
+                    try outbox.acknowledge(try #require(suffix.first?.batchID))
+                    waiting.removeSubrange(batch.count - suffix.count..<batch.count)
+                    delivered += suffix.count
+                default:
+                    outbox = try Outbox(path: path, turnRows: turnRows)
+                }
+
+                let state = try outbox.writer.read { db in
+                    let tables = try Outbox.Tables.read(db)
+                    let view = try GRDB.Row.fetchAll(db, sql: "SELECT id, seq, LENGTH(body) FROM outbox ORDER BY id")
+                    let bounds = try ["outbox_0", "outbox_1"].map {
+                        try GRDB.Row.fetchOne(db, sql: "SELECT MIN(id), MAX(id), COUNT(*) FROM \($0)")!
+                    }
+                    return (tables, view, bounds)
+                }
+                let (tables, view, bounds) = state
+                #expect(view.map { UInt64($0[1] as Int64) } == waiting.map(\.seq), "step \(step): the view shows what waits")
+                #expect(view.map { $0[2] as Int } == waiting.map(\.bytes), "step \(step)")
+                let ids = view.map { $0[0] as Int64 }
+                #expect(zip(ids, ids.dropFirst()).allSatisfy(<), "step \(step): ids in upload order")
+                #expect(ids.allSatisfy { $0 > tables.deliveredThrough }, "step \(step)")
+                let pending = try outbox.pending()
+                #expect(pending.count == waiting.count && pending.bytes == waiting.map(\.bytes).reduce(0, +), "step \(step)")
+                #expect(try outbox.counters().delivered == delivered, "step \(step)")
+                // Every id of the newer table is above every id of the older one.
+                if let olderMax = bounds[tables.older][1] as Int64?, let newerMin = bounds[tables.newer][0] as Int64? {
+                    #expect(olderMax < newerMin, "step \(step)")
+                }
+                // A table holding no row that waits has been emptied.
+                for table in 0...1 where bounds[table][2] as Int > 0 {
+                    #expect((bounds[table][1] as Int64) > tables.deliveredThrough, "step \(step): table \(table)")
+                }
+                if tables.newer != newer {
+                    turns += 1
+                    newer = tables.newer
+                }
+            }
+            #expect(turns >= 2, "the tables turned \(turns) times")
+            #expect(try outbox.integrityCheck() == "ok")
+
+            // Everything delivered: both tables empty.
+            while let id = try outbox.nextBatch(maxCount: 50, maxBytes: .max).first?.batchID { try outbox.acknowledge(id) }
+            #expect(try Self.tableCounts(outbox) == [0, 0] && outbox.pending().count == 0)
+        }
+    }
+
+    @Test("an outbox of v6 is migrated: its rows keep their ids in outbox_0, and its batch in flight is counted when acknowledged")
+    func migrateFromV6() throws {
+        try withTemporaryGroup { dir in
+            let path = dir + "/outbox.sqlite"
+            let inFlightID: String
+            do {
+                let outbox = try Outbox(path: path)
+                try outbox.insertDrained((1...5).map { .event(Self.row($0, size: 10)) })
+                let batch = try outbox.nextBatch(maxCount: 2, maxBytes: .max)
+                try outbox.acknowledge(try #require(batch.first?.batchID))
+                inFlightID = try #require(try outbox.nextBatch(maxCount: 3, maxBytes: .max).first?.batchID)
+                // Back to v6's schema, as an agent of v6 left it: one table with rows 3 to 5 waiting, in a
+                // batch in flight that records no count.
+                try outbox.writer.writeWithoutTransaction { db in
+                    try db.execute(sql: """
+                        DELETE FROM outbox_0 WHERE id <= 2;
+                        DROP VIEW outbox;
+                        DROP TABLE outbox_1;
+                        ALTER TABLE outbox_0 RENAME TO outbox;
+                        ALTER TABLE in_flight DROP COLUMN event_count;
+                        ALTER TABLE in_flight DROP COLUMN body_bytes;
+                        DELETE FROM agent_state WHERE key IN ('newer_table', 'delivered_through');
+                        DELETE FROM grdb_migrations WHERE identifier = 'v7: two tables in turn';
+                        """)
+                }
+            }
+            let outbox = try Outbox(path: path)
+            #expect(try Self.tableCounts(outbox) == [3, 0])
+            #expect(try outbox.writer.read { db in try Outbox.Tables.read(db).deliveredThrough } == 2)
+            let rows = try outbox.nextBatch(maxCount: 10, maxBytes: .max)
+            #expect(rows.map(\.seq) == [3, 4, 5] && rows.map(\.id) == [3, 4, 5])
+            #expect(rows.allSatisfy { $0.batchID == inFlightID }, "the batch in flight keeps its id")
+            try outbox.acknowledge(inFlightID)
+            #expect(try outbox.pending() == (0, 0, 0) && outbox.counters().delivered == 5)
+            #expect(try Self.tableCounts(outbox) == [0, 0] && outbox.integrityCheck() == "ok")
+        }
+    }
+}
