@@ -20,11 +20,14 @@
  *   4. one durable LMDB write transaction deleting the chunk (cursor from the first key, as
  *      Transaction.deleteThrough does).
  *
- * The outbox has the Swift outbox's schema (Outbox.swift, migrations v1, v3 and v4), journal_mode=WAL and
- * synchronous=FULL (--synchronous normal is there to show what that setting costs). Only app events
- * are expected (the driver fills the store with them): extension events, whose enrichment re-encodes
- * the JSON with Foundation, and corrupt records (dead letters) are refused, since no benchmark
- * store holds any.
+ * The outbox has the Swift outbox's table (Outbox.swift, migrations v1, v3 and v4), journal_mode=WAL and
+ * synchronous=FULL. Since migration v7 the Swift outbox keeps two such tables in turn and gives each
+ * row its id itself, reading the tables' bounds once per chunk (Outbox.Tables): those reads are the
+ * Swift drain's to carry, and the baseline keeps the one table, its rows numbered by SQLite.
+ * (--synchronous normal is there to show what that setting costs.) Only app events are expected
+ * (the driver fills the store with them): extension events, whose enrichment re-encodes the JSON
+ * with Foundation, and corrupt records (dead letters) are refused, since no benchmark store holds
+ * any.
  *
  * Protocol with the driver as for the producer mode: "READY <pid>" once both files are open, "GO"
  * on stdin, then one JSON line: {"lang":"c","producer":"drain","pid":…,"events":…,"txns":…,

@@ -350,7 +350,7 @@ public final class Agent: Service, Sendable {
         }
     }
 
-    /// Deletes the rows of the last batch delivered, if they are still in the outbox
+    /// Removes the last batch delivered from the outbox's waiting rows, if it is still there
     /// (``UploadSession/settle()``): in a turn that sends nothing, and as a run ends (where it waits
     /// at most a fifth of ``closingTime()`` for another process's write lock on the outbox). A failure
     /// other than an I/O error (which stops the process at once) leaves them for a later turn, or the
@@ -361,7 +361,7 @@ public final class Agent: Service, Sendable {
         } catch where FatalIO.matches(error) {
             FatalIO.stop(error, logger: logger)
         } catch {
-            logger.notice("could not delete the rows of the last batch delivered yet; a later turn or the next start does", metadata: [
+            logger.notice("could not record the last batch delivered in the outbox yet; a later turn or the next start does", metadata: [
                 "tributary.error": "\(error)",
             ])
         }
@@ -551,8 +551,8 @@ public final class Agent: Service, Sendable {
             var progressed = drainedMore(drained)
             // With no collector URL (none given, and none in the group's settings yet) the events wait.
             let uploads = loop.flushing && pending > 0 && loop.mayUpload(at: now)
-            // A delivered batch whose rows the next request's step was to delete: a turn that sends no
-            // request deletes them itself, so that the outbox holds only what is still to be sent while
+            // A delivered batch the next request's step was to record: a turn that sends no request
+            // records it itself, so that the outbox's waiting rows are only what is still to be sent while
             // the loop waits. Not while stopping: the run's end does it, within its closing time.
             if !uploads && !isStopping { settle(session, patience: nil) }
             if uploads {
@@ -825,7 +825,7 @@ public final class Agent: Service, Sendable {
     private func sent(through seq: UInt64, _ loop: inout LoopState) throws -> Bool {
         if loop.onceMark == nil {
             guard try outbox.lastDrainedSeq() >= seq else { return false }
-            // Rows delivered but not yet deleted (``UploadSession/settle()``) are counted in `rowsSent`.
+            // Rows delivered but not yet recorded so (``UploadSession/settle()``) are counted in `rowsSent`.
             loop.onceMark = (try waiting().count, loop.rowsSent)
         }
         guard let mark = loop.onceMark else { return false }
@@ -890,12 +890,12 @@ public final class Agent: Service, Sendable {
     }
 
     /// The outbox's events still to be sent and their bytes, and its dead letters' bytes: the outbox's
-    /// own counts, less a delivered batch whose rows are deleted while the next request is out
-    /// (``UploadSession/settle()``). Its bytes stay counted: the quota is held to what is on disk.
-    /// `unsettled`: the undeleted batch's events as the caller read them (default: read now).
+    /// own counts, less a delivered batch recorded so while the next request is out
+    /// (``UploadSession/settle()``). Its bytes stay counted until then, against the quota as all that
+    /// waits. `unsettled`: that batch's events as the caller read them (default: read now).
     private func waiting(unsettled: Int? = nil) throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
         let pending = try outbox.pending()
-        // Not below 0: the undeleted batch's rows may have gone by another hand (the outbox edited).
+        // Not below 0: that batch's rows may have gone by another hand (the outbox edited).
         let count = max(0, pending.count - (unsettled ?? unsettledEvents.value))
         return (count, pending.bytes, pending.deadLetterBytes)
     }
@@ -1029,7 +1029,7 @@ public final class Agent: Service, Sendable {
     private func writeStatus(_ fields: StatusFields) {
         let state = fields.state
         do {
-            // A delivered batch whose rows are not deleted yet counts as delivered, not as pending.
+            // A delivered batch not yet recorded so counts as delivered, not as pending.
             let unsettled = unsettledEvents.value
             let counters = try outbox.counters()
             let pending = try waiting(unsettled: unsettled)

@@ -8,7 +8,7 @@ import Glibc
 /// `TRIBUTARY_CRASH_AT=name:N` the N-th time. Points:
 /// `drain.before-outbox-commit`, `drain.after-outbox-commit`, `upload.after-send`,
 /// `upload.after-ack`, `upload.before-deferred-ack` (the next batch's request out, the acknowledged
-/// batch's rows not yet deleted), `deadletter.before-commit`. Unset in production: one cached lookup.
+/// batch not yet recorded in the outbox), `deadletter.before-commit`. Unset in production: one cached lookup.
 public enum CrashPoint {
     /// The names a test may use.
     public static let names = [

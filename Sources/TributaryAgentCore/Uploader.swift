@@ -148,21 +148,22 @@ final class UploadSession: @unchecked Sendable {
     /// A read-ahead batch that became the batch in flight when its predecessor was acknowledged, or
     /// that becomes it in the next step (``unsettled``): the next step sends it as it is.
     private var ready: ReadAhead?
-    /// Whether a delivered batch's rows are deleted while the request of the batch after it is out,
+    /// Whether a delivered batch is recorded so while the request of the batch after it is out,
     /// rather than before that request goes (see ``unsettled``). The agent's loop sets it, and calls
     /// ``settle()`` in a turn that sends nothing and when it ends; off, each step leaves the outbox as
     /// its answer says.
     var defersAcknowledgements = false
-    /// A batch the collector acknowledged whose rows are still in the outbox, and the batch read ahead
-    /// after it (``ready``). The next step sends `next` first and then, while its request is out, deletes
-    /// the acknowledged rows and makes `next` the batch in flight, in one transaction: the agent's
-    /// deletion (a write transaction that may wait for a drain chunk's commit, 5–8 ms on 2 CPUs) is
-    /// then off the path from one request to the next, and the collector does not idle through it.
+    /// A batch the collector acknowledged whose rows still wait in the outbox, and the batch read ahead
+    /// after it (``ready``). The next step sends `next` first and then, while its request is out, ends
+    /// the acknowledged rows' wait and makes `next` the batch in flight, in one transaction
+    /// (``Outbox/acknowledge(_:then:patience:)``): that write, which may wait for a drain chunk's
+    /// commit (5–8 ms on 2 CPUs), is then off the path from one request to the next, and the collector
+    /// does not idle through it.
     /// Promise 3 holds: `next` goes only once every earlier batch is acknowledged. A crash before the
-    /// deletion commits sends both batches again, and the collector's dedup drops them.
+    /// transaction commits sends both batches again, and the collector's dedup drops them.
     private var unsettled: (batchID: String, next: Outbox.PreparedBatch)?
     /// ``unsettledCount``, readable from any thread (the loop's drain reads it while a request is out):
-    /// set when a deletion is deferred, 0 once it has committed (``deleteUnsettled(_:patience:)``).
+    /// set when an acknowledgement is deferred, 0 once it has committed (``deleteUnsettled(_:patience:)``).
     let unsettledEvents: UnsettledEvents
 
     /// The events of a delivered batch whose rows are still in the outbox (``unsettled``), or 0.
@@ -334,7 +335,7 @@ final class UploadSession: @unchecked Sendable {
         return try apply(outcome, batchID: batchID, count: count)
     }
 
-    /// Deletes the rows of a batch the collector acknowledged whose deletion was deferred (``unsettled``),
+    /// Records a batch the collector acknowledged whose recording was deferred (``unsettled``),
     /// making the batch read ahead after it the batch in flight; nothing when there is none. The
     /// outbox then holds exactly what is still to be sent.
     /// `patience`: how long to wait for another process's write lock on the outbox (nil: the outbox's
@@ -349,9 +350,9 @@ final class UploadSession: @unchecked Sendable {
         }
     }
 
-    /// Deletes the rows of `unsettled`'s acknowledged batch, making its successor the batch in flight
-    /// (``Outbox/acknowledge(_:then:patience:)``), and only then stops counting them as delivered but
-    /// not deleted. Returns whether the successor became the batch in flight.
+    /// Records `unsettled`'s acknowledged batch as delivered, making its successor the batch in flight
+    /// (``Outbox/acknowledge(_:then:patience:)``), and only then stops counting it as delivered but
+    /// not recorded. Returns whether the successor became the batch in flight.
     private func deleteUnsettled(
         _ unsettled: (batchID: String, next: Outbox.PreparedBatch), patience: Duration? = nil
     ) throws -> Bool {

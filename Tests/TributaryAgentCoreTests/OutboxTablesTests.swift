@@ -120,7 +120,7 @@ struct OutboxTablesTests {
             var newer = 0
 
             for step in 0..<400 {
-                switch random(10) {
+                switch random(12) {
                 case 0...2:
                     let rows = (0..<(1 + random(12))).map { _ in
                         defer { nextSeq += 1 }
@@ -129,9 +129,13 @@ struct OutboxTablesTests {
                     try outbox.insertDrained(rows.map { .event($0) })
                     waiting += rows.map { ($0.seq, $0.body.count) }
                 case 3...5:
-                    let batch = try outbox.nextBatch(maxCount: 1 + random(8), maxBytes: .max)
+                    // Bounded by bytes now and then: a batch that stops at the end of the older table
+                    // because of its bytes must not go on into the newer one.
+                    let maxBytes = random(3) == 0 ? 1 + random(200) : Int.max
+                    let batch = try outbox.nextBatch(maxCount: 1 + random(8), maxBytes: maxBytes)
                     #expect(batch.map(\.seq) == waiting.prefix(batch.count).map(\.seq), "step \(step)")
                     #expect(batch.isEmpty == waiting.isEmpty, "step \(step)")
+                    #expect(batch.count <= 1 || batch.map(\.body.count).reduce(0, +) <= maxBytes, "step \(step)")
                     if let id = batch.first?.batchID, random(4) != 0 {
                         try outbox.acknowledge(id)
                         waiting.removeFirst(batch.count)
@@ -155,6 +159,34 @@ struct OutboxTablesTests {
                     try outbox.acknowledge(try #require(suffix.first?.batchID))
                     waiting.removeSubrange(batch.count - suffix.count..<batch.count)
                     delivered += suffix.count
+                case 9, 10:
+                    // As the agent sends: the batch after the one in flight read ahead, perhaps a drain
+                    // meanwhile (which may empty a table and turn them), then both in one acknowledgement.
+                    let batch = try outbox.nextBatch(maxCount: 1 + random(6), maxBytes: .max)
+                    guard let id = batch.first?.batchID else { break }
+                    var peeked: [UInt64] = []
+                    let next = try outbox.peekBatch(after: id, maxCount: 1 + random(6), maxBytes: 1 + random(300)) {
+                        let eventID = try #require(JSONFields.string("event_id", in: Array($0.body)))
+                        peeked.append(try #require(UInt64(eventID.dropFirst())))
+                    }
+                    #expect(peeked == waiting.dropFirst(batch.count).prefix(peeked.count).map(\.seq), "step \(step)")
+                    if random(2) == 0 {
+                        let rows = (0..<(1 + random(6))).map { _ in
+                            defer { nextSeq += 1 }
+                            return Self.row(nextSeq, size: random(60))
+                        }
+                        try outbox.insertDrained(rows.map { .event($0) })
+                        waiting += rows.map { ($0.seq, $0.body.count) }
+                    }
+                    let madeInFlight = try outbox.acknowledge(id, then: next)
+                    waiting.removeFirst(batch.count)
+                    delivered += batch.count
+                    #expect(madeInFlight == (next != nil), "step \(step)")
+                    if let next, madeInFlight {
+                        let inFlight = try outbox.nextBatch(maxCount: 100, maxBytes: .max)
+                        #expect(inFlight.count == next.count && inFlight.allSatisfy { $0.batchID == next.id }, "step \(step)")
+                        #expect(inFlight.map(\.seq) == peeked, "step \(step)")
+                    }
                 default:
                     outbox = try Outbox(path: path, turnRows: turnRows)
                 }
@@ -198,41 +230,71 @@ struct OutboxTablesTests {
         }
     }
 
-    @Test("an outbox of v6 is migrated: its rows keep their ids in outbox_0, and its batch in flight is counted when acknowledged")
+    @Test("a table holding more delivered rows than it may, while some of its rows wait, deletes them")
+    func heldRowsBounded() throws {
+        try withTemporaryGroup { dir in
+            // Tables turn every 2 ids, and each holds at most 8 delivered rows while some of its rows wait.
+            let outbox = try Outbox(path: dir + "/outbox.sqlite", turnRows: 2)
+            try outbox.insertDrained((1...30).map { .event(Self.row($0)) })
+            try outbox.insertDrained((31...32).map { .event(Self.row($0)) })  // the tables turn first
+            #expect(try Self.tableCounts(outbox) == [30, 2])
+            let ten = try outbox.nextBatch(maxCount: 10, maxBytes: .max)
+            try outbox.acknowledge(try #require(ten.first?.batchID))
+            #expect(try Self.tableCounts(outbox) == [20, 2], "10 delivered rows are more than 8: deleted")
+            let five = try outbox.nextBatch(maxCount: 5, maxBytes: .max)
+            try outbox.acknowledge(try #require(five.first?.batchID))
+            #expect(try Self.tableCounts(outbox) == [20, 2], "5 are not: kept until the table empties")
+            #expect(try outbox.nextBatch(maxCount: 100, maxBytes: .max).map(\.seq) == Array(16...32))
+            #expect(try outbox.pending().count == 17 && outbox.integrityCheck() == "ok")
+        }
+    }
+
+    /// Builds an outbox as an agent of v6 left it: one table with rows 3 to 5 waiting (1 and 2 delivered),
+    /// in a batch in flight that records no count. Returns that batch's id.
+    static func makeV6Outbox(at path: String) throws -> String {
+        let outbox = try Outbox(path: path)
+        try outbox.insertDrained((1...5).map { .event(Self.row($0, size: 10)) })
+        let batch = try outbox.nextBatch(maxCount: 2, maxBytes: .max)
+        try outbox.acknowledge(try #require(batch.first?.batchID))
+        let inFlightID = try #require(try outbox.nextBatch(maxCount: 3, maxBytes: .max).first?.batchID)
+        try outbox.writer.writeWithoutTransaction { db in
+            try db.execute(sql: """
+                DELETE FROM outbox_0 WHERE id <= 2;
+                DROP VIEW outbox;
+                DROP TABLE outbox_1;
+                ALTER TABLE outbox_0 RENAME TO outbox;
+                ALTER TABLE in_flight DROP COLUMN event_count;
+                ALTER TABLE in_flight DROP COLUMN body_bytes;
+                DELETE FROM agent_state WHERE key IN ('newer_table', 'delivered_through');
+                DELETE FROM grdb_migrations WHERE identifier = 'v7: two tables in turn';
+                """)
+        }
+        return inFlightID
+    }
+
+    @Test("an outbox of v6 is migrated: its rows keep their ids in outbox_0, and its batch in flight is counted")
     func migrateFromV6() throws {
         try withTemporaryGroup { dir in
+            // Acknowledged straight away (as a deferred acknowledgement would be): counted then.
             let path = dir + "/outbox.sqlite"
-            let inFlightID: String
-            do {
-                let outbox = try Outbox(path: path)
-                try outbox.insertDrained((1...5).map { .event(Self.row($0, size: 10)) })
-                let batch = try outbox.nextBatch(maxCount: 2, maxBytes: .max)
-                try outbox.acknowledge(try #require(batch.first?.batchID))
-                inFlightID = try #require(try outbox.nextBatch(maxCount: 3, maxBytes: .max).first?.batchID)
-                // Back to v6's schema, as an agent of v6 left it: one table with rows 3 to 5 waiting, in a
-                // batch in flight that records no count.
-                try outbox.writer.writeWithoutTransaction { db in
-                    try db.execute(sql: """
-                        DELETE FROM outbox_0 WHERE id <= 2;
-                        DROP VIEW outbox;
-                        DROP TABLE outbox_1;
-                        ALTER TABLE outbox_0 RENAME TO outbox;
-                        ALTER TABLE in_flight DROP COLUMN event_count;
-                        ALTER TABLE in_flight DROP COLUMN body_bytes;
-                        DELETE FROM agent_state WHERE key IN ('newer_table', 'delivered_through');
-                        DELETE FROM grdb_migrations WHERE identifier = 'v7: two tables in turn';
-                        """)
-                }
-            }
-            let outbox = try Outbox(path: path)
+            let inFlightID = try Self.makeV6Outbox(at: path)
+            var outbox = try Outbox(path: path)
             #expect(try Self.tableCounts(outbox) == [3, 0])
             #expect(try outbox.writer.read { db in try Outbox.Tables.read(db).deliveredThrough } == 2)
-            let rows = try outbox.nextBatch(maxCount: 10, maxBytes: .max)
-            #expect(rows.map(\.seq) == [3, 4, 5] && rows.map(\.id) == [3, 4, 5])
-            #expect(rows.allSatisfy { $0.batchID == inFlightID }, "the batch in flight keeps its id")
+            #expect(try outbox.rows(inBatch: inFlightID).map(\.id) == [3, 4, 5], "the batch in flight keeps its id and rows")
             try outbox.acknowledge(inFlightID)
             #expect(try outbox.pending() == (0, 0, 0) && outbox.counters().delivered == 5)
             #expect(try Self.tableCounts(outbox) == [0, 0] && outbox.integrityCheck() == "ok")
+
+            // Cut down by a smaller batch: its first rows become a batch of their own, counted.
+            let other = dir + "/other.sqlite"
+            _ = try Self.makeV6Outbox(at: other)
+            outbox = try Outbox(path: other)
+            let cut = try outbox.nextBatch(maxCount: 2, maxBytes: .max)
+            #expect(cut.map(\.seq) == [3, 4])
+            try outbox.acknowledge(try #require(cut.first?.batchID))
+            #expect(try outbox.pending().count == 1 && outbox.counters().delivered == 4)
+            #expect(try outbox.nextBatch(maxCount: 10, maxBytes: .max).map(\.seq) == [5])
         }
     }
 }
