@@ -428,13 +428,24 @@ public final class Outbox: Sendable {
         }
 
         /// Each statement per table (cached per connection under its text).
-        private static let maxIDSQL = sql { "SELECT MAX(id) FROM \($0)" }
-        private static let spanSQL = sql { "SELECT MIN(id), MAX(id) FROM \($0)" }
+        fileprivate static let maxIDSQL = sql { "SELECT MAX(id) FROM \($0)" }
+        // Two subqueries: SQLite answers a lone MIN() or MAX() from the B-tree's edge, but scans the
+        // whole table for both in one SELECT.
+        fileprivate static let spanSQL = sql { "SELECT (SELECT MIN(id) FROM \($0)), (SELECT MAX(id) FROM \($0))" }
         private static let emptySQL = sql { "DELETE FROM \($0)" }  // no WHERE: the truncate optimization
-        private static let deleteThroughSQL = sql { "DELETE FROM \($0) WHERE id <= ?" }
+        fileprivate static let deleteThroughSQL = sql { "DELETE FROM \($0) WHERE id <= ?" }
 
         /// `text` for `outbox_0` and `outbox_1`.
         static func sql(_ text: (String) -> String) -> [String] { [text("outbox_0"), text("outbox_1")] }
+    }
+
+    /// Every statement the outbox runs on one table but the one that empties it: each must find its rows
+    /// through the B-tree (a test checks their query plans: a scan of a table is a cost per row waiting).
+    static var statementsOnOneTable: [String] {
+        [
+            Tables.maxIDSQL, Tables.spanSQL, Tables.deleteThroughSQL, insertSQL, selectBatchSQL, waitingThroughSQL,
+            countSQL, waitingBetweenSQL, deleteRangeSQL,
+        ].flatMap { $0 }
     }
 
     // MARK: Drain side
@@ -681,7 +692,7 @@ public final class Outbox: Sendable {
     }
 
     /// For each table: the `INSERT` of one row, every column bound (``insert(_:id:from:with:in:)``).
-    private static let insertSQL = Tables.sql {
+    fileprivate static let insertSQL = Tables.sql {
         """
         INSERT INTO \($0) (id, seq, event_id, producer, producer_kind, producer_seq, wall_ms, boot_ns, boot_id, body)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -893,7 +904,7 @@ public final class Outbox: Sendable {
     }
 
     /// For each table: at most `?3` rows with ids from `?1` through `?2`, in upload order.
-    private static let selectBatchSQL = Tables.sql {
+    fileprivate static let selectBatchSQL = Tables.sql {
         "SELECT id, wall_ms, boot_ns, boot_id, body FROM \($0) WHERE id BETWEEN ? AND ? ORDER BY id LIMIT ?"
     }
 
@@ -1024,7 +1035,7 @@ public final class Outbox: Sendable {
     }
 
     /// For each table: the first id waiting (above `?1`) up to `?2`, and how many wait there.
-    private static let waitingThroughSQL = Tables.sql { "SELECT MIN(id), COUNT(*) FROM \($0) WHERE id > ? AND id <= ?" }
+    fileprivate static let waitingThroughSQL = Tables.sql { "SELECT MIN(id), COUNT(*) FROM \($0) WHERE id > ? AND id <= ?" }
 
     /// Ends the batch in flight if it is `batchID`, its rows delivered; false when it is not.
     ///
@@ -1078,13 +1089,13 @@ public final class Outbox: Sendable {
     }
 
     /// For each table: how many rows have ids from `?1` through `?2`, and their body bytes.
-    private static let countSQL = Tables.sql {
+    fileprivate static let countSQL = Tables.sql {
         "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM \($0) WHERE id BETWEEN ? AND ?"
     }
     /// For each table: whether a row has an id above `?1` and below `?2`.
-    private static let waitingBetweenSQL = Tables.sql { "SELECT EXISTS (SELECT 1 FROM \($0) WHERE id > ? AND id < ?)" }
+    fileprivate static let waitingBetweenSQL = Tables.sql { "SELECT EXISTS (SELECT 1 FROM \($0) WHERE id > ? AND id < ?)" }
     /// For each table: deletes the rows with ids from `?1` through `?2`.
-    private static let deleteRangeSQL = Tables.sql { "DELETE FROM \($0) WHERE id BETWEEN ? AND ?" }
+    fileprivate static let deleteRangeSQL = Tables.sql { "DELETE FROM \($0) WHERE id BETWEEN ? AND ?" }
 
     /// Moves one event to the dead-letter table with the collector's status and reason.
     public func deadLetter(_ row: Row, status: Int, reason: String, beforeCommit: () -> Void = {}) throws {

@@ -73,6 +73,25 @@ struct OutboxTablesTests {
         }
     }
 
+    @Test("every statement on one table finds its rows through the B-tree, none scans the table")
+    func queryPlans() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            let plans = try outbox.writer.read { db in
+                try Outbox.statementsOnOneTable.map { sql in
+                    let arguments = StatementArguments(Array(repeating: 0, count: sql.filter { $0 == "?" }.count))
+                    let rows = try GRDB.Row.fetchAll(db, sql: "EXPLAIN QUERY PLAN " + sql, arguments: arguments)
+                    return (sql, rows.map { $0["detail"] as String }.joined(separator: "; "))
+                }
+            }
+            #expect(plans.count == 18)
+            for (sql, plan) in plans {
+                #expect(!plan.contains("SCAN outbox_"), "\(sql): \(plan)")
+            }
+            #expect(plans.contains { $0.1.contains("SEARCH outbox_1") }, "the plans name the tables as SQLite says them")
+        }
+    }
+
     @Test("an acknowledged batch with rows still waiting before it deletes its own rows and no others")
     func acknowledgementAfterWaitingRows() throws {
         try withTemporaryGroup { dir in
