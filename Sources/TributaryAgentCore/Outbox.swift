@@ -443,8 +443,8 @@ public final class Outbox: Sendable {
     /// through the B-tree (a test checks their query plans: a scan of a table is a cost per row waiting).
     static var statementsOnOneTable: [String] {
         [
-            Tables.maxIDSQL, Tables.spanSQL, Tables.deleteThroughSQL, insertSQL, selectBatchSQL, waitingThroughSQL,
-            countSQL, waitingBetweenSQL, deleteRangeSQL,
+            Tables.maxIDSQL, Tables.spanSQL, Tables.deleteThroughSQL, insertSQL, selectBatchSQL, firstWaitingSQL,
+            waitingThroughSQL, countSQL, waitingBetweenSQL, deleteRangeSQL,
         ].flatMap { $0 }
     }
 
@@ -850,6 +850,9 @@ public final class Outbox: Sendable {
         /// Its first and last row ids.
         public var firstID: Int64
         public var lastID: Int64
+        /// The outbox's count of dead letters when it was read: while that is unchanged, no row of it
+        /// has left the outbox (only a dead letter takes a row from the middle of what waits).
+        var deadLettersWhenRead: Int64
     }
 
     /// The rows that follow the batch in flight `batchID`, chosen as ``nextBatch(maxCount:maxBytes:each:)``
@@ -867,7 +870,7 @@ public final class Outbox: Sendable {
             guard scanned.count > 0 else { return nil }
             return PreparedBatch(
                 id: Self.newBatchID(), count: scanned.count, bytes: scanned.bytes,
-                firstID: scanned.firstID, lastID: scanned.lastID)
+                firstID: scanned.firstID, lastID: scanned.lastID, deadLettersWhenRead: try Self.state(db, "dead_letters"))
         }
     }
 
@@ -1021,21 +1024,32 @@ public final class Outbox: Sendable {
         guard let next else { return false }
         let tables = try Tables.read(db)
         var oldest: Int64?
-        var count = 0
-        for table in tables.inOrder {
-            let row = try GRDB.Row.fetchOne(
-                db.cachedStatement(sql: Self.waitingThroughSQL[table]), arguments: [tables.deliveredThrough, next.lastID])
-            if oldest == nil { oldest = row?[0] }
-            count += row?[1] ?? 0
+        for table in tables.inOrder where oldest == nil {
+            oldest = try Int64.fetchOne(
+                db.cachedStatement(sql: Self.firstWaitingSQL[table]), arguments: [tables.deliveredThrough])
         }
-        guard oldest == next.firstID, count == next.count else { return false }
+        guard oldest == next.firstID else { return false }
+        // Rows are added only after every other, and only a dead letter takes one from the middle: with
+        // no dead letter since the read, its rows are all still there, and counting them (reading each
+        // of their pages on this connection) is needed only otherwise.
+        if try Self.state(db, "dead_letters") != next.deadLettersWhenRead {
+            var count = 0
+            for table in tables.inOrder {
+                count += try Int.fetchOne(
+                    db.cachedStatement(sql: Self.waitingThroughSQL[table]), arguments: [tables.deliveredThrough, next.lastID]
+                ) ?? 0
+            }
+            guard count == next.count else { return false }
+        }
         try Self.setInFlight(
             db, InFlight(id: next.id, firstID: next.firstID, lastID: next.lastID, count: next.count, bytes: next.bytes))
         return true
     }
 
-    /// For each table: the first id waiting (above `?1`) up to `?2`, and how many wait there.
-    fileprivate static let waitingThroughSQL = Tables.sql { "SELECT MIN(id), COUNT(*) FROM \($0) WHERE id > ? AND id <= ?" }
+    /// For each table: the first id above `?1`.
+    fileprivate static let firstWaitingSQL = Tables.sql { "SELECT MIN(id) FROM \($0) WHERE id > ?" }
+    /// For each table: how many rows have ids above `?1` and up to `?2`.
+    fileprivate static let waitingThroughSQL = Tables.sql { "SELECT COUNT(*) FROM \($0) WHERE id > ? AND id <= ?" }
 
     /// Ends the batch in flight if it is `batchID`, its rows delivered; false when it is not.
     ///

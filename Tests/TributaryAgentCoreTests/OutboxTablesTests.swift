@@ -84,7 +84,7 @@ struct OutboxTablesTests {
                     return (sql, rows.map { $0["detail"] as String }.joined(separator: "; "))
                 }
             }
-            #expect(plans.count == 18)
+            #expect(plans.count == 20)
             for (sql, plan) in plans {
                 #expect(!plan.contains("SCAN outbox_"), "\(sql): \(plan)")
             }
