@@ -22,7 +22,7 @@
  *
  * The outbox has the Swift outbox's table (Outbox.swift, migrations v1, v3 and v4), journal_mode=WAL and
  * synchronous=FULL. Since migration v7 the Swift outbox keeps two such tables in turn and gives each
- * row its id itself, reading the tables' bounds once per chunk (Outbox.Tables): those reads are the
+ * row its id itself, reading the tables' bounds with each chunk (Outbox.Tables): those reads are the
  * Swift drain's to carry, and the baseline keeps the one table, its rows numbered by SQLite.
  * (--synchronous normal is there to show what that setting costs.) Only app events are expected
  * (the driver fills the store with them): extension events, whose enrichment re-encodes the JSON

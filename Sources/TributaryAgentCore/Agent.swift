@@ -263,8 +263,8 @@ public final class Agent: Service, Sendable {
             watchdog = startWatchdog()
             let report = try await loopBody(session: session, loop: &loop, once: once)
             // What is left before the deadline (the grace the loop kept, or less: a task's grace is at most
-            // half its budget) is shared by the steps below: a fifth of it to deleting the last delivered
-            // batch's rows; 0.4 each of what remains then to the store delete and the checkpoint; then a
+            // half its budget) is shared by the steps below: a fifth of it to recording the last delivered
+            // batch in the outbox; 0.4 each of what remains then to the store delete and the checkpoint; then a
             // fifth of what remains to the HTTP client's shutdown.
             settle(session, patience: closingTime() * 0.2)
             let closing = closingTime()

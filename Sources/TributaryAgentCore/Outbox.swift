@@ -14,7 +14,7 @@ private let sqliteStatic: sqlite3_destructor_type? = nil
 public final class Outbox: Sendable {
     /// One event waiting for upload.
     public struct Row: Sendable, Hashable {
-        /// Upload order: above every id handed out before it (``Tables``).
+        /// Upload order: above every id handed out before it (``Tables/lastID(_:)``).
         public var id: Int64
         /// Global store sequence number.
         public var seq: UInt64
@@ -380,10 +380,12 @@ public final class Outbox: Sendable {
                 deliveredThrough: try Outbox.state(db, "delivered_through"))
         }
 
-        /// The largest id either table holds, or `delivered_through` when that is larger: the next row's
-        /// id is one more (an id at or below `delivered_through` would count as delivered).
+        /// The largest id ever handed out (`last_id`), or the largest either table holds, or
+        /// `delivered_through`, whichever is largest: the next row's id is one more. No id is handed out
+        /// twice: one at or below `delivered_through` would count as delivered, and one freed by a dead
+        /// letter of the last row could fall inside a batch read ahead.
         func lastID(_ db: Database) throws -> Int64 {
-            var last = deliveredThrough
+            var last = max(deliveredThrough, try Outbox.state(db, "last_id"))
             for table in 0...1 { last = max(last, try Self.maxID(db, table) ?? 0) }
             return last
         }
@@ -615,6 +617,7 @@ public final class Outbox: Sendable {
                 }
             }
             if highest > already { try Self.setState(db, "last_drained_seq", Int64(highest)) }
+            if inserted > 0 { try Self.setState(db, "last_id", id) }
             try Self.bump(db, "drained", inserted)
             try Self.bump(db, "pending_count", inserted)
             try Self.bump(db, "pending_bytes", insertedBytes)
@@ -850,16 +853,16 @@ public final class Outbox: Sendable {
         /// Its first and last row ids.
         public var firstID: Int64
         public var lastID: Int64
-        /// The outbox's count of dead letters when it was read: while that is unchanged, no row of it
-        /// has left the outbox (only a dead letter takes a row from the middle of what waits).
+        /// The outbox's count of dead letters when it was read: while that is unchanged and the batch
+        /// before it stayed in flight, no row of it has left the outbox (``acknowledge(_:then:patience:)``).
         var deadLettersWhenRead: Int64
     }
 
     /// The rows that follow the batch in flight `batchID`, chosen as ``nextBatch(maxCount:maxBytes:each:)``
     /// would choose them once that batch is acknowledged, handed to `each` on a reader connection (the
     /// drain and the uploader may write meanwhile: only rows after these are ever added, only the
-    /// uploader ends a row's wait, and the drain empties only a table whose rows are all delivered). Nil
-    /// when `batchID` is not in flight or no row follows it.
+    /// uploader ends a row's wait, and the drain removes only delivered rows, emptying or trimming a
+    /// table, ``Tables``). Nil when `batchID` is not in flight or no row follows it.
     public func peekBatch(
         after batchID: String, maxCount: Int, maxBytes: Int, each: (BatchEvent) throws -> Void
     ) throws -> PreparedBatch? {
@@ -984,7 +987,8 @@ public final class Outbox: Sendable {
     /// Removes an acknowledged batch from the rows waiting and, in the same transaction, makes `next`
     /// (read ahead while `batchID` was out) the batch in flight, if its rows are still exactly the
     /// oldest ones. Its rows are delivered by moving `delivered_through` past them, not deleted one by
-    /// one; a table whose rows are then all delivered is emptied whole (``Tables``).
+    /// one; a table whose rows are then all delivered is emptied whole, and one holding more delivered
+    /// rows than ``Tables/heldRows(turnRows:)`` has those deleted (``Tables``).
     ///
     /// The transaction commits with `synchronous=NORMAL`: its WAL frames are written but not synced
     /// (the next `FULL` commit, a drain's, syncs them with its own). A power loss can only undo an
@@ -1029,9 +1033,12 @@ public final class Outbox: Sendable {
                 db.cachedStatement(sql: Self.firstWaitingSQL[table]), arguments: [tables.deliveredThrough])
         }
         guard oldest == next.firstID else { return false }
-        // Rows are added only after every other, and only a dead letter takes one from the middle: with
-        // no dead letter since the read, its rows are all still there, and counting them (reading each
-        // of their pages on this connection) is needed only otherwise.
+        // Its rows are all still there unless one was taken from the middle of what waits. Rows are
+        // added only after every other; the batch before it stayed in flight since the read (its id is
+        // new each time), so no other acknowledgement ran; of the other writers, only a dead letter
+        // takes a waiting row (a hand edit of the outbox could too, and is not looked for). With no dead
+        // letter since the read, counting them (reading each of their pages on this connection) is not
+        // needed.
         if try Self.state(db, "dead_letters") != next.deadLettersWhenRead {
             var count = 0
             for table in tables.inOrder {
@@ -1265,6 +1272,7 @@ public final class Outbox: Sendable {
                     bytes += (r["body"] as Data).count
                     moved += 1
                 }
+                if moved > 0 { try Self.setState(db, "last_id", lastID) }
                 try Self.bump(db, "pending_count", moved)
                 try Self.bump(db, "pending_bytes", bytes)
                 return moved

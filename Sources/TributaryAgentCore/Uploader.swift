@@ -163,7 +163,7 @@ final class UploadSession: @unchecked Sendable {
     /// transaction commits sends both batches again, and the collector's dedup drops them.
     private var unsettled: (batchID: String, next: Outbox.PreparedBatch)?
     /// ``unsettledCount``, readable from any thread (the loop's drain reads it while a request is out):
-    /// set when an acknowledgement is deferred, 0 once it has committed (``deleteUnsettled(_:patience:)``).
+    /// set when an acknowledgement is deferred, 0 once it has committed (``acknowledgeUnsettled(_:patience:)``).
     let unsettledEvents: UnsettledEvents
 
     /// The events of a delivered batch whose rows are still in the outbox (``unsettled``), or 0.
@@ -250,7 +250,7 @@ final class UploadSession: @unchecked Sendable {
             let outcome = await post(ready.encoded, batchID: ready.batch.id, sentAt: ready.clock.wallMillis, timeout: timeout) {
                 if let unsettled {
                     CrashPoint.hit("upload.before-deferred-ack")
-                    settled.record { try self.deleteUnsettled(unsettled) }
+                    settled.record { try self.acknowledgeUnsettled(unsettled) }
                     do {
                         guard try settled.outcome() else { return }
                     } catch {
@@ -343,7 +343,7 @@ final class UploadSession: @unchecked Sendable {
     func settle(patience: Duration? = nil) throws {
         guard let unsettled = unsettled.take() else { return }
         do {
-            if try !deleteUnsettled(unsettled, patience: patience) { ready = nil }
+            if try !acknowledgeUnsettled(unsettled, patience: patience) { ready = nil }
         } catch {
             self.unsettled = unsettled  // still to do: a later settle() tries again
             throw error
@@ -353,7 +353,7 @@ final class UploadSession: @unchecked Sendable {
     /// Records `unsettled`'s acknowledged batch as delivered, making its successor the batch in flight
     /// (``Outbox/acknowledge(_:then:patience:)``), and only then stops counting it as delivered but
     /// not recorded. Returns whether the successor became the batch in flight.
-    private func deleteUnsettled(
+    private func acknowledgeUnsettled(
         _ unsettled: (batchID: String, next: Outbox.PreparedBatch), patience: Duration? = nil
     ) throws -> Bool {
         let madeInFlight = try outbox.acknowledge(unsettled.batchID, then: unsettled.next, patience: patience)

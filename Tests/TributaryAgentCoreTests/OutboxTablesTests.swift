@@ -92,6 +92,44 @@ struct OutboxTablesTests {
         }
     }
 
+    @Test("a batch read ahead becomes the batch in flight after a dead letter elsewhere, its rows counted")
+    func readAheadAfterDeadLetterElsewhere() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            try outbox.insertDrained((1...10).map { .event(Self.row($0)) })
+            let firstID = try #require(try outbox.nextBatch(maxCount: 4, maxBytes: .max).first?.batchID)
+            let next = try #require(try outbox.peekBatch(after: firstID, maxCount: 4, maxBytes: .max) { _ in })
+            // A corrupt store record drained meanwhile: a dead letter, after every row waiting.
+            try outbox.insertDrained([.corrupt(seq: 11, raw: [1, 2, 3], reason: "test")])
+            #expect(try outbox.counters().deadLetters == 1)
+            #expect(try outbox.acknowledge(firstID, then: next))
+            let inFlight = try outbox.nextBatch(maxCount: 100, maxBytes: .max)
+            #expect(inFlight.map(\.seq) == [5, 6, 7, 8] && inFlight.allSatisfy { $0.batchID == next.id })
+        }
+    }
+
+    @Test("ids are never handed out twice, also after the last row waiting went to the dead letters")
+    func idsNotReused() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            try outbox.insertDrained((1...3).map { .event(Self.row($0)) })
+            let rows = try outbox.nextBatch(maxCount: 3, maxBytes: .max)
+            try outbox.deadLetter(rows[2], status: 400, reason: "HTTP 400")
+            try outbox.insertDrained([.event(Self.row(4))])
+            #expect(try outbox.nextBatch(maxCount: 10, maxBytes: .max).map(\.id) == [1, 2, 4])
+            #expect(try outbox.replayDeadLetters() == 1)
+            #expect(try outbox.writer.read { db in try Int64.fetchAll(db, sql: "SELECT id FROM outbox ORDER BY id") } == [1, 2, 4, 5])
+        }
+    }
+
+    @Test("the writer connection zeroes only what it writes anyway (secure_delete FAST)")
+    func secureDeleteFast() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            #expect(try outbox.writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA secure_delete") } == 2)
+        }
+    }
+
     @Test("an acknowledged batch with rows still waiting before it deletes its own rows and no others")
     func acknowledgementAfterWaitingRows() throws {
         try withTemporaryGroup { dir in
@@ -202,9 +240,18 @@ struct OutboxTablesTests {
                     delivered += batch.count
                     #expect(madeInFlight == (next != nil), "step \(step)")
                     if let next, madeInFlight {
-                        let inFlight = try outbox.nextBatch(maxCount: 100, maxBytes: .max)
-                        #expect(inFlight.count == next.count && inFlight.allSatisfy { $0.batchID == next.id }, "step \(step)")
-                        #expect(inFlight.map(\.seq) == peeked, "step \(step)")
+                        if random(2) == 0 {
+                            let inFlight = try outbox.nextBatch(maxCount: 100, maxBytes: .max)
+                            #expect(inFlight.count == next.count && inFlight.allSatisfy { $0.batchID == next.id }, "step \(step)")
+                            #expect(inFlight.map(\.seq) == peeked, "step \(step)")
+                        } else {
+                            // Acknowledged as read ahead, on the count and bytes it recorded (the checks
+                            // below compare them with the model's).
+                            #expect(next.bytes == waiting.prefix(next.count).map(\.bytes).reduce(0, +), "step \(step)")
+                            try outbox.acknowledge(next.id)
+                            waiting.removeFirst(next.count)
+                            delivered += next.count
+                        }
                     }
                 default:
                     outbox = try Outbox(path: path, turnRows: turnRows)
@@ -231,9 +278,14 @@ struct OutboxTablesTests {
                 if let olderMax = bounds[tables.older][1] as Int64?, let newerMin = bounds[tables.newer][0] as Int64? {
                     #expect(olderMax < newerMin, "step \(step)")
                 }
-                // A table holding no row that waits has been emptied.
+                // A table holding no row that waits has been emptied, and one holding some keeps few
+                // delivered rows.
                 for table in 0...1 where bounds[table][2] as Int > 0 {
+                    let first = bounds[table][0] as Int64
                     #expect((bounds[table][1] as Int64) > tables.deliveredThrough, "step \(step): table \(table)")
+                    #expect(
+                        tables.deliveredThrough - first + 1 <= Outbox.Tables.heldRows(turnRows: turnRows),
+                        "step \(step): table \(table)")
                 }
                 if tables.newer != newer {
                     turns += 1
@@ -314,6 +366,19 @@ struct OutboxTablesTests {
             try outbox.acknowledge(try #require(cut.first?.batchID))
             #expect(try outbox.pending().count == 1 && outbox.counters().delivered == 4)
             #expect(try outbox.nextBatch(maxCount: 10, maxBytes: .max).map(\.seq) == [5])
+
+            // Read again whole: its count and bytes recorded then, and the acknowledgement takes them.
+            let third = dir + "/third.sqlite"
+            let thirdID = try Self.makeV6Outbox(at: third)
+            outbox = try Outbox(path: third)
+            let whole = try outbox.nextBatch(maxCount: 10, maxBytes: .max)
+            #expect(whole.map(\.seq) == [3, 4, 5] && whole.allSatisfy { $0.batchID == thirdID })
+            let recorded = try outbox.writer.read { db in
+                try GRDB.Row.fetchOne(db, sql: "SELECT event_count, body_bytes FROM in_flight")
+            }
+            #expect(recorded?[0] as Int? == 3 && recorded?[1] as Int? == whole.map(\.body.count).reduce(0, +))
+            try outbox.acknowledge(thirdID)
+            #expect(try outbox.pending() == (0, 0, 0) && outbox.counters().delivered == 5)
         }
     }
 }

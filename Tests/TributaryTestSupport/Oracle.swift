@@ -124,7 +124,7 @@ public struct Oracle: Sendable {
     public var inFlightWindows = 0
     /// Agent processes that ended without a clean stop (SIGKILL, SIGABRT, a fail-stop on an I/O error):
     /// each may repeat two batches, the last one acknowledged (its rows are deleted while the next one's
-    /// request is out: docs/outbox.md, "The deletion follows the next request") and that next one.
+    /// request is out: docs/outbox.md, "The acknowledgement follows the next request") and that next one.
     public var crashWindows = 0
     /// The agent's batch size (`--batch-size`): the most one in-flight batch can repeat.
     public var batchSize = 500
