@@ -346,8 +346,8 @@ public final class Outbox: Sendable {
     /// Where the outbox's rows are: two tables, `outbox_0` and `outbox_1`, used in turn
     /// (docs/outbox.md, "Two tables in turn").
     ///
-    /// - The drain appends to the newer table, with ids above every id in either table and above
-    ///   `delivered_through`: every id in the newer table is above every id in the older one, so upload
+    /// - The drain appends to the newer table, each row with an id above every one handed out before
+    ///   (``lastID(_:)``): every id in the newer table is above every id in the older one, so upload
     ///   order is the older table's rows, then the newer's.
     /// - An acknowledgement of the oldest rows waiting moves `delivered_through` past them instead of
     ///   deleting them. A table whose rows are all delivered is emptied whole: SQLite's truncate
@@ -357,9 +357,10 @@ public final class Outbox: Sendable {
     ///   becomes the newer: the drain appends to it from then on, and the other one empties as the
     ///   collector acknowledges it.
     /// - A table that holds more than ``heldRows(turnRows:)`` delivered rows while some of its rows
-    ///   still wait (one filled during an outage, then a flapping collector) has its delivered rows
-    ///   deleted, one by one as before: the disk the delivered rows take stays bounded, and so does the
-    ///   time emptying a table takes (SQLite reads each of its pages to free it).
+    ///   still wait (one filled during an outage, while its backlog is sent) has its delivered rows
+    ///   deleted, one by one as before: the disk the delivered rows take stays bounded (a flapping
+    ///   collector could otherwise keep a quota's worth of them beside a newer table filling up), and
+    ///   so does the time emptying a table takes (SQLite reads each of its pages to free it).
     ///
     /// The view `outbox` shows the rows waiting (both tables, above `delivered_through`). No GRDB
     /// transaction observer may watch deletions from the tables: GRDB would then turn the truncate
@@ -1142,7 +1143,7 @@ public final class Outbox: Sendable {
             try tables.emptyDelivered(db, turnRows: turnRows)  // the row may have been the last one waiting in its table
             // A batch in flight holding the row is over: its other rows go back to the pool. (No row of a
             // batch in flight stops waiting while it stays in flight, and a new row's id is one past the
-            // largest in either table and past `delivered_through`: it never falls inside one.)
+            // largest ever handed out: it never falls inside one.)
             try db.execute(sql: "DELETE FROM in_flight WHERE ? BETWEEN first_id AND last_id", arguments: [row.id])
             try Self.bump(db, "pending_count", -deleted)
             try Self.bump(db, "pending_bytes", -row.body.count * deleted)
@@ -1253,7 +1254,7 @@ public final class Outbox: Sendable {
             let chunk = Array(chosen[start..<min(start + Self.replayChunk, chosen.count)])
             moved += try ReplayInterrupted.saying(moved: moved, of: chosen.count) { try writer.write { db in
                 let select = try db.cachedStatement(sql: "SELECT * FROM dead_letters WHERE id = ?")
-                // Appended after every row in either table (``Tables``), as the drain appends.
+                // Appended after every id ever handed out (``Tables/lastID(_:)``), as the drain appends.
                 let tables = try Tables.read(db)
                 var lastID = try tables.lastID(db)
                 let insert = try db.cachedStatement(sql: Self.insertSQL[tables.newer])
