@@ -424,7 +424,8 @@ public final class Outbox: Sendable {
         /// least `turnRows` ids, makes the older one the newer (recorded in `db`).
         mutating func turnIfDue(_ db: Database, turnRows: Int64) throws {
             try emptyDelivered(db, turnRows: turnRows)
-            guard try Self.span(db, older) == nil, let span = try Self.span(db, newer), span.last - span.first + 1 >= turnRows
+            guard try Self.span(db, older) == nil, let span = try Self.span(db, newer),
+                span.last - span.first + 1 >= turnRows
             else { return }
             newer = older
             try Outbox.setState(db, "newer_table", Int64(newer))
@@ -835,7 +836,8 @@ public final class Outbox: Sendable {
     /// Makes the rows `scanned` covers the batch in flight, under a new id.
     private static func startBatch(_ scanned: Scanned, in db: Database) throws -> BatchInfo {
         let batch = InFlight(
-            id: newBatchID(), firstID: scanned.firstID, lastID: scanned.lastID, count: scanned.count, bytes: scanned.bytes)
+            id: newBatchID(), firstID: scanned.firstID, lastID: scanned.lastID, count: scanned.count,
+            bytes: scanned.bytes)
         try setInFlight(db, batch)
         return BatchInfo(id: batch.id, count: scanned.count)
     }
@@ -874,7 +876,8 @@ public final class Outbox: Sendable {
             guard scanned.count > 0 else { return nil }
             return PreparedBatch(
                 id: Self.newBatchID(), count: scanned.count, bytes: scanned.bytes,
-                firstID: scanned.firstID, lastID: scanned.lastID, deadLettersWhenRead: try Self.state(db, "dead_letters"))
+                firstID: scanned.firstID, lastID: scanned.lastID,
+                deadLettersWhenRead: try Self.state(db, "dead_letters"))
         }
     }
 
@@ -1043,9 +1046,8 @@ public final class Outbox: Sendable {
         if try Self.state(db, "dead_letters") != next.deadLettersWhenRead {
             var count = 0
             for table in tables.inOrder {
-                count += try Int.fetchOne(
-                    db.cachedStatement(sql: Self.waitingThroughSQL[table]), arguments: [tables.deliveredThrough, next.lastID]
-                ) ?? 0
+                let statement = try db.cachedStatement(sql: Self.waitingThroughSQL[table])
+                count += try Int.fetchOne(statement, arguments: [tables.deliveredThrough, next.lastID]) ?? 0
             }
             guard count == next.count else { return false }
         }
@@ -1082,13 +1084,14 @@ public final class Outbox: Sendable {
         }
         var earlierWaiting = false
         for table in tables.inOrder {
-            earlierWaiting = try earlierWaiting || Bool.fetchOne(
-                db.cachedStatement(sql: Self.waitingBetweenSQL[table]), arguments: [tables.deliveredThrough, inFlight.firstID]
-            ) == true
+            let statement = try db.cachedStatement(sql: Self.waitingBetweenSQL[table])
+            earlierWaiting = try earlierWaiting
+                || Bool.fetchOne(statement, arguments: [tables.deliveredThrough, inFlight.firstID]) == true
         }
         if earlierWaiting {
             for table in tables.inOrder {
-                try db.cachedStatement(sql: Self.deleteRangeSQL[table]).execute(arguments: [inFlight.firstID, inFlight.lastID])
+                try db.cachedStatement(sql: Self.deleteRangeSQL[table])
+                    .execute(arguments: [inFlight.firstID, inFlight.lastID])
             }
         } else {
             tables.deliveredThrough = max(tables.deliveredThrough, inFlight.lastID)
@@ -1115,7 +1118,9 @@ public final class Outbox: Sendable {
         "SELECT COUNT(*), COALESCE(SUM(LENGTH(body)), 0) FROM \($0) WHERE id BETWEEN ? AND ?"
     }
     /// For each table: whether a row has an id above `?1` and below `?2`.
-    fileprivate static let waitingBetweenSQL = Tables.sql { "SELECT EXISTS (SELECT 1 FROM \($0) WHERE id > ? AND id < ?)" }
+    fileprivate static let waitingBetweenSQL = Tables.sql {
+        "SELECT EXISTS (SELECT 1 FROM \($0) WHERE id > ? AND id < ?)"
+    }
     /// For each table: deletes the rows with ids from `?1` through `?2`.
     fileprivate static let deleteRangeSQL = Tables.sql { "DELETE FROM \($0) WHERE id BETWEEN ? AND ?" }
 
@@ -1140,7 +1145,8 @@ public final class Outbox: Sendable {
                 try db.cachedStatement(sql: Self.deleteRangeSQL[table]).execute(arguments: [waitingFrom, row.id])
                 deleted += db.changesCount
             }
-            try tables.emptyDelivered(db, turnRows: turnRows)  // the row may have been the last one waiting in its table
+            // The row may have been the last one waiting in its table.
+            try tables.emptyDelivered(db, turnRows: turnRows)
             // A batch in flight holding the row is over: its other rows go back to the pool. (No row of a
             // batch in flight stops waiting while it stays in flight, and a new row's id is one past the
             // largest ever handed out: it never falls inside one.)
@@ -1266,8 +1272,8 @@ public final class Outbox: Sendable {
                     guard let r = try GRDB.Row.fetchOne(select, arguments: [id]) else { continue }
                     lastID += 1
                     try insert.execute(arguments: [
-                        lastID, r["seq"], r["event_id"], r["producer"], r["producer_kind"], r["producer_seq"], r["wall_ms"],
-                        r["boot_ns"], r["boot_id"], r["body"],
+                        lastID, r["seq"], r["event_id"], r["producer"], r["producer_kind"], r["producer_seq"],
+                        r["wall_ms"], r["boot_ns"], r["boot_id"], r["body"],
                     ])
                     try delete.execute(arguments: [id])
                     bytes += (r["body"] as Data).count
@@ -1388,7 +1394,8 @@ public final class Outbox: Sendable {
 
     private static func inFlight(_ db: Database) throws -> InFlight? {
         try GRDB.Row.fetchOne(
-            db.cachedStatement(sql: "SELECT batch_id, first_id, last_id, event_count, body_bytes FROM in_flight LIMIT 1")
+            db.cachedStatement(
+                sql: "SELECT batch_id, first_id, last_id, event_count, body_bytes FROM in_flight LIMIT 1")
         ).map { r in
             InFlight(id: r[0], firstID: r[1], lastID: r[2], count: r[3], bytes: r[4])
         }

@@ -31,7 +31,8 @@ struct OutboxTablesTests {
 
     static func pageCounts(_ outbox: Outbox) throws -> (pages: Int, free: Int) {
         try outbox.writer.read { db in
-            (try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0, try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0)
+            let pages = try Int.fetchOne(db, sql: "PRAGMA page_count") ?? 0
+            return (pages, try Int.fetchOne(db, sql: "PRAGMA freelist_count") ?? 0)
         }
     }
 
@@ -88,7 +89,8 @@ struct OutboxTablesTests {
             for (sql, plan) in plans {
                 #expect(!plan.contains("SCAN outbox_"), "\(sql): \(plan)")
             }
-            #expect(plans.contains { $0.1.contains("SEARCH outbox_1") }, "the plans name the tables as SQLite says them")
+            #expect(
+                plans.contains { $0.1.contains("SEARCH outbox_1") }, "the plans name the tables as SQLite says them")
         }
     }
 
@@ -118,7 +120,8 @@ struct OutboxTablesTests {
             try outbox.insertDrained([.event(Self.row(4))])
             #expect(try outbox.nextBatch(maxCount: 10, maxBytes: .max).map(\.id) == [1, 2, 4])
             #expect(try outbox.replayDeadLetters() == 1)
-            #expect(try outbox.writer.read { db in try Int64.fetchAll(db, sql: "SELECT id FROM outbox ORDER BY id") } == [1, 2, 4, 5])
+            let ids = try outbox.writer.read { db in try Int64.fetchAll(db, sql: "SELECT id FROM outbox ORDER BY id") }
+            #expect(ids == [1, 2, 4, 5])
         }
     }
 
@@ -126,7 +129,10 @@ struct OutboxTablesTests {
     func secureDeleteFast() throws {
         try withTemporaryGroup { dir in
             let outbox = try Outbox(path: dir + "/outbox.sqlite")
-            #expect(try outbox.writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA secure_delete") } == 2)
+            let mode = try outbox.writer.writeWithoutTransaction { db in
+                try Int.fetchOne(db, sql: "PRAGMA secure_delete")
+            }
+            #expect(mode == 2)
         }
     }
 
@@ -156,7 +162,8 @@ struct OutboxTablesTests {
             #expect(try Self.tableCounts(outbox) == [0, 0])
             try outbox.insertDrained((4...5).map { .event(Self.row($0)) })
             let next = try outbox.nextBatch(maxCount: 3, maxBytes: .max)
-            #expect(next.map(\.seq) == [4, 5] && next.map(\.id) == [4, 5], "an id at or below 3 would count as delivered")
+            #expect(
+                next.map(\.seq) == [4, 5] && next.map(\.id) == [4, 5], "an id at or below 3 would count as delivered")
         }
     }
 
@@ -242,7 +249,9 @@ struct OutboxTablesTests {
                     if let next, madeInFlight {
                         if random(2) == 0 {
                             let inFlight = try outbox.nextBatch(maxCount: 100, maxBytes: .max)
-                            #expect(inFlight.count == next.count && inFlight.allSatisfy { $0.batchID == next.id }, "step \(step)")
+                            #expect(
+                                inFlight.count == next.count && inFlight.allSatisfy { $0.batchID == next.id },
+                                "step \(step)")
                             #expect(inFlight.map(\.seq) == peeked, "step \(step)")
                         } else {
                             // Acknowledged as read ahead, on the count and bytes it recorded (the checks
@@ -266,13 +275,17 @@ struct OutboxTablesTests {
                     return (tables, view, bounds)
                 }
                 let (tables, view, bounds) = state
-                #expect(view.map { UInt64($0[1] as Int64) } == waiting.map(\.seq), "step \(step): the view shows what waits")
+                #expect(
+                    view.map { UInt64($0[1] as Int64) } == waiting.map(\.seq),
+                    "step \(step): the view shows what waits")
                 #expect(view.map { $0[2] as Int } == waiting.map(\.bytes), "step \(step)")
                 let ids = view.map { $0[0] as Int64 }
                 #expect(zip(ids, ids.dropFirst()).allSatisfy(<), "step \(step): ids in upload order")
                 #expect(ids.allSatisfy { $0 > tables.deliveredThrough }, "step \(step)")
                 let pending = try outbox.pending()
-                #expect(pending.count == waiting.count && pending.bytes == waiting.map(\.bytes).reduce(0, +), "step \(step)")
+                #expect(
+                    pending.count == waiting.count && pending.bytes == waiting.map(\.bytes).reduce(0, +),
+                    "step \(step)")
                 #expect(try outbox.counters().delivered == delivered, "step \(step)")
                 // Every id of the newer table is above every id of the older one.
                 if let olderMax = bounds[tables.older][1] as Int64?, let newerMin = bounds[tables.newer][0] as Int64? {
@@ -296,7 +309,9 @@ struct OutboxTablesTests {
             #expect(try outbox.integrityCheck() == "ok")
 
             // Everything delivered: both tables empty.
-            while let id = try outbox.nextBatch(maxCount: 50, maxBytes: .max).first?.batchID { try outbox.acknowledge(id) }
+            while let id = try outbox.nextBatch(maxCount: 50, maxBytes: .max).first?.batchID {
+                try outbox.acknowledge(id)
+            }
             #expect(try Self.tableCounts(outbox) == [0, 0] && outbox.pending().count == 0)
         }
     }
@@ -352,7 +367,9 @@ struct OutboxTablesTests {
             var outbox = try Outbox(path: path)
             #expect(try Self.tableCounts(outbox) == [3, 0])
             #expect(try outbox.writer.read { db in try Outbox.Tables.read(db).deliveredThrough } == 2)
-            #expect(try outbox.rows(inBatch: inFlightID).map(\.id) == [3, 4, 5], "the batch in flight keeps its id and rows")
+            #expect(
+                try outbox.rows(inBatch: inFlightID).map(\.id) == [3, 4, 5],
+                "the batch in flight keeps its id and rows")
             try outbox.acknowledge(inFlightID)
             #expect(try outbox.pending() == (0, 0, 0) && outbox.counters().delivered == 5)
             #expect(try Self.tableCounts(outbox) == [0, 0] && outbox.integrityCheck() == "ok")
