@@ -384,10 +384,14 @@ public final class Outbox: Sendable {
         /// The largest id ever handed out (`last_id`), or the largest either table holds, or
         /// `delivered_through`, whichever is largest: the next row's id is one more. No id is handed out
         /// twice: one at or below `delivered_through` would count as delivered, and one freed by a dead
-        /// letter of the last row could fall inside a batch read ahead.
-        func lastID(_ db: Database) throws -> Int64 {
+        /// letter of the last row could fall inside a batch read ahead. `spans`: the tables' spans when
+        /// the caller has just read them (``turnIfDue(_:turnRows:)``), else their largest ids are read.
+        func lastID(_ db: Database, spans: [Span?]? = nil) throws -> Int64 {
             var last = max(deliveredThrough, try Outbox.state(db, "last_id"))
-            for table in 0...1 { last = max(last, try Self.maxID(db, table) ?? 0) }
+            for table in 0...1 {
+                let tableLast = try spans.map { $0[table]?.last } ?? Self.maxID(db, table)
+                last = max(last, tableLast ?? 0)
+            }
             return last
         }
 
@@ -396,8 +400,11 @@ public final class Outbox: Sendable {
             try Int64.fetchOne(db.cachedStatement(sql: maxIDSQL[table]))
         }
 
+        /// A table's smallest and largest ids.
+        typealias Span = (first: Int64, last: Int64)
+
         /// The smallest and largest ids in `table`, nil when it is empty.
-        static func span(_ db: Database, _ table: Int) throws -> (first: Int64, last: Int64)? {
+        static func span(_ db: Database, _ table: Int) throws -> Span? {
             guard let row = try GRDB.Row.fetchOne(db.cachedStatement(sql: spanSQL[table])),
                 let first = row[0] as Int64?, let last = row[1] as Int64?
             else { return nil }
@@ -409,26 +416,34 @@ public final class Outbox: Sendable {
 
         /// Empties each table whose rows are all delivered (its pages go to SQLite's free list unwritten),
         /// and deletes the delivered rows of one that holds more than ``heldRows(turnRows:)`` of them.
-        func emptyDelivered(_ db: Database, turnRows: Int64) throws {
-            for table in 0...1 {
-                guard let span = try Self.span(db, table), span.first <= deliveredThrough else { continue }
+        /// Returns each table's span after that (nil: empty).
+        @discardableResult
+        func emptyDelivered(_ db: Database, turnRows: Int64) throws -> [Span?] {
+            try (0...1).map { table in
+                guard let span = try Self.span(db, table) else { return nil }
+                guard span.first <= deliveredThrough else { return span }
                 if span.last <= deliveredThrough {
                     try db.cachedStatement(sql: Self.emptySQL[table]).execute()
-                } else if deliveredThrough - span.first + 1 > Self.heldRows(turnRows: turnRows) {
-                    try db.cachedStatement(sql: Self.deleteThroughSQL[table]).execute(arguments: [deliveredThrough])
+                    return nil
                 }
+                if deliveredThrough - span.first + 1 > Self.heldRows(turnRows: turnRows) {
+                    try db.cachedStatement(sql: Self.deleteThroughSQL[table]).execute(arguments: [deliveredThrough])
+                    return try Self.span(db, table)
+                }
+                return span
             }
         }
 
         /// ``emptyDelivered(_:turnRows:)``; then, when the older table is empty and the newer one spans at
-        /// least `turnRows` ids, makes the older one the newer (recorded in `db`).
-        mutating func turnIfDue(_ db: Database, turnRows: Int64) throws {
-            try emptyDelivered(db, turnRows: turnRows)
-            guard try Self.span(db, older) == nil, let span = try Self.span(db, newer),
-                span.last - span.first + 1 >= turnRows
-            else { return }
-            newer = older
-            try Outbox.setState(db, "newer_table", Int64(newer))
+        /// least `turnRows` ids, makes the older one the newer (recorded in `db`). Returns the tables'
+        /// spans.
+        mutating func turnIfDue(_ db: Database, turnRows: Int64) throws -> [Span?] {
+            let spans = try emptyDelivered(db, turnRows: turnRows)
+            if spans[older] == nil, let span = spans[newer], span.last - span.first + 1 >= turnRows {
+                newer = older
+                try Outbox.setState(db, "newer_table", Int64(newer))
+            }
+            return spans
         }
 
         /// Each statement per table (cached per connection under its text).
@@ -589,8 +604,8 @@ public final class Outbox: Sendable {
             var corrupt = 0
             var insertedBytes = 0
             var tables = try Tables.read(db)
-            try tables.turnIfDue(db, turnRows: turnRows)
-            var id = try tables.lastID(db)
+            let spans = try tables.turnIfDue(db, turnRows: turnRows)
+            var id = try tables.lastID(db, spans: spans)
             let insert = try db.cachedStatement(sql: Self.insertSQL[tables.newer])
             try chunk.bytes.withUnsafeBytes { bytes in
                 for entry in chunk.entries {
