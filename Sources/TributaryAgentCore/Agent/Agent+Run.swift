@@ -1,0 +1,187 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import GRDB
+import TributaryStore
+
+extension Agent {
+    func runLoop(once: Bool) async throws -> Report {
+        guard !started.exchange(true, ordering: .acquiringAndReleasing) else {
+            throw AgentError(
+                .startup, "This Agent has run already and released its group; create a new Agent to run again.")
+        }
+        if once, let deadline = configuration.deadline {
+            // A stop requested before the loop started (SIGTERM at once) keeps its budget if it ends sooner.
+            budget.update { current in
+                let run = BackgroundTask(budget: deadline, grace: configuration.grace, reason: .once, start: createdAt)
+                if current == nil || run.expiresAt < current!.expiresAt { current = run }
+            }
+        }
+        let client = HTTPClientFactory.make(readTimeout: configuration.upload.requestTimeout)
+        let session = UploadSession(
+            outbox: outbox, client: client, configuration: configuration.upload, logger: logger, unsettledEvents: unsettledEvents)
+        session.defersAcknowledgements = true
+        var limits = LoopMachine<ContinuousClock>.Limits(configuration, watchdogInterval: notifier.watchdogInterval)
+        limits.once = once
+        var loop = LoopRun(limits: limits, settings: configuration.effective(AgentSettings()))
+        var listener: FlushListener?
+        var watchdog: Task<Void, Never>?
+        let result: Result<Report, any Error>
+        do {
+            listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
+            applyGroupSettings(session: session, loop: &loop)
+            let pending = try outbox.pending().count
+            // Nothing to send needs no URL: a fetch timer's run on a device whose app has not set one yet.
+            if once && loop.machine.settings.serverURL == nil, try pending + store.status().pendingEvents > 0 {
+                throw AgentError(
+                    .configuration,
+                    "No collector URL: give --server, or have the app set the group's server_url (`tributary config set "
+                        + "--group \(store.groupDirectory) server_url=URL`)."
+                        + (loop.settingsProblem.map { " The group's settings are not used: \($0)" } ?? ""))
+            }
+            loop.outboxDrained = try outbox.counters().drained
+            heartbeat.beat()  // the migration and the opening before it are done: the loop starts now
+            notifier.ready(status: "draining \(store.groupDirectory); \(pending) events in the outbox")
+            logger.info("agent started", metadata: [
+                "tributary.group": "\(store.groupDirectory)", "tributary.outbox": "\(outbox.path)",
+                "tributary.server": "\(loop.machine.settings.serverURL ?? "none")", "tributary.format": "\(loop.machine.settings.format)",
+                "tributary.outbox.pending": "\(pending)",
+            ])
+            if store.isMemoryBacked {
+                logger.warning(
+                    "the group directory is on tmpfs (memory): the store's fsyncs promise nothing, and every event in it is lost at the next reboot; put it on a disk",
+                    metadata: ["tributary.group": "\(store.groupDirectory)"])
+            }
+            watchdog = startWatchdog()
+            let report = try await loopBody(session: session, loop: &loop)
+            // What is left before the deadline (the grace the loop kept, or less: a task's grace is at most
+            // half its budget) is shared by the steps below: a fifth of it to recording the last delivered
+            // batch in the outbox; 0.4 each of what remains then to the store delete and the checkpoint; then a
+            // fifth of what remains to the HTTP client's shutdown.
+            settle(session, patience: closingTime() * 0.2)
+            let closing = closingTime()
+            // A store delete still waiting (a slow fsync, a writer stopped inside its transaction) gets its
+            // share to end; one that failed meanwhile ends the run as it would have in the loop.
+            if !deletes.awaitPending(upTo: closing * 0.4) {
+                logger.notice(
+                    "stopping with a store delete still waiting for the store's write lock: the next drain deletes those events (they are in the outbox)")
+            }
+            try deletes.rethrowLateFailure()
+            // A reader holding the WAL must not delay the stop.
+            if try !outbox.checkpoint(patience: closing * 0.4) {
+                logger.info("outbox checkpoint left for the next start: a reader was using the outbox")
+            }
+            result = .success(report)
+        } catch {
+            if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
+            // A run that ends in an error (a store created anew, a halt in a one-shot run) still deletes
+            // what the collector acknowledged. An I/O error has stopped the process above.
+            settle(session, patience: closingTime() * 0.2)
+            result = .failure(Self.stopError(error, outbox: outbox.path))
+        }
+        // Release everything in the group directory first: nothing below may delay it.
+        watchdog?.cancel()
+        listener?.stop()
+        // A run that ended in an error says so, with that error.
+        switch result {
+        case .success: writeStatus(session: session, state: "stopped", loop: loop)
+        case .failure(let error):
+            writeStatus(
+                session: session, state: "failed", loop: loop,
+                error: (error as? AgentError)?.message ?? (error as? StoreError)?.message ?? "\(error)")
+        }
+        outboxLock.release()
+        lock.release()
+        await shutdown(client, within: closingTime() * 0.2)
+        let report = try result.get()
+        logger.info("agent stopped", metadata: [
+            "tributary.drained": "\(report.drained)", "tributary.delivered": "\(report.delivered)",
+            "tributary.outbox.pending": "\((try? outbox.pending().count) ?? -1)",
+        ])
+        return report
+    }
+
+    /// What ends a run, as the command reports it: the outbox's SQLite errors that are not fail-stop
+    /// become ``AgentError/Code/outboxIO``, with what to do about each kind.
+    static func stopError(_ error: any Error, outbox path: String) -> any Error {
+        guard let error = error as? DatabaseError else { return error }
+        let advice: String
+        switch error.resultCode {
+        case .SQLITE_FULL: advice = "its disk is full: free space and start the agent again"
+        case .SQLITE_BUSY, .SQLITE_LOCKED:
+            advice = "another process held it locked for longer than the agent waits (a `tributary dead-letters` "
+                + "run, or a tool with the file open): end it and start the agent again"
+        case .SQLITE_READONLY, .SQLITE_PERM, .SQLITE_CANTOPEN:
+            advice = "the agent may not write it or its directory: check their owner and permissions"
+        case .SQLITE_CORRUPT, .SQLITE_NOTADB:
+            advice = "it is damaged: move it aside (it holds events not yet delivered; `tributary dead-letters "
+                + "--outbox` and sqlite3 can read what is left) and start the agent again"
+        default: advice = "start the agent again; if this recurs, check the disk"
+        }
+        return AgentError(
+            .outboxIO,
+            "The outbox \(path) could not be written (\(error.resultCode): \(error.message ?? "no message")): \(advice). "
+                + "Events not in it yet are still in the store.",
+            cause: error)
+    }
+
+    /// Shuts the HTTP client down, waiting at most `limit`: a connection whose request was cancelled
+    /// against a collector that never answers can hold `shutdown()` open, and the process is stopping
+    /// within its grace period anyway.
+    func shutdown(_ client: HTTPClient, within limit: Duration) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let once = ResumeOnce(continuation)
+            Task {
+                try? await client.shutdown()
+                once.resume()
+            }
+            Task {
+                try? await Task.sleep(for: limit)
+                once.resume()
+            }
+        }
+    }
+
+    /// Removes the last batch delivered from the outbox's waiting rows, if it is still there
+    /// (``UploadSession/settle()``): in a turn that sends nothing, and as a run ends (where it waits
+    /// at most a fifth of ``closingTime()`` for another process's write lock on the outbox). A failure
+    /// other than an I/O error (which stops the process at once) leaves them for a later turn, or the
+    /// next start, which sends them again (the collector's dedup drops them); it ends no run.
+    func settle(_ session: UploadSession, patience: Duration?) {
+        do {
+            try session.settle(patience: patience)
+        } catch where FatalIO.matches(error) {
+            FatalIO.stop(error, logger: logger)
+        } catch {
+            logger.notice("could not record the last batch delivered in the outbox yet; a later turn or the next start does", metadata: [
+                "tributary.error": "\(error)",
+            ])
+        }
+    }
+
+    /// The time the steps after the main loop share: the configured grace, or what is left before the
+    /// deadline when that is less.
+    func closingTime() -> Duration {
+        guard let task = budget.current else { return configuration.grace }
+        return max(.zero, min(configuration.grace, task.deadline - .now))
+    }
+
+    /// Pings systemd's watchdog, but only while the main loop shows progress: its heartbeat is recent,
+    /// or a request it started is still within its timeout and answer time.
+    ///
+    /// It looks every quarter interval for a beat within the last half: a look that finds none skips
+    /// one ping, and the next look a quarter later may ping again, so a loop slow for a moment (a turn
+    /// of drain commits on a slow disk) leaves a gap of at most three quarters of the interval. Looking
+    /// every half interval, one skipped ping made a gap of a whole interval, which systemd may take for
+    /// a hang.
+    func startWatchdog() -> Task<Void, Never>? {
+        guard let interval = notifier.watchdogInterval else { return nil }
+        return Task.detached { [heartbeat, notifier] in
+            while !Task.isCancelled {
+                if heartbeat.isAlive(within: interval / 2) { notifier.watchdog() }
+                try? await Task.sleep(for: interval / 4)
+            }
+        }
+    }
+
+}

@@ -1,0 +1,47 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import TributaryStore
+
+extension Agent {
+    /// Reads the group's agent settings (``AgentSettings``, written by the main app) and applies what
+    /// changed: where batches go, their format, the bulk size, the flush interval. Settings that are not
+    /// valid are logged once, shown in the status, and leave what is in force.
+    func applyGroupSettings(session: UploadSession, loop: inout LoopRun) {
+        let text: String?
+        do {
+            text = try store.configurationValue(AgentSettings.configurationKey)
+        } catch {
+            logger.debug("could not read the group's settings", metadata: ["tributary.reason": "\(error)"])
+            return
+        }
+        if let seen = loop.settingsText, seen == text { return }
+        let first = loop.settingsText == nil
+        loop.settingsText = .some(text)
+        let settings: AgentSettings
+        do throws(StoreError) {
+            settings = try text.map { json throws(StoreError) in try AgentSettings(json: json) } ?? AgentSettings()
+            loop.settingsProblem = nil
+        } catch {
+            loop.settingsProblem = error.message
+            logger.error("the group's agent settings are not valid; the settings in force stay", metadata: [
+                "tributary.reason": "\(error.message)", "tributary.group": "\(store.groupDirectory)",
+            ])
+            return
+        }
+        let effective = configuration.effective(settings)
+        let old = loop.machine.settings
+        if effective.serverURL == nil && (first || old.serverURL != nil) && !loop.machine.limits.once {
+            logger.warning(
+                "no collector URL yet: events wait in the store and the outbox until --server or the group's server_url gives one")
+        }
+        guard effective != old else { return }
+        if loop.machine.adopt(effective, at: loop.clock.now) {
+            session.destination = (effective.serverURL, effective.format)
+        }
+        logger.notice(first ? "using the agent settings the app set for the group" : "the app changed the group's agent settings", metadata: [
+            "tributary.server": "\(effective.serverURL ?? "none")", "tributary.format": "\(effective.format)",
+            "tributary.bulk_size": "\(effective.bulkSize)", "tributary.flush_interval_s": "\(effective.flushInterval.seconds)",
+        ])
+    }
+}

@@ -1,0 +1,76 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import TributaryStore
+
+extension Agent {
+    /// What the status file says besides the outbox's figures, as the loop knows it now.
+    struct StatusFields: Sendable {
+        var state: String
+        var haltReason: String?
+        var lastError: String?
+        var lastUploadMillis: Int64?
+        var serverURL: String?
+        var settingsProblem: String?
+    }
+
+    /// What the loop knows for the status file now; `error`, when the run ended in one, is its last error.
+    func statusFields(session: UploadSession, state: String, loop: LoopRun, error: String? = nil) -> StatusFields {
+        StatusFields(
+            state: state, haltReason: session.haltReason, lastError: error ?? session.lastError,
+            lastUploadMillis: loop.lastUploadMillis, serverURL: loop.machine.settings.serverURL,
+            settingsProblem: loop.settingsProblem)
+    }
+
+    /// Writes the agent's status file; `error`, when the run ended in one, is its last error.
+    func writeStatus(session: UploadSession, state: String, loop: LoopRun, error: String? = nil) {
+        writeStatus(statusFields(session: session, state: state, loop: loop, error: error))
+    }
+
+    /// Rewrites the status file once a second (the first time a second after `lastWrite`) until
+    /// cancelled, with `fields` (read before the request started: the upload task changes the
+    /// session's; `stopping` once a stop is asked for) and the outbox's figures as they are then:
+    /// while the loop awaits a request, which only its timeout bounds. Cancelled, it returns at once.
+    func keepStatusFresh(_ fields: StatusFields, lastWrite: ContinuousClock.Instant) -> Task<Void, Never> {
+        let first = lastWrite.advanced(by: .seconds(1))
+        return Task { [self] in
+            var next = first
+            var fields = fields
+            while (try? await Task.sleep(until: next, clock: .continuous)) != nil {
+                // A stop asked for meanwhile waits for this answer (within its deadline): say so.
+                if stopping.load(ordering: .acquiring) { fields.state = "stopping" }
+                writeStatus(fields)
+                next = max(next.advanced(by: .seconds(1)), .now)
+            }
+        }
+    }
+
+    func writeStatus(_ fields: StatusFields) {
+        let state = fields.state
+        do {
+            // A delivered batch not yet recorded so counts as delivered, not as pending.
+            let unsettled = unsettledEvents.value
+            let counters = try outbox.counters()
+            let pending = try waiting(unsettled: unsettled)
+            var status = AgentStatus(
+                pid: getpid(), state: state, haltReason: fields.haltReason, lastError: fields.lastError,
+                outboxPath: outbox.path, outboxPending: pending.count,
+                delivered: counters.delivered + Int64(unsettled), deadLetters: counters.deadLetters,
+                batches: counters.batches + (unsettled > 0 ? 1 : 0), retries: counters.retries,
+                corruptRecords: counters.corruptRecords, lastUploadMillis: fields.lastUploadMillis,
+                updatedMillis: BootClock.wallMillis())
+            status.outboxBytes = pending.bytes
+            status.deadLetterBytes = pending.deadLetterBytes
+            status.outboxQuota = configuration.outboxQuotaBytes
+            status.serverURL = fields.serverURL
+            status.settingsProblem = fields.settingsProblem
+            try status.write(groupDirectory: store.groupDirectory)
+            var line = "\(state): \(status.outboxPending) events queued, \(status.delivered) delivered"
+            if status.deadLetters > 0 { line += ", \(status.deadLetters) dead letters" }
+            if let halt = status.haltReason { line += "; halted: \(halt)" }
+            notifier.status(line)
+        } catch {
+            logger.warning("could not write the status file", metadata: ["tributary.reason": "\(error)"])
+        }
+    }
+}

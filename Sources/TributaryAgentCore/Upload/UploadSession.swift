@@ -1,0 +1,325 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import Synchronization
+import TributaryStore
+import TributaryWire
+
+
+/// Sends batches from the outbox, oldest first, one request at a time, and applies each outcome.
+///
+/// Never sends a batch before every earlier batch is acknowledged. A batch keeps its id across
+/// retries (the `Idempotency-Key`). 413 halves the batch size (a single event still too large is
+/// dead-lettered); 400/422 bisects the batch, sending only the first half of a known-bad range each
+/// time, so one poison event in n is isolated in about log₂ n requests and only it is dead-lettered.
+/// While a request is out (and no batch is being bisected), the next batch is read and encoded
+/// ahead (``readAhead(after:limit:)``); it is sent only once the batch before it is acknowledged.
+///
+/// Owned by the agent's loop; it is handed to one child task at a time (so that a deadline can cancel
+/// the request in flight), never used concurrently — hence `@unchecked Sendable`.
+final class UploadSession: @unchecked Sendable {
+    let outbox: Outbox
+    let client: HTTPClient
+    private(set) var configuration: UploadConfiguration
+    let logger: Logger
+
+    /// Retries so far for the batch in flight.
+    var attempt = 0
+    /// HTTP requests sent by this session (a step that dead-letters or finds nothing sends none).
+    var requestsSent = 0
+    /// Rows known to contain at least one rejected event (the collector refused them as a whole).
+    var suspect: [Outbox.Row]?
+    /// The half of the suspect currently being sent (kept, with its batch id, across retries).
+    var suspectHalf: [Outbox.Row]?
+    /// The suspect's status and reason, for the dead letter.
+    var suspectReason: (status: Int, reason: String) = (0, "")
+    /// Whether the collector refused the suspect on its own. A single suspect inferred from an accepted
+    /// first half is sent alone once before it is dead-lettered: a refusal of the whole batch that
+    /// does not recur (a proxy that mangled one body) then dead-letters nothing.
+    var suspectRefusedAlone = false
+    /// Batch size after 413s; grows back on success, up to `sizeCeiling`.
+    var batchLimit: Int
+    /// After a 413, the batch size it halved to: the limit grows back no further than this, so that a
+    /// collector whose limit lies between the two sizes does not answer every other batch with 413.
+    /// Forgotten after ``ceilingDeliveries`` batches delivered, so that a raised limit is found again.
+    var sizeCeiling: Int?
+    /// Batches delivered since the last 413.
+    var deliveriesUnderCeiling = 0
+    /// How many deliveries `sizeCeiling` lasts.
+    static let ceilingDeliveries = 100
+    /// The last thing that went wrong, for status.
+    var lastError: String?
+    /// Set while the collector refuses us (401/403/404…).
+    var haltReason: String?
+    /// The wait the collector asked for with the last retry's `Retry-After` (clamped as the backoff
+    /// clamps it), or nil when it asked for none (or for 0).
+    var waitAskedByCollector: Duration?
+    /// The batch after the one in flight, read and encoded while that one was out (see ``readAhead``).
+    var readAheadBatch: ReadAhead?
+    /// A read-ahead batch that became the batch in flight when its predecessor was acknowledged, or
+    /// that becomes it in the next step (``unsettled``): the next step sends it as it is.
+    var ready: ReadAhead?
+    /// Whether a delivered batch is recorded so while the request of the batch after it is out,
+    /// rather than before that request goes (see ``unsettled``). The agent's loop sets it, and calls
+    /// ``settle()`` in a turn that sends nothing and when it ends; off, each step leaves the outbox as
+    /// its answer says.
+    var defersAcknowledgements = false
+    /// A batch the collector acknowledged whose rows still wait in the outbox, and the batch read ahead
+    /// after it (``ready``). The next step sends `next` first and then, while its request is out, ends
+    /// the acknowledged rows' wait and makes `next` the batch in flight, in one transaction
+    /// (``Outbox/acknowledge(_:then:patience:)``): that write, which may wait for a drain chunk's
+    /// commit (5–8 ms on 2 CPUs), is then off the path from one request to the next, and the collector
+    /// does not idle through it.
+    /// Promise 3 holds: `next` goes only once every earlier batch is acknowledged. A crash before the
+    /// transaction commits sends both batches again, and the collector's dedup drops them.
+    var unsettled: (batchID: String, next: Outbox.PreparedBatch)?
+    /// ``unsettledCount``, readable from any thread (the loop's drain reads it while a request is out):
+    /// set when an acknowledgement is deferred, 0 once it has committed (``acknowledgeUnsettled(_:patience:)``).
+    let unsettledEvents: UnsettledEvents
+
+    /// The events of a delivered batch whose rows are still in the outbox (``unsettled``), or 0.
+    var unsettledCount: Int { unsettledEvents.value }
+
+    /// The events of the batch the next step sends as it is (read ahead, already in flight), or nil
+    /// when the next step reads the outbox.
+    var readyBatchCount: Int? { suspect == nil ? ready?.batch.count : nil }
+
+    /// A batch built ahead of its turn.
+    struct ReadAhead {
+        var batch: Outbox.PreparedBatch
+        var encoded: EncodedBatch
+        /// The clocks it was built at (its `_flush_time` and `Date` are the wall clock's).
+        var clock: WireClock
+
+        func isFresh(maxAge: Duration) -> Bool {
+            let age = BootClock.nowNanos() &- clock.bootNanos
+            return Duration.nanoseconds(Int64(clamping: age)) <= maxAge
+        }
+    }
+
+    init(
+        outbox: Outbox, client: HTTPClient, configuration: UploadConfiguration, logger: Logger,
+        unsettledEvents: UnsettledEvents = UnsettledEvents()
+    ) {
+        self.outbox = outbox
+        self.client = client
+        self.configuration = configuration
+        self.logger = logger
+        self.batchLimit = configuration.batchSize
+        self.unsettledEvents = unsettledEvents
+    }
+
+    /// What one step did.
+    enum Step: Equatable {
+        /// Nothing to send.
+        case empty
+        /// Events were acknowledged or dead-lettered; go on.
+        case progressed(delivered: Int, deadLettered: Int = 0)
+        /// Wait this long before the next step (backoff, or the halted interval).
+        case wait(Duration)
+    }
+
+    /// Replaces the bearer token (re-read from its file after a 401/403).
+    func updateToken(_ token: String?) { configuration.bearerToken = token }
+
+    /// Where batches go and in what format. A change forgets what the old destination's answers
+    /// taught: the batch read ahead (built in the old format), the halt, the retry count, a wait it
+    /// asked for, the batch size its 413s imposed, and that an event it refused alone is to be
+    /// dead-lettered (the new destination is asked first), and its last error. The batch in flight goes to the new one with
+    /// the same `Idempotency-Key`.
+    var destination: (serverURL: String?, format: WireFormat) {
+        get { (configuration.serverURL, configuration.format) }
+        set {
+            guard newValue.serverURL != configuration.serverURL || newValue.format != configuration.format else { return }
+            (configuration.serverURL, configuration.format) = newValue
+            ready = nil
+            readAheadBatch = nil
+            haltReason = nil
+            lastError = nil
+            attempt = 0
+            waitAskedByCollector = nil
+            batchLimit = configuration.batchSize
+            sizeCeiling = nil
+            suspectRefusedAlone = false
+        }
+    }
+
+    /// Sends at most one request (of at most `maxEvents` events, ending within `timeout`) and applies
+    /// its outcome. A request still running at `timeout` is cancelled; its batch stays in the outbox.
+    func step(maxEvents: Int? = nil, timeout: Duration? = nil) async throws -> Step {
+        let limit = min(batchLimit, maxEvents ?? .max)
+        let timeout = timeout ?? configuration.requestTimeout
+        // Read ahead during the previous request and made the batch in flight by its acknowledgement. A
+        // ready batch over this step's limit (a deadline near) is dropped here, and `nextBatch` cuts the
+        // batch in flight down to the limit; one built too long ago is dropped too, and `nextBatch`
+        // builds the same batch again with the clock of now.
+        if suspect == nil, let ready = self.ready.take(), ready.batch.count <= limit,
+            ready.isFresh(maxAge: configuration.readAheadMaxAge)
+        {
+            let unsettled = self.unsettled.take()
+            let settled = SettleResult()
+            let outcome = await post(ready.encoded, batchID: ready.batch.id, sentAt: ready.clock.wallMillis, timeout: timeout) {
+                if let unsettled {
+                    CrashPoint.hit("upload.before-deferred-ack")
+                    settled.record { try self.acknowledgeUnsettled(unsettled) }
+                    do {
+                        guard try settled.outcome() else { return }
+                    } catch {
+                        // The fail-stop rule at once: the loop's drain would commit again meanwhile (FatalIO).
+                        if FatalIO.matches(error) { FatalIO.stop(error, logger: self.logger) }
+                        return
+                    }
+                }
+                self.readAhead(after: ready.batch.id, limit: limit)
+            }
+            if let unsettled {
+                let madeInFlight: Bool
+                do {
+                    madeInFlight = try settled.outcome()
+                } catch {
+                    self.unsettled = unsettled  // still to do: a settle() tries again (the end of the run's)
+                    throw error
+                }
+                if !madeInFlight {
+                    // The outbox changed meanwhile (rows edited by hand, say), and the batch just sent is
+                    // not the one in flight: its answer changes nothing here. Its rows go in a batch built
+                    // anew, and the collector's dedup drops them if it stored them already.
+                    readAheadBatch = nil
+                    logger.notice("the batch sent was not the outbox's batch in flight; its events are sent again", metadata: [
+                        "tributary.batch.id": "\(ready.batch.id)",
+                    ])
+                    return .progressed(delivered: 0)
+                }
+            }
+            return try apply(outcome, batchID: ready.batch.id, count: ready.batch.count)
+        }
+        try settle()
+        let (clock, empty) = newBody()
+        var body = empty
+        let batchID: String
+        let count: Int
+        if let suspect {
+            if suspect.count == 1 && suspectRefusedAlone {
+                if let halt = try haltBeforeDeadLetter(suspect[0], reason: suspectReason.reason) {
+                    suspectRefusedAlone = false  // sent alone again after the halt's wait
+                    return halt
+                }
+                try outbox.deadLetter(suspect[0], status: suspectReason.status, reason: suspectReason.reason) {
+                    CrashPoint.hit("deadletter.before-commit")
+                }
+                logger.warning("event rejected by the collector; moved to dead letters", metadata: [
+                    "tributary.event_id": "\(suspect[0].eventID)", "tributary.seq": "\(suspect[0].seq)",
+                    "tributary.reason": "\(suspectReason.reason)",
+                ])
+                self.suspect = nil
+                return .progressed(delivered: 0, deadLettered: 1)
+            }
+            let half: [Outbox.Row]
+            if let suspectHalf {
+                half = suspectHalf
+            } else {
+                half = try outbox.rebatch(Array(suspect.prefix(max(1, suspect.count / 2))))
+                suspectHalf = half
+            }
+            guard let id = half.first?.batchID else { return .empty }
+            for row in half { Self.append(row, at: clock, to: &body) }
+            (batchID, count) = (id, half.count)
+        } else {
+            // The common case: the request body is built straight from the outbox's rows.
+            guard let batch = try outbox.nextBatch(maxCount: limit, maxBytes: configuration.maxBatchBytes, each: { event in
+                Self.append(event, at: clock, to: &body)
+            }) else { return .empty }
+            (batchID, count) = (batch.id, batch.count)
+        }
+
+        let encoded: EncodedBatch
+        do {
+            encoded = try body.finish(gzipLevel: configuration.gzipLevel)
+        } catch {
+            let failure = UploadOutcome.retry(reason: "could not encode the batch: \(error)", retryAfter: nil)
+            return try apply(failure, batchID: batchID, count: count)
+        }
+        let bisecting = suspect != nil
+        let outcome = await post(encoded, batchID: batchID, sentAt: clock.wallMillis, timeout: timeout) {
+            if !bisecting { self.readAhead(after: batchID, limit: limit) }
+        }
+        return try apply(outcome, batchID: batchID, count: count)
+    }
+
+    /// Records a batch the collector acknowledged whose recording was deferred (``unsettled``),
+    /// making the batch read ahead after it the batch in flight; nothing when there is none. The
+    /// outbox then holds exactly what is still to be sent.
+    /// `patience`: how long to wait for another process's write lock on the outbox (nil: the outbox's
+    /// own 10 s).
+    func settle(patience: Duration? = nil) throws {
+        guard let unsettled = unsettled.take() else { return }
+        do {
+            if try !acknowledgeUnsettled(unsettled, patience: patience) { ready = nil }
+        } catch {
+            self.unsettled = unsettled  // still to do: a later settle() tries again
+            throw error
+        }
+    }
+
+    /// Records `unsettled`'s acknowledged batch as delivered, making its successor the batch in flight
+    /// (``Outbox/acknowledge(_:then:patience:)``), and only then stops counting it as delivered but
+    /// not recorded. Returns whether the successor became the batch in flight.
+    func acknowledgeUnsettled(
+        _ unsettled: (batchID: String, next: Outbox.PreparedBatch), patience: Duration? = nil
+    ) throws -> Bool {
+        let madeInFlight = try outbox.acknowledge(unsettled.batchID, then: unsettled.next, patience: patience)
+        unsettledEvents.set(0)
+        return madeInFlight
+    }
+
+    /// Reads and encodes the batch after `batchID` (in flight, its request out) so that, once it is
+    /// acknowledged, the next request goes at once: the agent builds and compresses batch n + 1 while
+    /// the collector stores batch n. Batch n + 1 is still sent only after batch n is acknowledged,
+    /// and becomes the batch in flight in the acknowledgement's own transaction. A failure here only
+    /// means no batch is ready.
+    func readAhead(after batchID: String, limit: Int) {
+        readAheadBatch = nil
+        let (clock, empty) = newBody()
+        var body = empty
+        do {
+            let maxBytes = configuration.maxBatchBytes
+            guard let batch = try outbox.peekBatch(after: batchID, maxCount: limit, maxBytes: maxBytes, each: { event in
+                Self.append(event, at: clock, to: &body)
+            }) else { return }
+            let encoded = try body.finish(gzipLevel: configuration.gzipLevel)
+            readAheadBatch = ReadAhead(batch: batch, encoded: encoded, clock: clock)
+        } catch {
+            logger.debug("could not read the next batch ahead", metadata: ["tributary.reason": "\(error)"])
+        }
+    }
+
+    /// The clock a request body is built at (`_flush_time`, time correction) and an empty body.
+    func newBody() -> (WireClock, BatchBodyBuilder) {
+        (WireClock(wallMillis: BootClock.wallMillis(), bootNanos: BootClock.nowNanos()),
+         BatchBodyBuilder(format: configuration.format, capacity: min(configuration.maxBatchBytes, 16 << 20)))
+    }
+}
+
+/// What a deferred acknowledgement (``UploadSession/settle()``'s work, done while the next request is
+/// out) came to, handed from the child task that ran it to the step that waits for it.
+final class SettleResult: @unchecked Sendable {
+    // Written by the child task before the step awaits it, read by the step after: never at once.
+    private var result: Result<Bool, any Error> = .success(false)
+
+    func record(_ acknowledge: () throws -> Bool) { result = Result { try acknowledge() } }
+
+    /// Whether the batch sent became the batch in flight; the acknowledgement's error, if it failed.
+    func outcome() throws -> Bool { try result.get() }
+}
+
+/// How many events of delivered batches still have their rows in the outbox (``UploadSession/settle()``),
+/// readable from any thread: the agent's counts of events waiting to be sent leave them out.
+final class UnsettledEvents: Sendable {
+    private let count = Atomic<Int>(0)
+
+    var value: Int { count.load(ordering: .acquiring) }
+
+    func set(_ value: Int) { count.store(value, ordering: .releasing) }
+}
