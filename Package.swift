@@ -38,40 +38,51 @@ let package = Package(
         .systemLibrary(name: "CDeflate", pkgConfig: "libdeflate", providers: [.apt(["libdeflate-dev"])]),
         .systemLibrary(name: "CSystemd", pkgConfig: "libsystemd", providers: [.apt(["libsystemd-dev"])]),
 
+        // The one shape of every public error, its source location, and sysexits exit statuses (no
+        // dependencies).
+        .target(name: "TributaryErrors", swiftSettings: strict),
         // JSON string literals, written one way by every component (no dependencies).
         .target(name: "TributaryJSON", swiftSettings: strict),
         // The shared store: safe LMDB layer and the on-disk record format.
-        .target(name: "TributaryStore", dependencies: ["CLMDB", "CDeflate"], swiftSettings: strict),
+        .target(name: "TributaryStore", dependencies: ["CLMDB", "CDeflate", "TributaryErrors"], swiftSettings: strict),
         // The producer library every process links.
         .target(
             name: "Tributary",
-            dependencies: ["TributaryStore", "TributaryJSON", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "TributaryStore", "TributaryJSON", "TributaryErrors", .product(name: "Logging", package: "swift-log"),
+            ],
             swiftSettings: strict
         ),
         // Crash capture: async-signal-safe signal handlers that write crash records (plain C, no Swift).
         .target(name: "CTributaryCrash"),
         // Automatic tracking any UI toolkit can feed: lifecycle, sessions, page views, clicks, exposure,
         // timings, crashes.
-        .target(name: "TributaryAutoTrack", dependencies: ["Tributary", "CTributaryCrash"], swiftSettings: strict),
+        .target(
+            name: "TributaryAutoTrack", dependencies: ["Tributary", "TributaryErrors", "CTributaryCrash"],
+            swiftSettings: strict
+        ),
         // System calls the bridge's browser host needs that the Glibc module does not declare (pipe2).
         .target(name: "CTributaryBridge"),
         // The hybrid (H5) bridge: message protocol, verification, enrichment, and a headless Chromium host.
         .target(
             name: "TributaryBridge",
             dependencies: [
-                "Tributary", "TributaryStore", "TributaryJSON", "CTributaryBridge",
+                "Tributary", "TributaryStore", "TributaryJSON", "TributaryErrors", "CTributaryBridge",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: strict
         ),
         // Wire formats shared by the agent and the collector: gzip, Sensors form, NDJSON.
-        .target(name: "TributaryWire", dependencies: ["CZlib", "CDeflate", "TributaryJSON"], swiftSettings: strict),
+        .target(
+            name: "TributaryWire", dependencies: ["CZlib", "CDeflate", "TributaryJSON", "TributaryErrors"],
+            swiftSettings: strict
+        ),
         // The sync agent: drain, enrich, outbox, batching, upload, retry, flush policies.
         .target(
             name: "TributaryAgentCore",
             dependencies: [
-                "TributaryStore", "TributaryWire", "TributaryJSON", "CSystemd",
+                "TributaryStore", "TributaryWire", "TributaryJSON", "TributaryErrors", "CSystemd",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -84,7 +95,7 @@ let package = Package(
         .target(
             name: "TributaryCollector",
             dependencies: [
-                "TributaryWire", "TributaryJSON",
+                "TributaryWire", "TributaryJSON", "TributaryErrors",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -93,18 +104,30 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // The one table from errors to exit statuses, shared by the four executables.
+        .target(
+            name: "TributaryExitStatus",
+            dependencies: [
+                "Tributary", "TributaryStore", "TributaryAgentCore", "TributaryBridge", "TributaryCollector",
+                "TributaryErrors",
+            ],
+            swiftSettings: strict
+        ),
+
         // Executables: wiring only.
         .executableTarget(
             name: "tributary",
             dependencies: [
-                "Tributary", "TributaryAgentCore", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "Tributary", "TributaryAgentCore", "TributaryErrors", "TributaryExitStatus",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strict
         ),
         .executableTarget(
             name: "tributary-sim",
             dependencies: [
-                "Tributary", "TributaryAutoTrack", "TributaryBridge", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                "Tributary", "TributaryAutoTrack", "TributaryBridge", "TributaryErrors", "TributaryExitStatus",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"), .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
@@ -112,6 +135,7 @@ let package = Package(
         .executableTarget(
             name: "tributary-agent",
             dependencies: [
+                "TributaryErrors", "TributaryExitStatus",
                 "TributaryAgentCore", "TributaryWire",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -124,6 +148,7 @@ let package = Package(
         .executableTarget(
             name: "tributary-collector",
             dependencies: [
+                "TributaryErrors", "TributaryExitStatus",
                 "TributaryCollector", "TributaryWire", "TributaryStore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
@@ -153,6 +178,14 @@ let package = Package(
         ),
         .testTarget(name: "TributaryWireTests", dependencies: ["TributaryWire", "CZlib"], swiftSettings: strict),
         .testTarget(name: "TributaryJSONTests", dependencies: ["TributaryJSON"], swiftSettings: strict),
+        .testTarget(
+            name: "TributaryExitStatusTests",
+            dependencies: [
+                "TributaryExitStatus", "TributaryErrors", "Tributary", "TributaryStore", "TributaryAgentCore",
+                "TributaryBridge", "TributaryCollector", "TributaryWire",
+            ],
+            swiftSettings: strict
+        ),
         .testTarget(
             name: "TributaryCollectorTests",
             dependencies: ["TributaryCollector", "TributaryJSON", "TributaryTestSupport",

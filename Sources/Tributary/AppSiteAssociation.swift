@@ -1,4 +1,5 @@
 import Foundation
+import TributaryErrors
 
 /// An `apple-app-site-association` file's universal links (`applinks`): which URLs of the domain
 /// open which app.
@@ -231,9 +232,32 @@ public struct AppSiteAssociation: Sendable, Equatable {
 }
 
 /// An `apple-app-site-association` file the matcher cannot read; the message names the key.
-public struct AppSiteAssociationError: Error, CustomStringConvertible, Sendable, Equatable {
+public struct AppSiteAssociationError: TributaryError {
+    /// What kind of failure this is.
+    public struct Code: ErrorCode {
+        private enum Kind: String { case invalidFile }
+        private let kind: Kind
+        private init(_ kind: Kind) { self.kind = kind }
+        public init?(rawValue: String) {
+            guard let kind = Kind(rawValue: rawValue) else { return nil }
+            self.kind = kind
+        }
+        public var rawValue: String { kind.rawValue }
+
+        /// The file is not JSON, not an object, or a key holds what the format does not allow.
+        public static let invalidFile = Code(.invalidFile)
+    }
+
+    public var code: Code { .invalidFile }
     /// A sentence naming the key and what is wrong with it.
     public var message: String
-    init(_ message: String) { self.message = message }
+    public var cause: (any Error & Sendable)? { nil }
+    public var location: SourceLocation
+
+    init(_ message: String, file: String = #fileID, line: Int = #line) {
+        self.message = message
+        location = SourceLocation(file: file, line: line)
+    }
+
     public var description: String { "apple-app-site-association: \(message)" }
 }

@@ -46,11 +46,6 @@ public enum DeepLink {
     }
 }
 
-extension TrackingError.Code {
-    /// A launch URL is not an absolute URL.
-    public static let invalidURL = TrackingError.Code(rawValue: "invalidURL")
-}
-
 extension Tracker {
     /// Records a launch from `url` as `$AppDeeplinkLaunch`, then gives every later event of this
     /// launch the URL's `$latest_utm_*` properties.

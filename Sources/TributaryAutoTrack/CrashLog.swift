@@ -5,6 +5,7 @@ import TributaryStore
 
 #if canImport(Glibc)
 import Glibc
+import TributaryErrors
 #endif
 
 /// A crash found in a producer's crash file: what the signal handler recorded.
@@ -128,13 +129,40 @@ public struct CrashRecord: Sendable, Hashable {
 }
 
 /// A crash file could not be opened, read or cleared.
-public struct CrashLogError: Error, CustomStringConvertible, Sendable {
+public struct CrashLogError: TributaryError {
+    /// What kind of failure this is.
+    public struct Code: ErrorCode {
+        private enum Kind: String { case crashFile }
+        private let kind: Kind
+        private init(_ kind: Kind) { self.kind = kind }
+        public init?(rawValue: String) {
+            guard let kind = Kind(rawValue: rawValue) else { return nil }
+            self.kind = kind
+        }
+        public var rawValue: String { kind.rawValue }
+
+        /// A crash file could not be opened, read, set aside or cleared; ``CrashLogError/errno`` says
+        /// why when a system call failed.
+        public static let crashFile = Code(.crashFile)
+    }
+
+    public var code: Code { .crashFile }
     /// The crash file.
     public var path: String
     /// What failed and why.
     public var message: String
     /// `errno`, when a system call failed.
     public var errno: Int32?
+    public var cause: (any Error & Sendable)? { nil }
+    public var location: SourceLocation
+
+    /// `path` could not be used: `message` says how, `errno` why.
+    public init(path: String, message: String, errno: Int32?, file: String = #fileID, line: Int = #line) {
+        self.path = path
+        self.message = message
+        self.errno = errno
+        location = SourceLocation(file: file, line: line)
+    }
 
     public var description: String { "Crash file \(path): \(message)" }
 }

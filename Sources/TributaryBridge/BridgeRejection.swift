@@ -1,12 +1,12 @@
+import TributaryErrors
 /// Why the bridge refused a message from a page. Nothing was written.
 ///
 /// The message names the rule, the field and sizes where relevant; it never contains a property value.
-public struct BridgeRejection: Error, CustomStringConvertible, Sendable {
+public struct BridgeRejection: TributaryError {
     /// The counted reason for a rejection (the `reason` label of the metric and of the log line).
-    public struct Reason: RawRepresentable, Hashable, Sendable, CustomStringConvertible, Comparable {
+    public struct Reason: ErrorCode, Comparable {
         public let rawValue: String
         public init(rawValue: String) { self.rawValue = rawValue }
-        public var description: String { rawValue }
         public static func < (a: Reason, b: Reason) -> Bool { a.rawValue < b.rawValue }
 
         /// The sending frame's origin is not on the whitelist.
@@ -38,12 +38,24 @@ public struct BridgeRejection: Error, CustomStringConvertible, Sendable {
     public var origin: String
     /// A sentence naming the rule that was broken.
     public var message: String
+    /// The underlying error (the store's, when it refused the event).
+    public var cause: (any Error & Sendable)?
+    /// Where the rejection was raised.
+    public var location: SourceLocation
+
+    /// The counted reason, as every Tributary error names its kind.
+    public var code: Reason { reason }
 
     /// Creates a rejection.
-    public init(_ reason: Reason, origin: String, _ message: String) {
+    public init(
+        _ reason: Reason, origin: String, _ message: String, cause: (any Error & Sendable)? = nil,
+        file: String = #fileID, line: Int = #line
+    ) {
         self.reason = reason
         self.origin = origin
         self.message = message
+        self.cause = cause
+        self.location = SourceLocation(file: file, line: line)
     }
 
     public var description: String { "\(reason) from \(origin): \(message)" }

@@ -7,6 +7,8 @@ import TributaryAgentCore
 import TributaryStore
 import TributaryWire
 import UnixSignals
+import TributaryErrors
+import TributaryExitStatus
 
 struct AgentCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -270,26 +272,13 @@ struct AgentCommand: AsyncParsableCommand {
             let group = ServiceGroup(configuration: .init(services: services, logger: logger))
             await stops.attach(group)
             try await group.run()
-        } catch let error as AgentError {
-            logger.critical("\(error.message)")
-            switch error.code {
-            case .alreadyRunning: throw ExitCode(69)
-            case .configuration, .halted, .outboxFull: throw ExitCode(78)
-            case .storeReplaced: throw ExitCode(75)
-            default: throw ExitCode(74)
-            }
-        } catch let error as StoreError {
-            logger.critical("\(error)")
-            switch error.code {
-            case .insecureDirectory, .permissionDenied: throw ExitCode(77)
-            // A store of a newer Tributary: a restart of this agent would meet it again (a newer agent reads it).
-            case .notADirectory, .unsupportedSchema: throw ExitCode(78)
-            case .storeReplaced: throw ExitCode(75)  // as AgentError.storeReplaced: the restart opens the new store
-            default: throw ExitCode(74)
-            }
         } catch {
-            logger.critical("internal error: \(error)")
-            throw ExitCode(70)
+            switch error {
+            case let error as AgentError: logger.critical("\(error.message)")
+            case let error as StoreError: logger.critical("\(error)")
+            default: logger.critical("internal error: \(error)")
+            }
+            throw ExitCode(ExitStatus.of(error, as: .service).rawValue)
         }
     }
 }

@@ -5,6 +5,8 @@ import ServiceLifecycle
 import TributaryCollector
 import TributaryStore
 import TributaryWire
+import TributaryErrors
+import TributaryExitStatus
 
 /// `tributary-collector`: the reference collector as a process. Wiring only; the behaviour lives in
 /// the `TributaryCollector` library.
@@ -110,6 +112,16 @@ struct CollectorCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        do {
+            try await serve()
+        } catch {
+            // Said here, as ArgumentParser would, and ended with the status of the one exit table.
+            FileHandle.standardError.write(Data("tributary-collector: \(error)\n".utf8))
+            throw ExitCode(ExitStatus.of(error, as: .command).rawValue)
+        }
+    }
+
+    private func serve() async throws {
         MallocPolicy.reuseLargeBuffers(singleArena: false)
         let logLevel = self.logLevel
         LoggingSystem.bootstrap { label in

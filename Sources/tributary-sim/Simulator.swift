@@ -2,6 +2,8 @@ import ArgumentParser
 import Foundation
 import Tributary
 import TributaryStore
+import TributaryErrors
+import TributaryExitStatus
 
 struct Simulator: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -21,13 +23,12 @@ struct Simulator: AsyncParsableCommand {
 }
 
 /// Ends a producer run that `error` stopped, after saying why on stderr: exit 65 for an invalid event, and
-/// for a store error the `tributary` CLI's status (``StoreError/exitStatus``: 75 when the store is at its
+/// for a store error the `tributary` CLI's status (the one table, `ExitStatus.of(_:as:)`: 75 when the store is at its
 /// quota or was deleted or created anew while open, 77 for a group directory this user may not use or
 /// every user may write, …); 74 for any other error (I/O).
 func producerFailure(_ error: any Error) -> ExitCode {
     FileHandle.standardError.write(Data("tributary-sim: \(error)\n".utf8))
-    if let store = error as? StoreError { return ExitCode(store.exitStatus) }
-    return ExitCode(error is TrackingError ? 65 : 74)
+    return ExitCode(ExitStatus.of(error, as: .command).rawValue)
 }
 
 /// A failure at run time (not a bad option): `message` goes to stderr, and the exit code is 1 (or

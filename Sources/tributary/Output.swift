@@ -3,16 +3,8 @@ import Foundation
 import Tributary
 import TributaryAgentCore
 import TributaryStore
-
-/// Exit codes (sysexits.h), chosen so that scripts and systemd can tell failures apart.
-enum Exit {
-    static let usage: Int32 = 64  // EX_USAGE: bad command line, or a --group that is not a directory
-    static let rejected: Int32 = 65  // EX_DATAERR: invalid event, property or id; nothing written
-    static let noStore: Int32 = 66  // EX_NOINPUT: no store in the group directory
-    static let ioError: Int32 = 74  // EX_IOERR: LMDB failure or corrupt record
-    static let tempFail: Int32 = 75  // EX_TEMPFAIL: quota reached (retry after the agent drained it), or store replaced (retry)
-    static let noPermission: Int32 = 77  // EX_NOPERM: world-writable group directory, or this user may not use it
-}
+import TributaryErrors
+import TributaryExitStatus
 
 /// Writes a line to stdout unbuffered (stdout is a pipe under systemd and in tests).
 ///
@@ -25,7 +17,7 @@ func say(_ line: String, done: String? = nil) {
     guard let error = writeAll(STDOUT_FILENO, Array((line + "\n").utf8)) else { return }
     if error == EPIPE && done == nil { exit(0) }
     let reason = String(cString: strerror(error))
-    fail(Exit.ioError, "cannot write to stdout (\(reason))" + (done.map { "; \($0): do not do it again" } ?? ""))
+    fail(.ioError, "cannot write to stdout (\(reason))" + (done.map { "; \($0): do not do it again" } ?? ""))
 }
 
 /// Writes a line to stderr; a stderr that cannot be written to is ignored.
@@ -38,20 +30,21 @@ func reportingErrors(_ body: () throws -> Void) throws {
     do {
         try body()
     } catch let error as TrackingError {
-        fail(Exit.rejected, "rejected: \(error.message)")
+        fail(.of(error, as: .command), "rejected: \(error.message)")
     } catch let error as StoreError {
         // An I/O error names its code and where it was raised, for a bug report.
-        fail(error.exitStatus, error.exitStatus == Exit.ioError ? error.description : error.message)
+        let status = ExitStatus.of(error, as: .command)
+        fail(status, status == .ioError ? "\(error.description) (at \(error.location))" : error.message)
     } catch let error as AgentError {
-        fail(Exit.ioError, error.description)
+        fail(.of(error, as: .command), error.description)
     } catch let error as Outbox.UnknownDeadLetters {
-        fail(Exit.rejected, error.description)
+        fail(.of(error, as: .command), error.description)
     }
 }
 
-private func fail(_ code: Int32, _ message: String) -> Never {
+private func fail(_ status: ExitStatus, _ message: String) -> Never {
     warn(message)
-    exit(code)
+    exit(status.rawValue)
 }
 
 /// Opens a group's store for reading without creating anything.

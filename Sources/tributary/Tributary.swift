@@ -3,6 +3,7 @@ import Foundation
 import Tributary
 import TributaryAgentCore
 import TributaryStore
+import TributaryErrors
 
 @main
 struct TributaryCLI: ParsableCommand {
@@ -40,7 +41,7 @@ struct TributaryCLI: ParsableCommand {
             let bytes = UnsafeBufferPointer(start: UnsafeRawPointer(raw).assumingMemoryBound(to: UInt8.self), count: strlen(raw))
             guard String(validating: bytes, as: UTF8.self) == nil else { continue }
             warn("argument \(index) is not valid UTF-8 (\(String(decoding: bytes, as: UTF8.self))); nothing was done.")
-            Glibc.exit(Exit.rejected)
+            Glibc.exit(ExitStatus.dataError.rawValue)
         }
         main(nil)
     }
@@ -238,11 +239,11 @@ struct Flush: ParsableCommand {
             say("flush requested (the agent has not read the requests before this one yet; it flushes once it does)", done: "the flush is requested")
         case .noAgent:
             warn("no agent is listening on \(socket); start tributary-agent.")
-            throw ExitCode(69)
+            throw ExitCode(ExitStatus.unavailable.rawValue)
         case .permissionDenied:
             warn(
                 "this user may not write to \(socket): the group directory's files belong to the app's group (see docs/operations.md, \"Files in the group directory\").")
-            throw ExitCode(77)
+            throw ExitCode(ExitStatus.noPermission.rawValue)
         }
     }
 }

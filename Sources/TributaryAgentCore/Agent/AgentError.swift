@@ -1,37 +1,53 @@
+import TributaryErrors
+
 /// An error that stops the agent. The message says what and what to do.
-public struct AgentError: Error, CustomStringConvertible, Sendable {
+public struct AgentError: TributaryError {
     /// What kind of failure this is.
-    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
-        public let rawValue: String
-        public init(rawValue: String) { self.rawValue = rawValue }
-        public var description: String { rawValue }
+    public struct Code: ErrorCode {
+        private enum Kind: String {
+            case startup, alreadyRunning, configuration, halted, outboxIO, outboxFull, storeReplaced
+        }
+        private let kind: Kind
+        private init(_ kind: Kind) { self.kind = kind }
+        public init?(rawValue: String) {
+            guard let kind = Kind(rawValue: rawValue) else { return nil }
+            self.kind = kind
+        }
+        public var rawValue: String { kind.rawValue }
 
         /// The agent could not start (socket, lock, outbox).
-        public static let startup = Code(rawValue: "startup")
+        public static let startup = Code(.startup)
         /// Another agent holds the group.
-        public static let alreadyRunning = Code(rawValue: "alreadyRunning")
+        public static let alreadyRunning = Code(.alreadyRunning)
         /// A configuration value is invalid (server URL, token file, …).
-        public static let configuration = Code(rawValue: "configuration")
+        public static let configuration = Code(.configuration)
         /// The collector refuses uploads (401/403/404); in `--once` mode this ends the run.
-        public static let halted = Code(rawValue: "halted")
+        public static let halted = Code(.halted)
         /// Writing the outbox failed; the agent stops rather than retry a failed fsync.
-        public static let outboxIO = Code(rawValue: "outboxIO")
+        public static let outboxIO = Code(.outboxIO)
         /// Dead letters fill the outbox quota, so nothing more can be drained; in `--once` mode this
         /// ends the run (an operator must replay or discard them).
-        public static let outboxFull = Code(rawValue: "outboxFull")
+        public static let outboxFull = Code(.outboxFull)
         /// The group's store file was deleted or created anew while the agent ran; a restart opens it.
-        public static let storeReplaced = Code(rawValue: "storeReplaced")
+        public static let storeReplaced = Code(.storeReplaced)
     }
 
+    /// What kind of failure this is.
     public var code: Code
+    /// A sentence saying what went wrong and what to do about it.
     public var message: String
+    /// The underlying error, if any.
     public var cause: (any Error & Sendable)?
+    /// Where the error was raised, for bug reports.
+    public var location: SourceLocation
 
-    public init(_ code: Code, _ message: String, cause: (any Error & Sendable)? = nil) {
+    /// Creates an error.
+    public init(
+        _ code: Code, _ message: String, cause: (any Error & Sendable)? = nil, file: String = #fileID, line: Int = #line
+    ) {
         self.code = code
         self.message = message
         self.cause = cause
+        self.location = SourceLocation(file: file, line: line)
     }
-
-    public var description: String { "\(code): \(message)" + (cause.map { " [cause: \($0)]" } ?? "") }
 }

@@ -2,6 +2,7 @@ import Foundation
 import TributaryStore
 import TributaryJSON
 import TributaryWire
+import TributaryErrors
 
 /// The enrich stage of the drain: what the container app does for extension events in the iOS SDK.
 ///
@@ -124,9 +125,39 @@ public struct Enricher: Sendable {
 }
 
 /// A stored event the drain could not turn into an outbox row; it goes to the dead-letter table.
-public struct EnrichError: Error, CustomStringConvertible, Sendable {
+public struct EnrichError: TributaryError {
+    /// What kind of failure this is.
+    public struct Code: ErrorCode {
+        private enum Kind: String { case invalidEvent }
+        private let kind: Kind
+        private init(_ kind: Kind) { self.kind = kind }
+        public init?(rawValue: String) {
+            guard let kind = Kind(rawValue: rawValue) else { return nil }
+            self.kind = kind
+        }
+        public var rawValue: String { kind.rawValue }
+
+        /// The stored event cannot be enriched: no `event_id`, not a JSON object, or not writable back
+        /// as JSON. It is dead-lettered as a corrupt record.
+        public static let invalidEvent = Code(.invalidEvent)
+    }
+
+    public var code: Code { .invalidEvent }
+    /// The event's store sequence number.
     public var seq: UInt64
+    /// What is wrong with it.
     public var reason: String
+    public var message: String { reason }
+    public var cause: (any Error & Sendable)? { nil }
+    public var location: SourceLocation
+
+    /// An event `seq` that cannot be enriched, and why.
+    public init(seq: UInt64, reason: String, file: String = #fileID, line: Int = #line) {
+        self.seq = seq
+        self.reason = reason
+        location = SourceLocation(file: file, line: line)
+    }
+
     public var description: String { "event seq \(seq): \(reason)" }
 }
 

@@ -2,43 +2,55 @@ import CTributaryBridge
 import Foundation
 import Synchronization
 import TributaryStore
+import TributaryErrors
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
 /// Why the headless browser could not be started or driven.
-public struct BrowserError: Error, CustomStringConvertible, Sendable {
+public struct BrowserError: TributaryError {
     /// What went wrong.
-    public struct Code: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
-        public let rawValue: String
-        public init(rawValue: String) { self.rawValue = rawValue }
-        public var description: String { rawValue }
+    public struct Code: ErrorCode {
+        private enum Kind: String { case chromiumNotFound, spawnFailed, browserExited, protocolError, timedOut }
+        private let kind: Kind
+        private init(_ kind: Kind) { self.kind = kind }
+        public init?(rawValue: String) {
+            guard let kind = Kind(rawValue: rawValue) else { return nil }
+            self.kind = kind
+        }
+        public var rawValue: String { kind.rawValue }
 
         /// No Chromium executable was found (install Debian's `chromium`, or set `TRIBUTARY_CHROMIUM`).
-        public static let chromiumNotFound = Code(rawValue: "chromiumNotFound")
+        public static let chromiumNotFound = Code(.chromiumNotFound)
         /// `posix_spawn` or `pipe2` failed.
-        public static let spawnFailed = Code(rawValue: "spawnFailed")
+        public static let spawnFailed = Code(.spawnFailed)
         /// The browser closed its DevTools pipe (it exited or crashed).
-        public static let browserExited = Code(rawValue: "browserExited")
+        public static let browserExited = Code(.browserExited)
         /// The browser answered a DevTools command with an error.
-        public static let protocolError = Code(rawValue: "protocolError")
+        public static let protocolError = Code(.protocolError)
         /// The browser did not answer a DevTools command in time (it hangs, or is not a Chromium).
-        public static let timedOut = Code(rawValue: "timedOut")
+        public static let timedOut = Code(.timedOut)
     }
 
     /// What went wrong.
     public var code: Code
     /// A sentence saying what and what to do.
     public var message: String
+    /// The underlying error, if any.
+    public var cause: (any Error & Sendable)?
+    /// Where the error was raised, for bug reports.
+    public var location: SourceLocation
 
     /// Creates an error.
-    public init(_ code: Code, _ message: String) {
+    public init(
+        _ code: Code, _ message: String, cause: (any Error & Sendable)? = nil, file: String = #fileID, line: Int = #line
+    ) {
         self.code = code
         self.message = message
+        self.cause = cause
+        self.location = SourceLocation(file: file, line: line)
     }
-
-    public var description: String { "\(code): \(message)" }
 }
 
 /// A headless Chromium child process driven over `--remote-debugging-pipe`.
