@@ -127,29 +127,29 @@ final class Environment: @unchecked Sendable {
             guard users == 0 else { return }
             if table[path] === self { table[path] = nil }
             LockWordWatch.shared.unwatch(self)
-            mdb_env_close(env)
+            MDB.envClose(env)
             if directoryFD >= 0 { close(directoryFD) }
         }
     }
 
     private init(path: String, options: SharedStore.Options) throws(StoreError) {
         var handle: OpaquePointer?
-        var rc = mdb_env_create(&handle)
+        var rc = MDB.envCreate(&handle)
         guard rc == MDB_SUCCESS, let handle else {
             throw StoreError(.lmdb, "Could not create an LMDB environment handle.", lmdbCode: rc)
         }
         let data: DataFile
         do throws(StoreError) {
-            try Environment.mapError(mdb_env_set_maxdbs(handle, 8), "mdb_env_set_maxdbs", path: path)
+            try Environment.mapError(MDB.envSetMaxDBs(handle, 8), "mdb_env_set_maxdbs", path: path)
             try Environment.mapError(
-                mdb_env_set_mapsize(handle, min(options.initialMapSize, options.quota)), "mdb_env_set_mapsize",
+                MDB.setMapSize(handle, min(options.initialMapSize, options.quota)), "mdb_env_set_mapsize",
                 path: path)
             // MDB_NOTLS: read transactions are not tied to threads, which Swift tasks may hop between.
             // MDB_NOSUBDIR: the environment is two files in the group directory (tributary.mdb, -lock).
             var flags = MDB_NOSUBDIR | MDB_NOTLS
             if !options.durable { flags |= MDB_NOSYNC }
             let created: [String] = [path, path + "-lock"].filter { (file: String) in access(file, F_OK) != 0 }
-            rc = mdb_env_open(handle, path, UInt32(flags), 0o660)
+            rc = MDB.envOpen(handle, path, UInt32(flags), 0o660)
             if rc == EACCES {
                 let directory = parentDirectory(of: path)
                 throw StoreError.permissionDenied("the store \(path)", directory: directory)
@@ -167,12 +167,12 @@ final class Environment: @unchecked Sendable {
             // lmdb.h: "mdb_reader_check: Check for stale entries in the reader lock table" — slots left
             // by processes that died (kill -9) while reading would otherwise pin old pages forever.
             var dead: Int32 = 0
-            try Environment.mapError(mdb_reader_check(handle, &dead), "mdb_reader_check", path: path)
+            try Environment.mapError(MDB.readerCheck(handle, &dead), "mdb_reader_check", path: path)
             staleReadersCleared = dead
             TestPause.hit("store.open", wait: .untilContinued)
             tables = try Environment.openTables(handle, path: path)
         } catch {
-            mdb_env_close(handle)
+            MDB.envClose(handle)
             throw error
         }
         self.env = handle
@@ -237,13 +237,13 @@ final class Environment: @unchecked Sendable {
     private static func openTables(_ env: OpaquePointer, path: String, creating: Bool) throws(StoreError) -> Tables? {
         let flags = creating ? 0 : UInt32(MDB_RDONLY)
         var txn: OpaquePointer?
-        var rc = mdb_txn_begin(env, nil, flags, &txn)
+        var rc = MDB.txnBegin(env, flags, &txn)
         // Another process may have grown the map and written past this one's since mdb_env_open sized
         // it: adopt the new size (lmdb.h, MDB_MAP_RESIZED) and begin again. Each round needs another
         // growth, which the quota bounds.
         while rc == MDB_MAP_RESIZED {
-            try mapError(mdb_env_set_mapsize(env, 0), "mdb_env_set_mapsize", path: path)
-            rc = mdb_txn_begin(env, nil, flags, &txn)
+            try mapError(MDB.setMapSize(env, 0), "mdb_env_set_mapsize", path: path)
+            rc = MDB.txnBegin(env, flags, &txn)
         }
         // Every reader slot taken by a live process (stale ones were cleared at open): a write transaction
         // needs none, so open the tables as before this read-only path existed.
@@ -252,22 +252,22 @@ final class Environment: @unchecked Sendable {
         // A store of a newer schema is refused before anything is created in it (a newer Tributary may
         // have other tables): only its meta table is read here, and the transaction is aborted.
         var meta: MDB_dbi = 0
-        if mdb_dbi_open(txn, "meta", 0, &meta) == MDB_SUCCESS {
+        if MDB.dbiOpen(txn, "meta", 0, &meta) == MDB_SUCCESS {
             // The value stays valid (in the map) until the transaction ends.
             let value: UnsafeRawBufferPointer? = withKey(MetaKey.schemaVersion) { key in
                 var value = MDB_val()
-                guard mdb_get(txn, meta, &key, &value) == MDB_SUCCESS else { return nil }
+                guard MDB.get(txn, meta, &key, &value) == MDB_SUCCESS else { return nil }
                 return UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)
             }
             let stored: UInt32?
             do throws(StoreError) {
                 stored = try value.map { bytes throws(StoreError) in try decodeMeta(bytes, key: MetaKey.schemaVersion) }
             } catch {
-                mdb_txn_abort(txn)
+                MDB.txnAbort(txn)
                 throw error
             }
             if let stored, stored > SharedStore.schemaVersion {
-                mdb_txn_abort(txn)
+                MDB.txnAbort(txn)
                 let directory = parentDirectory(of: path)
                 throw SharedStore.unsupportedSchema(stored, groupDirectory: directory)
             }
@@ -279,18 +279,18 @@ final class Environment: @unchecked Sendable {
         ]
         for (name, keyPath) in names {
             var dbi: MDB_dbi = 0
-            let rc = mdb_dbi_open(txn, name, creating ? UInt32(MDB_CREATE) : 0, &dbi)
+            let rc = MDB.dbiOpen(txn, name, creating ? UInt32(MDB_CREATE) : 0, &dbi)
             if rc == MDB_NOTFOUND && !creating {
-                mdb_txn_abort(txn)
+                MDB.txnAbort(txn)
                 return nil
             }
             if rc != MDB_SUCCESS {
-                mdb_txn_abort(txn)
+                MDB.txnAbort(txn)
                 try mapError(rc, "mdb_dbi_open(\(name))", path: path)
             }
             tables[keyPath: keyPath] = dbi
         }
-        try mapError(mdb_txn_commit(txn), "mdb_txn_commit", path: path)
+        try mapError(MDB.txnCommit(txn), "mdb_txn_commit", path: path)
         return tables
     }
 
@@ -408,7 +408,7 @@ final class Environment: @unchecked Sendable {
     var lastTransactionID: Int {
         resizeLock.withReadLock {
             var info = MDB_envinfo()
-            mdb_env_info(env, &info)
+            MDB.envInfo(env, &info)
             return info.me_last_txnid
         }
     }
@@ -431,7 +431,7 @@ final class Environment: @unchecked Sendable {
         init(_ environment: Environment) {
             self.environment = environment
             var info = MDB_envinfo()
-            mdb_env_info(environment.env, &info)
+            MDB.envInfo(environment.env, &info)
             highWater = (info.me_last_pgno + 1) * environment.pageSize
             limit = environment.quota - environment.reserve
         }
@@ -457,16 +457,16 @@ final class Environment: @unchecked Sendable {
     /// then judged by the high-water mark alone).
     fileprivate func freePages() -> Int {
         var txn: OpaquePointer?
-        guard mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &txn) == MDB_SUCCESS, let txn else { return 0 }
-        defer { mdb_txn_abort(txn) }
+        guard MDB.txnBegin(env, UInt32(MDB_RDONLY), &txn) == MDB_SUCCESS, let txn else { return 0 }
+        defer { MDB.txnAbort(txn) }
         var cursor: OpaquePointer?
-        guard mdb_cursor_open(txn, 0, &cursor) == MDB_SUCCESS, let cursor else { return 0 }  // dbi 0: FREE_DBI
-        defer { mdb_cursor_close(cursor) }
+        guard MDB.cursorOpen(txn, 0, &cursor) == MDB_SUCCESS, let cursor else { return 0 }  // dbi 0: FREE_DBI
+        defer { MDB.cursorClose(cursor) }
         var key = MDB_val()
         var value = MDB_val()
         var total = 0
         var op = MDB_FIRST
-        while mdb_cursor_get(cursor, &key, &value, op) == MDB_SUCCESS {
+        while MDB.cursorGet(cursor, &key, &value, op) == MDB_SUCCESS {
             // A record is an array of page numbers (size_t) whose first element is their count.
             if value.mv_size >= MemoryLayout<Int>.size, let data = value.mv_data {
                 total += data.loadUnaligned(as: Int.self)
@@ -486,10 +486,10 @@ final class Environment: @unchecked Sendable {
 
     private static func dataFile(of handle: OpaquePointer) -> DataFile {
         var stat = MDB_stat()
-        mdb_env_stat(handle, &stat)
+        MDB.envStat(handle, &stat)
         var fd: Int32 = -1
         var info = Glibc.stat()
-        guard mdb_env_get_fd(handle, &fd) == MDB_SUCCESS, fstat(fd, &info) == 0 else {
+        guard MDB.envGetFD(handle, &fd) == MDB_SUCCESS, fstat(fd, &info) == 0 else {
             return DataFile(pageSize: Int(stat.ms_psize), fd: nil, stat: nil)
         }
         return DataFile(pageSize: Int(stat.ms_psize), fd: fd, stat: info)
@@ -502,7 +502,7 @@ final class Environment: @unchecked Sendable {
     private static func checkNotTruncated(_ handle: OpaquePointer, _ data: DataFile, path: String) throws(StoreError) {
         guard let file = data.stat else { return }
         var info = MDB_envinfo()
-        mdb_env_info(handle, &info)
+        MDB.envInfo(handle, &info)
         let needed = (info.me_last_pgno + 1) * data.pageSize
         guard Int(file.st_size) < needed else { return }
         throw StoreError(
@@ -519,7 +519,7 @@ final class Environment: @unchecked Sendable {
     /// meta pages through the memory map, which a resize on another thread unmaps and maps again.
     private var mapSizeLocked: Int {
         var info = MDB_envinfo()
-        mdb_env_info(env, &info)
+        MDB.envInfo(env, &info)
         return info.me_mapsize
     }
 
@@ -607,13 +607,13 @@ final class Environment: @unchecked Sendable {
                 return try resizeLock.withReadLock {
                     var txn: OpaquePointer?
                     try check(mdb.txnBegin(env, UInt32(MDB_RDONLY), &txn), "mdb_txn_begin")
-                    defer { mdb_txn_abort(txn) }
+                    defer { MDB.txnAbort(txn) }
                     TestPause.hit("store.read")
                     return try body(Transaction(txn: txn!, mdb: mdb))
                 }
             } catch let failure as LMDBFailure where failure.rc == MDB_READERS_FULL {
                 var dead: Int32 = 0
-                mdb_reader_check(env, &dead)
+                MDB.readerCheck(env, &dead)
                 if dead > 0 { continue }
                 return try write(mayNudge: false, commit: false, body)
             } catch let failure as LMDBFailure where failure.rc == MDB_MAP_RESIZED {
@@ -649,11 +649,11 @@ final class Environment: @unchecked Sendable {
                         do {
                             value = try body(Transaction(txn: txn!, mdb: mdb))
                         } catch {
-                            mdb_txn_abort(txn)
+                            MDB.txnAbort(txn)
                             throw error
                         }
                         guard commit else {
-                            mdb_txn_abort(txn)
+                            MDB.txnAbort(txn)
                             return value
                         }
                         try check(mdb.txnCommit(txn!), "mdb_txn_commit")
@@ -786,7 +786,7 @@ extension Environment {
     /// slots of dead processes were cleared.
     func clearStaleReaders() throws(StoreError) -> Int {
         var dead: Int32 = 0
-        try Environment.mapError(mdb_reader_check(env, &dead), "mdb_reader_check", path: path)
+        try Environment.mapError(MDB.readerCheck(env, &dead), "mdb_reader_check", path: path)
         return Int(dead)
     }
 
@@ -794,7 +794,7 @@ extension Environment {
     func readerSlots() -> [String] {
         final class Lines { var text = "" }
         let lines = Lines()
-        _ = mdb_reader_list(env, { message, context in
+        _ = MDB.readerList(env, { message, context in
             guard let message, let context else { return 0 }
             Unmanaged<Lines>.fromOpaque(context).takeUnretainedValue().text += String(cString: message)
             return 0

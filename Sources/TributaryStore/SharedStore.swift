@@ -725,8 +725,8 @@ extension SharedStore {
     package func dropTable(_ name: String) throws {
         try environment.write { txn in
             var dbi: MDB_dbi = 0
-            try check(mdb_dbi_open(txn.txn, name, 0, &dbi), "mdb_dbi_open")
-            try check(mdb_drop(txn.txn, dbi, 1), "mdb_drop")
+            try check(MDB.dbiOpen(txn.txn, name, 0, &dbi), "mdb_dbi_open")
+            try check(MDB.drop(txn.txn, dbi, 1), "mdb_drop")
         }
     }
 
