@@ -1,6 +1,6 @@
 /*
  * lmdb-baseline: one producer process doing, in plain C, the LMDB work of Tributary's
- * SharedStore.append (Sources/TributaryStore/SharedStore.swift), so that `make bench` can print
+ * SharedStore.append (Sources/TributaryStore/SharedStore/SharedStore+Append.swift), so that `make bench` can print
  * Swift's figures next to what the same work costs without Swift.
  *
  * Same store layout and flags as Tributary (docs/store-format.md): file `tributary.mdb` in the group
