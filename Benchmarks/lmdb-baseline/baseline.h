@@ -30,7 +30,7 @@ struct tables {
 MDB_val text_val(const char *text);
 /* Reads `key` of `dbi` into `value`; returns 0 when the key is missing. */
 int get_optional(MDB_txn *txn, MDB_dbi dbi, const char *key, MDB_val *value);
-/* Opens `group`/tributary.mdb as Environment.swift does (durable commits), creating what is missing. */
+/* Opens `group`/tributary.mdb as Environment/ does (durable commits), creating what is missing. */
 MDB_env *open_store(const char *group, uint64_t map_size, struct tables *t);
 
 /* `lmdb-baseline drain ...` (drain.c). */

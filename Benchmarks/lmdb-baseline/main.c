@@ -1,6 +1,6 @@
 /*
  * lmdb-baseline: one producer process doing, in plain C, the LMDB work of Tributary's
- * SharedStore.append (Sources/TributaryStore/SharedStore.swift), so that `make bench` can print
+ * SharedStore.append (Sources/TributaryStore/SharedStore/SharedStore+Append.swift), so that `make bench` can print
  * Swift's figures next to what the same work costs without Swift.
  *
  * Same store layout and flags as Tributary (docs/store-format.md): file `tributary.mdb` in the group
@@ -175,7 +175,7 @@ int get_optional(MDB_txn *txn, MDB_dbi dbi, const char *key, MDB_val *value) {
     return 1;
 }
 
-/* Opens the environment and tables exactly as Environment.swift does, creating what is missing. */
+/* Opens the environment and tables exactly as Environment/ does, creating what is missing. */
 MDB_env *open_store(const char *group, uint64_t map_size, struct tables *t) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/tributary.mdb", group) >= (int)sizeof path) die("--group path is too long");

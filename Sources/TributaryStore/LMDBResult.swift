@@ -16,5 +16,5 @@ public struct LMDBResult: RawRepresentable, Hashable, Sendable, CustomStringConv
     public static let keyExists = LMDBResult(MDB_KEYEXIST)
 
     /// LMDB's own text for the code (`mdb_strerror`), which also covers errno values.
-    public var description: String { String(cString: mdb_strerror(rawValue)) }
+    public var description: String { String(cString: MDB.strerror(rawValue)) }
 }

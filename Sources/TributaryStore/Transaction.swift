@@ -53,7 +53,7 @@ struct Transaction {
     /// Hands the value stored under `key` (a view into the map, valid only inside `body`) to `body`.
     func withValue<R>(_ dbi: MDB_dbi, _ key: inout MDB_val, _ body: (UnsafeRawBufferPointer?) throws -> R) throws -> R {
         var value = MDB_val()
-        let rc = mdb_get(txn, dbi, &key, &value)
+        let rc = MDB.get(txn, dbi, &key, &value)
         if rc == MDB_NOTFOUND { return try body(nil) }
         try check(rc, "mdb_get")
         return try body(UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size))
@@ -77,7 +77,7 @@ struct Transaction {
     /// Deletes `key`; returns false when it was not there.
     @discardableResult
     func delete(_ dbi: MDB_dbi, _ key: inout MDB_val) throws -> Bool {
-        let rc = mdb_del(txn, dbi, &key, nil)
+        let rc = MDB.del(txn, dbi, &key)
         if rc == MDB_NOTFOUND { return false }
         try check(rc, "mdb_del")
         return true
@@ -86,7 +86,7 @@ struct Transaction {
     /// Number of entries in a table.
     func count(_ dbi: MDB_dbi) throws -> Int {
         var stat = MDB_stat()
-        try check(mdb_stat(txn, dbi, &stat), "mdb_stat")
+        try check(MDB.stat(txn, dbi, &stat), "mdb_stat")
         return stat.ms_entries
     }
 
@@ -96,22 +96,22 @@ struct Transaction {
         _ body: (MDB_val, UnsafeRawBufferPointer) throws -> Bool
     ) throws {
         var cursor: OpaquePointer?
-        try check(mdb_cursor_open(txn, dbi, &cursor), "mdb_cursor_open")
-        defer { mdb_cursor_close(cursor) }
+        try check(MDB.cursorOpen(txn, dbi, &cursor), "mdb_cursor_open")
+        defer { MDB.cursorClose(cursor) }
         var key = MDB_val()
         var value = MDB_val()
         var rc: Int32
         if let start {
             rc = withKey(start) { k in
                 key = k
-                return mdb_cursor_get(cursor, &key, &value, MDB_SET_RANGE)
+                return MDB.cursorGet(cursor, &key, &value, MDB_SET_RANGE)
             }
         } else {
-            rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
+            rc = MDB.cursorGet(cursor, &key, &value, MDB_FIRST)
         }
         while rc == MDB_SUCCESS {
             guard try body(key, UnsafeRawBufferPointer(start: value.mv_data, count: value.mv_size)) else { return }
-            rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+            rc = MDB.cursorGet(cursor, &key, &value, MDB_NEXT)
         }
         if rc != MDB_NOTFOUND { try check(rc, "mdb_cursor_get") }
     }
@@ -119,11 +119,11 @@ struct Transaction {
     /// The last key of a table, or nil when it is empty.
     func lastKey(_ dbi: MDB_dbi) throws -> MDB_val? {
         var cursor: OpaquePointer?
-        try check(mdb_cursor_open(txn, dbi, &cursor), "mdb_cursor_open")
-        defer { mdb_cursor_close(cursor) }
+        try check(MDB.cursorOpen(txn, dbi, &cursor), "mdb_cursor_open")
+        defer { MDB.cursorClose(cursor) }
         var key = MDB_val()
         var value = MDB_val()
-        let rc = mdb_cursor_get(cursor, &key, &value, MDB_LAST)
+        let rc = MDB.cursorGet(cursor, &key, &value, MDB_LAST)
         if rc == MDB_NOTFOUND { return nil }
         try check(rc, "mdb_cursor_get")
         return key
@@ -134,18 +134,18 @@ extension Transaction {
     /// Deletes every entry whose 8-byte key is ≤ `last`, oldest first; returns how many were deleted.
     func deleteThrough(_ dbi: MDB_dbi, _ last: UInt64) throws -> Int {
         var cursor: OpaquePointer?
-        try check(mdb_cursor_open(txn, dbi, &cursor), "mdb_cursor_open")
-        defer { mdb_cursor_close(cursor) }
+        try check(MDB.cursorOpen(txn, dbi, &cursor), "mdb_cursor_open")
+        defer { MDB.cursorClose(cursor) }
         var key = MDB_val()
         var value = MDB_val()
         var deleted = 0
-        var rc = mdb_cursor_get(cursor, &key, &value, MDB_FIRST)
+        var rc = MDB.cursorGet(cursor, &key, &value, MDB_FIRST)
         while rc == MDB_SUCCESS {
             guard let seq = decodeSequence(key), seq <= last else { break }
-            try check(mdb_cursor_del(cursor, 0), "mdb_cursor_del")
+            try check(MDB.cursorDel(cursor, 0), "mdb_cursor_del")
             deleted += 1
             // LMDB marks a cursor after mdb_cursor_del so that MDB_NEXT yields the entry that followed.
-            rc = mdb_cursor_get(cursor, &key, &value, MDB_NEXT)
+            rc = MDB.cursorGet(cursor, &key, &value, MDB_NEXT)
         }
         if rc != MDB_NOTFOUND && rc != MDB_SUCCESS { try check(rc, "mdb_cursor_get") }
         return deleted
