@@ -115,7 +115,7 @@ extension Outbox {
             return PreparedBatch(
                 id: Self.newBatchID(), count: scanned.count, bytes: scanned.bytes,
                 firstID: scanned.firstID, lastID: scanned.lastID,
-                deadLettersWhenRead: try Self.state(db, "dead_letters"))
+                deadLettersWhenRead: try Self.state(db, .deadLetters))
         }
     }
 
@@ -281,7 +281,7 @@ extension Outbox {
         // takes a waiting row (a hand edit of the outbox could too, and is not looked for). With no dead
         // letter since the read, counting them (reading each of their pages on this connection) is not
         // needed.
-        if try Self.state(db, "dead_letters") != next.deadLettersWhenRead {
+        if try Self.state(db, .deadLetters) != next.deadLettersWhenRead {
             var count = 0
             for table in tables.inOrder {
                 let statement = try db.cachedStatement(sql: Self.waitingThroughSQL[table])
@@ -333,21 +333,19 @@ extension Outbox {
             }
         } else {
             tables.deliveredThrough = max(tables.deliveredThrough, inFlight.lastID)
-            try Self.setState(db, "delivered_through", tables.deliveredThrough)
+            try Self.setState(db, .deliveredThrough, tables.deliveredThrough)
         }
         try tables.emptyDelivered(db, turnRows: turnRows)
         try Self.endInFlight(db)
         if delivered > 0 {
             // A delivery ends the run of dead letters, and any hold a halt made (the held event was the
             // first waiting: delivered, or dead-lettered before this).
-            try db.cachedStatement(
-                sql: "UPDATE agent_state SET value = 0 WHERE key IN ('dead_letters_in_a_row', 'halted_seq') AND value != 0"
-            ).execute()
+            try Self.endDeadLetterRun(db)
         }
-        try Self.bump(db, "delivered", delivered)
-        try Self.bump(db, "pending_count", -delivered)
-        try Self.bump(db, "pending_bytes", -bytes)
-        try Self.bump(db, "batches", 1)
+        try Self.bump(db, .delivered, delivered)
+        try Self.bump(db, .pendingCount, -delivered)
+        try Self.bump(db, .pendingBytes, -bytes)
+        try Self.bump(db, .batches, 1)
         return true
     }
 

@@ -46,10 +46,10 @@ extension Outbox {
             // batch in flight stops waiting while it stays in flight, and a new row's id is one past the
             // largest ever handed out: it never falls inside one.)
             try db.execute(sql: "DELETE FROM in_flight WHERE ? BETWEEN first_id AND last_id", arguments: [row.id])
-            try Self.bump(db, "pending_count", -deleted)
-            try Self.bump(db, "pending_bytes", -row.body.count * deleted)
-            try Self.bump(db, "dead_letters", 1)
-            try Self.bump(db, "dead_letters_in_a_row", 1)
+            try Self.bump(db, .pendingCount, -deleted)
+            try Self.bump(db, .pendingBytes, -row.body.count * deleted)
+            try Self.bump(db, .deadLetters, 1)
+            try Self.bump(db, .deadLettersInARow, 1)
             beforeCommit()
         }
     }
@@ -57,7 +57,7 @@ extension Outbox {
     /// Events dead-lettered since an event was last delivered (by this agent's runs and the ones before):
     /// what ``UploadConfiguration/haltAfterDeadLetters`` is held against. A delivery sets it back to 0.
     public func deadLettersInARow() throws -> Int {
-        try writer.read { db in Int(try Self.state(db, "dead_letters_in_a_row")) }
+        try writer.read { db in Int(try Self.state(db, .deadLettersInARow)) }
     }
 
     /// The run of dead letters as it stands for uploads to `destination` (a fingerprint of the collector
@@ -67,20 +67,20 @@ extension Outbox {
     public func deadLetterRun(destination: UInt64) throws -> (inARow: Int, heldSeq: UInt64?) {
         try writer.write { db in
             let fingerprint = Int64(bitPattern: destination)
-            if try Self.state(db, "dead_letters_destination") != fingerprint {
-                try Self.setState(db, "dead_letters_in_a_row", 0)
-                try Self.setState(db, "halted_seq", 0)
-                try Self.setState(db, "dead_letters_destination", fingerprint)
+            if try Self.state(db, .deadLettersDestination) != fingerprint {
+                try Self.setState(db, .deadLettersInARow, 0)
+                try Self.setState(db, .haltedSeq, 0)
+                try Self.setState(db, .deadLettersDestination, fingerprint)
             }
-            let held = try Self.state(db, "halted_seq")
-            return (Int(try Self.state(db, "dead_letters_in_a_row")), held > 0 ? UInt64(held) : nil)
+            let held = try Self.state(db, .haltedSeq)
+            return (Int(try Self.state(db, .deadLettersInARow)), held > 0 ? UInt64(held) : nil)
         }
     }
 
     /// Records that uploads halted holding back the refused event `seq`: sent alone again after the
     /// halt, by this run or a later one, it is dead-lettered if refused once more.
     public func holdAfterHalt(seq: UInt64) throws {
-        try writer.write { db in try Self.setState(db, "halted_seq", Int64(seq)) }
+        try writer.write { db in try Self.setState(db, .haltedSeq, Int64(seq)) }
     }
 
     /// How many dead letters the outbox holds.
@@ -156,9 +156,9 @@ extension Outbox {
                     bytes += (r["body"] as Data).count
                     moved += 1
                 }
-                if moved > 0 { try Self.setState(db, "last_id", lastID) }
-                try Self.bump(db, "pending_count", moved)
-                try Self.bump(db, "pending_bytes", bytes)
+                if moved > 0 { try Self.setState(db, .lastID, lastID) }
+                try Self.bump(db, .pendingCount, moved)
+                try Self.bump(db, .pendingBytes, bytes)
                 return moved
             } }
         }

@@ -11,7 +11,7 @@ private let sqliteStatic: sqlite3_destructor_type? = nil
 extension Outbox {
     /// The highest store sequence number ever committed to this outbox (drained), or 0.
     public func lastDrainedSeq() throws -> UInt64 {
-        try writer.read { db in UInt64(try Self.state(db, "last_drained_seq")) }
+        try writer.read { db in UInt64(try Self.state(db, .lastDrainedSeq)) }
     }
 
     /// What the drain hands the outbox for one store entry.
@@ -119,12 +119,12 @@ extension Outbox {
     /// - Returns: the previous store's id and the last seq drained from it, when the store changed.
     public func adoptStore(_ storeID: UInt64) throws -> (previousStoreID: UInt64, lastDrainedSeq: UInt64)? {
         try writer.write { db in
-            let recorded = UInt64(bitPattern: try Self.state(db, "store_id"))
+            let recorded = UInt64(bitPattern: try Self.state(db, .storeID))
             guard recorded != storeID else { return nil }
-            try Self.setState(db, "store_id", Int64(bitPattern: storeID))
+            try Self.setState(db, .storeID, Int64(bitPattern: storeID))
             guard recorded != 0 else { return nil }
-            let drained = UInt64(try Self.state(db, "last_drained_seq"))
-            try Self.setState(db, "last_drained_seq", 0)
+            let drained = UInt64(try Self.state(db, .lastDrainedSeq))
+            try Self.setState(db, .lastDrainedSeq, 0)
             try Self.forgetDrainedRecord(db)  // the other store's
             return (recorded, drained)
         }
@@ -137,7 +137,7 @@ extension Outbox {
         return try writer.write { db in
             // The highest seq ever drained, then the highest of this chunk so far: an entry must be above
             // it to be inserted (no index makes a seq unique in the table; see migration v4).
-            let already = UInt64(try Self.state(db, "last_drained_seq"))
+            let already = UInt64(try Self.state(db, .lastDrainedSeq))
             var highest = already
             var inserted = 0
             var skipped = 0
@@ -173,20 +173,20 @@ extension Outbox {
                     }
                 }
             }
-            if highest > already { try Self.setState(db, "last_drained_seq", Int64(highest)) }
-            if inserted > 0 { try Self.setState(db, "last_id", id) }
-            try Self.bump(db, "drained", inserted)
-            try Self.bump(db, "pending_count", inserted)
-            try Self.bump(db, "pending_bytes", insertedBytes)
-            try Self.bump(db, "duplicates_skipped", skipped)
-            try Self.bump(db, "corrupt_records", corrupt)
-            try Self.bump(db, "dead_letters", corrupt)
+            if highest > already { try Self.setState(db, .lastDrainedSeq, Int64(highest)) }
+            if inserted > 0 { try Self.setState(db, .lastID, id) }
+            try Self.bump(db, .drained, inserted)
+            try Self.bump(db, .pendingCount, inserted)
+            try Self.bump(db, .pendingBytes, insertedBytes)
+            try Self.bump(db, .duplicatesSkipped, skipped)
+            try Self.bump(db, .corruptRecords, corrupt)
+            try Self.bump(db, .deadLetters, corrupt)
             // Which record the chunk ended with, and at which seq (``reconcile(lastAssignedSeq:oldestSeq:identityAt:)``
             // takes it only while that seq is `last_drained_seq`: an agent from before identities were kept
             // may have moved it on since, without a word about the record there).
             if highest > already, let last = chunk.entries.last?.seq {
-                try Self.setState(db, "last_drained_record", Int64(bitPattern: chunk.lastRecordIdentity))
-                try Self.setState(db, "last_drained_record_seq", Int64(last))
+                try Self.setState(db, .lastDrainedRecord, Int64(bitPattern: chunk.lastRecordIdentity))
+                try Self.setState(db, .lastDrainedRecordSeq, Int64(last))
             }
             beforeCommit()
             return Inserted(inserted: inserted, skipped: skipped)
@@ -220,10 +220,10 @@ extension Outbox {
         lastAssignedSeq: UInt64, oldestSeq: UInt64?, identityAt: (UInt64) throws -> UInt64?
     ) throws -> (before: UInt64, after: UInt64)? {
         let (drained, identity) = try writer.read { db in
-            let seq = UInt64(try Self.state(db, "last_drained_seq"))
-            let identitySeq = UInt64(try Self.state(db, "last_drained_record_seq"))
+            let seq = UInt64(try Self.state(db, .lastDrainedSeq))
+            let identitySeq = UInt64(try Self.state(db, .lastDrainedRecordSeq))
             // Not known unless it is the record at `last_drained_seq`.
-            return (seq, identitySeq == seq ? UInt64(bitPattern: try Self.state(db, "last_drained_record")) : 0)
+            return (seq, identitySeq == seq ? UInt64(bitPattern: try Self.state(db, .lastDrainedRecord)) : 0)
         }
         guard drained > 0 else { return nil }
         let reused: Bool
@@ -237,7 +237,7 @@ extension Outbox {
         guard reused else { return nil }
         let after = oldestSeq.map { $0 - 1 } ?? lastAssignedSeq
         try writer.write { db in
-            try Self.setState(db, "last_drained_seq", Int64(after))
+            try Self.setState(db, .lastDrainedSeq, Int64(after))
             try Self.forgetDrainedRecord(db)
         }
         return (drained, after)
@@ -246,9 +246,9 @@ extension Outbox {
     /// Forgets which record was drained last, and the event a halt held back: seqs from here on name
     /// other records (another store's, or the same seqs handed out again).
     private static func forgetDrainedRecord(_ db: Database) throws {
-        try setState(db, "last_drained_record", 0)
-        try setState(db, "last_drained_record_seq", 0)
-        try setState(db, "halted_seq", 0)
+        try setState(db, .lastDrainedRecord, 0)
+        try setState(db, .lastDrainedRecordSeq, 0)
+        try setState(db, .haltedSeq, 0)
     }
 
     /// For each table: the `INSERT` of one row, every column bound (``insert(_:id:from:with:in:)``).

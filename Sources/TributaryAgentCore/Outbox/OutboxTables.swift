@@ -37,8 +37,8 @@ extension Outbox {
 
         static func read(_ db: Database) throws -> Tables {
             Tables(
-                newer: try Outbox.state(db, "newer_table") == 1 ? 1 : 0,
-                deliveredThrough: try Outbox.state(db, "delivered_through"))
+                newer: try Outbox.state(db, .newerTable) == 1 ? 1 : 0,
+                deliveredThrough: try Outbox.state(db, .deliveredThrough))
         }
 
         /// The largest id ever handed out (`last_id`), or the largest either table holds, or
@@ -47,7 +47,7 @@ extension Outbox {
         /// letter of the last row could fall inside a batch read ahead. `spans`: the tables' spans when
         /// the caller has just read them (``turnIfDue(_:turnRows:)``), else their largest ids are read.
         func lastID(_ db: Database, spans: [Span?]? = nil) throws -> Int64 {
-            var last = max(deliveredThrough, try Outbox.state(db, "last_id"))
+            var last = max(deliveredThrough, try Outbox.state(db, .lastID))
             for table in 0...1 {
                 let tableLast = try spans.map { $0[table]?.last } ?? Self.maxID(db, table)
                 last = max(last, tableLast ?? 0)
@@ -101,7 +101,7 @@ extension Outbox {
             let spans = try emptyDelivered(db, turnRows: turnRows)
             if spans[older] == nil, let span = spans[newer], span.last - span.first + 1 >= turnRows {
                 newer = older
-                try Outbox.setState(db, "newer_table", Int64(newer))
+                try Outbox.setState(db, .newerTable, Int64(newer))
             }
             return spans
         }
