@@ -1,6 +1,5 @@
 import Foundation
 import GRDB
-import GRDBSQLite
 import TributaryStore
 
 // The upload side: batches read from the rows waiting, the one batch in flight, acknowledgements.
@@ -141,11 +140,11 @@ extension Outbox {
         var scanned = Scanned()
         for table in tables.inOrder where scanned.count < maxCount && !scanned.full {
             let select = try db.cachedStatement(sql: selectBatchSQL[table])
-            let handle = select.sqliteStatement
-            sqlite3_reset(handle)
-            sqlite3_bind_int64(handle, 1, max(firstID, tables.deliveredThrough + 1))
-            sqlite3_bind_int64(handle, 2, lastID)
-            sqlite3_bind_int64(handle, 3, Int64(maxCount - scanned.count))
+            let raw = RawStatement(select)
+            raw.reset()
+            raw.bind(1, max(firstID, tables.deliveredThrough + 1))
+            raw.bind(2, lastID)
+            raw.bind(3, Int64(maxCount - scanned.count))
             try scan(select, in: db, maxBytes: maxBytes, into: &scanned, each)
         }
         return scanned
@@ -162,29 +161,23 @@ extension Outbox {
         _ statement: Statement, in db: Database, maxBytes: Int, into scanned: inout Scanned,
         _ each: (BatchEvent) throws -> Void
     ) throws {
-        let handle = statement.sqliteStatement
-        defer { sqlite3_reset(handle) }
+        let raw = RawStatement(statement)
+        defer { raw.reset() }
         while true {
-            let rc = sqlite3_step(handle)
-            if rc == SQLITE_DONE { break }
-            guard rc == SQLITE_ROW else {
-                throw DatabaseError(
-                    resultCode: ResultCode(rawValue: rc), message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
-                    sql: statement.sql)
-            }
-            // sqlite.org/c3ref/column_blob.html: call _blob first, then _bytes, for the pointer to stay valid.
-            let body = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 4), count: Int(sqlite3_column_bytes(handle, 4)))
+            let rc = raw.step()
+            if rc == RawStatement.done { break }
+            guard rc == RawStatement.row else { throw raw.error(rc, in: db, sql: statement.sql) }
+            let body = raw.blob(4)
             if scanned.count > 0 && scanned.bytes + body.count > maxBytes {
                 scanned.full = true
                 break
             }
-            let bootID = UnsafeRawBufferPointer(start: sqlite3_column_blob(handle, 3), count: Int(sqlite3_column_bytes(handle, 3)))
-            let id = sqlite3_column_int64(handle, 0)
+            let bootID = raw.blob(3)
+            let id = raw.int64(0)
             if scanned.count == 0 { scanned.firstID = id }
             scanned.lastID = id
             try each(BatchEvent(
-                wallMillis: sqlite3_column_int64(handle, 1), bootNanos: UInt64(bitPattern: sqlite3_column_int64(handle, 2)),
-                bootID: bootID, body: body))
+                wallMillis: raw.int64(1), bootNanos: UInt64(bitPattern: raw.int64(2)), bootID: bootID, body: body))
             scanned.count += 1
             scanned.bytes += body.count
         }

@@ -1,12 +1,8 @@
 import Foundation
 import GRDB
-import GRDBSQLite
 import TributaryStore
 
 // The drain side: drained store entries go into the outbox, once each, in store order.
-
-/// SQLite's `SQLITE_STATIC` (nil): "the value stays valid and unchanged until rebound or cleared".
-private let sqliteStatic: sqlite3_destructor_type? = nil
 
 extension Outbox {
     /// The highest store sequence number ever committed to this outbox (drained), or 0.
@@ -261,45 +257,39 @@ extension Outbox {
 
     /// Runs a cached ``insertSQL`` for one event of a chunk, as row `id`.
     ///
-    /// Binds with `sqlite3_bind_*` directly instead of GRDB's `StatementArguments`: building an array
-    /// of `DatabaseValue`s and two `Data` copies per row was the largest cost of a drain after the
-    /// SQLite work itself. SQLITE_STATIC: the chunk's buffer outlives the statement's step; the
-    /// bindings are cleared before the buffer goes.
+    /// Binds with `sqlite3_bind_*` directly (``RawStatement``) instead of GRDB's `StatementArguments`:
+    /// building an array of `DatabaseValue`s and two `Data` copies per row was the largest cost of a
+    /// drain after the SQLite work itself. SQLITE_STATIC: the chunk's buffer outlives the statement's
+    /// step; the bindings are cleared before the buffer goes.
     private static func insert(
         _ event: DrainedChunk.Event, id: Int64, from bytes: UnsafeRawBufferPointer, with statement: Statement,
         in db: Database
     ) throws {
-        let handle = statement.sqliteStatement
-        defer { sqlite3_clear_bindings(handle) }
+        let raw = RawStatement(statement)
+        defer { raw.clearBindings() }
         func text(_ index: Int32, _ range: Range<Int>) {
-            sqlite3_bind_text(
-                handle, index, bytes.baseAddress!.advanced(by: range.lowerBound).assumingMemoryBound(to: CChar.self),
-                Int32(range.count), sqliteStatic)
+            raw.bindText(index, bytes.baseAddress!.advanced(by: range.lowerBound), count: range.count)
         }
         func blob(_ index: Int32, _ range: Range<Int>) {
             if range.isEmpty {
-                sqlite3_bind_zeroblob(handle, index, 0)  // a nil pointer would store NULL; the columns are NOT NULL
+                raw.bindEmptyBlob(index)  // a nil pointer would store NULL; the columns are NOT NULL
             } else {
-                sqlite3_bind_blob(handle, index, bytes.baseAddress!.advanced(by: range.lowerBound), Int32(range.count), sqliteStatic)
+                raw.bindBlob(index, bytes.baseAddress!.advanced(by: range.lowerBound), count: range.count)
             }
         }
-        sqlite3_reset(handle)
-        sqlite3_bind_int64(handle, 1, id)
-        sqlite3_bind_int64(handle, 2, Int64(event.seq))
+        raw.reset()
+        raw.bind(1, id)
+        raw.bind(2, Int64(event.seq))
         text(3, event.eventID)
         text(4, event.producer)
-        sqlite3_bind_int64(handle, 5, Int64(event.producerKind.rawValue))
-        sqlite3_bind_int64(handle, 6, Int64(event.producerSeq))
-        sqlite3_bind_int64(handle, 7, event.wallMillis)
-        sqlite3_bind_int64(handle, 8, Int64(bitPattern: event.bootNanos))
+        raw.bind(5, Int64(event.producerKind.rawValue))
+        raw.bind(6, Int64(event.producerSeq))
+        raw.bind(7, event.wallMillis)
+        raw.bind(8, Int64(bitPattern: event.bootNanos))
         blob(9, event.bootID)
         blob(10, event.body)
-        let rc = sqlite3_step(handle)
-        sqlite3_reset(handle)
-        guard rc == SQLITE_DONE else {
-            throw DatabaseError(
-                resultCode: ResultCode(rawValue: rc), message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
-                sql: statement.sql)
-        }
+        let rc = raw.step()
+        raw.reset()
+        guard rc == RawStatement.done else { throw raw.error(rc, in: db, sql: statement.sql) }
     }
 }

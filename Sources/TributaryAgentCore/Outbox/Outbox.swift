@@ -7,6 +7,11 @@ import TributaryStore
 /// WAL mode with `synchronous=FULL` (sqlite.org: in WAL mode, FULL syncs the WAL on every commit, so
 /// a committed transaction survives power loss). Rows are uploaded in `id` order, which is the
 /// store's global sequence order. See `docs/outbox.md` for the schema.
+///
+/// The other files of this folder extend it, a concern each: the migrations (`OutboxSchema.swift`), the
+/// two tables in turn (`OutboxTables.swift`), the drain (`Outbox+Drain.swift`), batches and their
+/// acknowledgement (`Outbox+Batches.swift`), dead letters (`Outbox+DeadLetters.swift`), the `agent_state`
+/// table (`OutboxState.swift`) and the SQLite C calls (`SQLiteCalls.swift`).
 public final class Outbox: Sendable {
     /// One event waiting for upload.
     public struct Row: Sendable, Hashable {
