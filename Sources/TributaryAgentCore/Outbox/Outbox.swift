@@ -1,0 +1,189 @@
+import Foundation
+import GRDB
+import TributaryStore
+
+/// The agent's private SQLite outbox: events drained from the shared store, waiting for upload.
+///
+/// WAL mode with `synchronous=FULL` (sqlite.org: in WAL mode, FULL syncs the WAL on every commit, so
+/// a committed transaction survives power loss). Rows are uploaded in `id` order, which is the
+/// store's global sequence order. See `docs/outbox.md` for the schema.
+///
+/// The other files of this folder extend it, a concern each: the migrations (`OutboxSchema.swift`), the
+/// two tables in turn (`OutboxTables.swift`), the drain (`Outbox+Drain.swift`), batches and their
+/// acknowledgement (`Outbox+Batches.swift`), dead letters (`Outbox+DeadLetters.swift`), the `agent_state`
+/// table (`OutboxState.swift`) and the SQLite C calls (`SQLiteCalls.swift`).
+public final class Outbox: Sendable {
+    /// One event waiting for upload.
+    public struct Row: Sendable, Hashable {
+        /// Upload order: above every id handed out before it (``Tables/lastID(_:)``).
+        public var id: Int64
+        /// Global store sequence number.
+        public var seq: UInt64
+        public var eventID: String
+        public var producer: String
+        public var producerKind: ProducerKind
+        public var producerSeq: UInt64
+        /// Wall-clock time at trigger (ms) and `CLOCK_BOOTTIME` (ns) with its boot id.
+        public var wallMillis: Int64
+        public var bootNanos: UInt64
+        public var bootID: BootID
+        /// The event JSON, enriched, with `_tributary`; `_flush_time` is added at upload.
+        public var body: [UInt8]
+        /// The batch this row was last sent in, stable across retries.
+        public var batchID: String?
+    }
+
+    /// Where the outbox lives.
+    public let path: String
+    let writer: DatabasePool
+    /// How many ids' worth the newer table holds before the drain turns to the other one, once that one
+    /// is empty (``Tables``).
+    let turnRows: Int64
+
+    /// ``turnRows`` unless a test sets another: about 7 MiB of 0.85 KiB events, a tenth of a second of the
+    /// pipeline benchmark.
+    static let defaultTurnRows: Int64 = 8_192
+
+    /// Creates the directory an outbox at `path` lives in (mode 0700: the outbox is the agent's alone).
+    static func createDirectory(of path: String) throws {
+        let directory = (path as NSString).deletingLastPathComponent
+        // A bare file name lives in the working directory, which exists ("" is no path to create).
+        guard !directory.isEmpty else { return }
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    }
+
+    /// Opens (creating and migrating) the outbox at `path`. `whileMigrating`, when the outbox needs a
+    /// migration (a new outbox too), runs around it: a migration that rebuilds a table takes time in
+    /// proportion to what the outbox holds.
+    public convenience init(path: String, whileMigrating: ((() throws -> Void) throws -> Void)? = nil) throws {
+        try self.init(path: path, turnRows: Self.defaultTurnRows, whileMigrating: whileMigrating)
+    }
+
+    /// ``init(path:whileMigrating:)`` with the tables turning every `turnRows` ids (tests).
+    init(path: String, turnRows: Int64, whileMigrating: ((() throws -> Void) throws -> Void)? = nil) throws {
+        precondition(turnRows > 0, "turnRows must be positive")
+        self.path = path
+        self.turnRows = turnRows
+        try Self.createDirectory(of: path)
+        var config = Configuration()
+        config.busyMode = .timeout(Self.busyTimeout)
+        config.prepareDatabase { db in
+            // sqlite.org/pragma.html#pragma_synchronous: "FULL ... ensures that an operating system
+            // crash or power failure will not corrupt the database" and, in WAL mode, that every
+            // committed transaction is durable.
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+            // 16 KiB pages instead of 4 KiB: a quarter of the WAL frames (two writes each), B-tree
+            // pages and page reads per drained or acknowledged event (agent CPU per event -17 % in
+            // the pipeline benchmark; 64 KiB measured about the same). Effective only on a new file,
+            // before the pool switches it to WAL: an existing outbox keeps its page size.
+            try db.execute(sql: "PRAGMA page_size = 16384")
+            // Debian's SQLite is built with SQLITE_SECURE_DELETE, which zeroes every freed page and so
+            // writes it into the WAL: emptying a delivered table (``Tables``) would then cost as many
+            // page writes as deleting its rows one by one. FAST zeroes deleted content only on pages
+            // written anyway: the pages of an emptied table keep their bytes until the drain reuses
+            // them (the outbox is the agent's own file, 0600 in a 0700 directory).
+            try db.execute(sql: "PRAGMA secure_delete = FAST")
+        }
+        try Self.refuseForeignDatabase(at: path)
+        writer = try DatabasePool(path: path, configuration: config)
+        // DatabasePool sets `synchronous = NORMAL` while it switches to WAL, after prepareDatabase ran:
+        // set FULL again on the writer connection, the only one that commits.
+        try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = FULL") }
+        // No automatic checkpoints: SQLite ignores an I/O error in one (an fsync of the database file
+        // that failed would be retried by the next). The agent checkpoints explicitly (checkpoint()),
+        // where the error is seen and stops it.
+        try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA wal_autocheckpoint = 0") }
+        let migrator = Self.migrator
+        if try !writer.read({ db in try migrator.hasCompletedMigrations(db) }) {
+            // A migration rebuilds tables: its WAL is as large as they are. Emptied and cut at once.
+            let migrate = { [self] in
+                try migrator.migrate(writer)
+                try checkpoint()
+            }
+            if let whileMigrating { try whileMigrating(migrate) } else { try migrate() }
+        }
+    }
+
+    /// Throws if `path` is another program's SQLite database (a collector's, an app's): given as an
+    /// outbox, it was switched to WAL and migrated into an outbox beside its own tables, or failed half
+    /// way. Read through a read-only connection: nothing is written. A file it cannot read so is left to
+    /// the outbox's own open, which says why.
+    private static func refuseForeignDatabase(at path: String) throws(AgentError) {
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_size > 0 else { return }
+        var configuration = Configuration()
+        configuration.readonly = true
+        let tables: [String]
+        do {
+            tables = try DatabaseQueue(path: path, configuration: configuration).read { db in
+                try String.fetchAll(
+                    db,
+                    sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+                        + "AND name != 'grdb_migrations' ORDER BY name")
+            }
+        } catch {
+            return
+        }
+        guard !tables.isEmpty, !tables.contains("agent_state") else { return }
+        throw AgentError(
+            .configuration,
+            "\(path) is an SQLite database but not a Tributary outbox (it has the tables "
+                + tables.prefix(5).joined(separator: ", ") + (tables.count > 5 ? ", …" : "")
+                + "); nothing was changed. Give --outbox a file of its own (the default is per group).")
+    }
+
+    /// The size of the outbox's WAL file (0 when there is none). A checkpoint that empties the WAL
+    /// leaves the file at its size, for the next transactions to write over: one grown by a burst or
+    /// a large transaction (a replay of many dead letters) keeps its disk space until a `TRUNCATE`
+    /// checkpoint (``checkpoint(truncate:patience:)``), which the agent runs once it is idle.
+    public var walFileBytes: Int {
+        var info = stat()
+        return stat(path + "-wal", &info) == 0 ? Int(info.st_size) : 0
+    }
+
+    /// The writer connection's `PRAGMA synchronous` (2 = FULL).
+    public func synchronousMode() throws -> Int {
+        try writer.writeWithoutTransaction { db in try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1 }
+    }
+
+    /// Copies the WAL into the database file (`PRAGMA wal_checkpoint`), and with `truncate` empties it
+    /// so that closing the outbox has nothing left to write or sync. An I/O error surfaces here, where
+    /// the agent can fail-stop on it, instead of inside an automatic checkpoint or a close that cannot
+    /// report it.
+    ///
+    /// A truncating checkpoint waits for readers of the WAL (`tributary status`, `dead-letters`) to
+    /// finish: at most `patience` (the connection's ``busyTimeout`` otherwise), so that a stop stays
+    /// within its deadline. Returns false when readers kept it from completing; the WAL then stays, as
+    /// durable as the database file, for the next checkpoint.
+    @discardableResult
+    public func checkpoint(truncate: Bool = true, patience: Duration? = nil) throws -> Bool {
+        let sql = truncate ? "PRAGMA wal_checkpoint(TRUNCATE)" : "PRAGMA wal_checkpoint(PASSIVE)"
+        return try writer.writeWithoutTransaction { db in
+            try Self.withPatience(patience, db) { try Self.checkpointed(db, sql) }
+        }
+    }
+
+    /// Runs `body` with `db`'s busy timeout cut to `patience` (nil: the connection's own), then sets
+    /// the connection's own again.
+    static func withPatience<T>(_ patience: Duration?, _ db: Database, _ body: () throws -> T) throws -> T {
+        guard let patience else { return try body() }
+        try db.execute(sql: "PRAGMA busy_timeout = \(max(1, Int(patience / .milliseconds(1))))")
+        let outcome = Result { try body() }
+        try db.execute(sql: "PRAGMA busy_timeout = \(Int(Self.busyTimeout * 1000))")  // the connection's own again
+        return try outcome.get()
+    }
+
+    /// How long a statement waits for a lock another connection holds, in seconds (GRDB's `busyMode`).
+    static let busyTimeout: TimeInterval = 10
+
+    /// Runs a `wal_checkpoint` pragma; false when its first column (busy) says it could not complete.
+    private static func checkpointed(_ db: Database, _ sql: String) throws -> Bool {
+        try GRDB.Row.fetchOne(db, sql: sql).map { ($0[0] as Int?) != 1 } ?? true
+    }
+
+    /// Runs SQLite's `PRAGMA integrity_check`; returns "ok" when the file is sound.
+    public func integrityCheck() throws -> String {
+        try writer.read { db in try String.fetchAll(db, sql: "PRAGMA integrity_check").joined(separator: "; ") }
+    }
+}
