@@ -1,11 +1,29 @@
 import Foundation
 import GRDB
+import TributaryErrors
 import TributaryStore
 
 // Dead letters: events the collector refused and corrupt store records; their run, inspection,
 // replay and discard.
 
 extension Outbox {
+    /// What kind of dead-letter request failed.
+    public struct DeadLetterCode: ErrorCode {
+        private enum Kind: String { case unknownDeadLetters, replayInterrupted }
+        private let kind: Kind
+        private init(_ kind: Kind) { self.kind = kind }
+        public init?(rawValue: String) {
+            guard let kind = Kind(rawValue: rawValue) else { return nil }
+            self.kind = kind
+        }
+        public var rawValue: String { kind.rawValue }
+
+        /// Ids given to a replay or a discard name no such dead letter: nothing was done.
+        public static let unknownDeadLetters = DeadLetterCode(.unknownDeadLetters)
+        /// A replay failed part way: what moved before the failure stays moved.
+        public static let replayInterrupted = DeadLetterCode(.replayInterrupted)
+    }
+
     /// A dead letter: an event the collector rejected on its own, or a store record that was corrupt.
     public struct DeadLetter: Sendable, Hashable, Codable {
         public var id: Int64
@@ -103,10 +121,21 @@ extension Outbox {
     /// Dead letter ids given to ``replayDeadLetters(ids:)`` that name no replayable dead letter (none
     /// with that id, or a corrupt store record, which has no event to send), or given to
     /// ``discardDeadLetters(ids:)`` that name none. Nothing was replayed or discarded.
-    public struct UnknownDeadLetters: Error, CustomStringConvertible, Sendable {
+    public struct UnknownDeadLetters: TributaryError {
+        public var code: DeadLetterCode { .unknownDeadLetters }
         public var ids: [Int64]
         /// Whether a replay (else a discard) was refused.
         public var replaying = true
+        public var cause: (any Error & Sendable)? { nil }
+        public var location: SourceLocation
+
+        init(ids: [Int64], replaying: Bool = true, file: String = #fileID, line: Int = #line) {
+            self.ids = ids
+            self.replaying = replaying
+            location = SourceLocation(file: file, line: line)
+        }
+
+        public var message: String { description }
         public var description: String {
             let list = ids.map(String.init).joined(separator: ", ")
             return replaying
@@ -167,17 +196,32 @@ extension Outbox {
 
     /// A replay that failed part way: `moved` of `total` dead letters are back in the outbox (whole
     /// transactions of them), the rest still dead letters.
-    public struct ReplayInterrupted: Error, CustomStringConvertible, Sendable {
+    public struct ReplayInterrupted: TributaryError {
+        public var code: DeadLetterCode { .replayInterrupted }
         public var moved: Int
         public var total: Int
         public var reason: String
+        public var cause: (any Error & Sendable)?
+        public var location: SourceLocation
+
+        init(
+            moved: Int, total: Int, reason: String, cause: (any Error & Sendable)? = nil, file: String = #fileID,
+            line: Int = #line
+        ) {
+            (self.moved, self.total, self.reason, self.cause) = (moved, total, reason, cause)
+            location = SourceLocation(file: file, line: line)
+        }
+
+        public var message: String { description }
         public var description: String {
             "replayed \(moved) of \(total) dead letter(s) before the failure (the rest are still dead letters): \(reason)"
         }
 
         /// `body`, its failure thrown as a replay interrupted after `moved` of `total`.
         static func saying<T>(moved: Int, of total: Int, _ body: () throws -> T) throws -> T {
-            do { return try body() } catch { throw ReplayInterrupted(moved: moved, total: total, reason: "\(error)") }
+            do { return try body() } catch {
+                throw ReplayInterrupted(moved: moved, total: total, reason: "\(error)", cause: error)
+            }
         }
     }
 
