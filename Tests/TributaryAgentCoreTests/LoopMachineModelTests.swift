@@ -15,7 +15,9 @@ struct LoopMachineModelTests {
     typealias Machine = LoopMachine<TestClock>
 
     /// Seeds that once failed, or cover a path worth keeping; replayed on every run with fresh ones.
-    static let regressionSeeds: [UInt64] = [1, 2, 3, 7, 42]
+    /// 457121: a flush request's budget ending in the turn the flush interval ended cancelled the
+    /// interval's flush.
+    static let regressionSeeds: [UInt64] = [1, 2, 3, 7, 42, 457121]
 
     /// What the rules need to remember, kept apart from the machine's own state.
     struct Model {
@@ -94,7 +96,8 @@ struct LoopMachineModelTests {
             let ownWaits = (model.ownBackoffUntil.map { now < $0 } ?? false) && !model.backoffCut
             let intervalEnded = now >= model.nextIntervalFlush
             if intervalEnded { model.nextIntervalFlush = now.advanced(by: model.flushInterval) }
-            let due = model.pending >= model.bulkSize || intervalEnded || flushRequested || model.stopping || limits.once
+            let due =
+                model.pending >= model.bulkSize || intervalEnded || flushRequested || model.stopping || limits.once
             let mayGo = model.serverURL != nil && !collectorWaits && !ownWaits
             switch action {
             case .upload(let maxEvents, let timeout):
@@ -104,11 +107,19 @@ struct LoopMachineModelTests {
                 #expect(model.pending > 0, "an upload of nothing (\(comment))")
                 #expect(maxEvents >= 1 && maxEvents <= limits.batchSize, "a batch over the batch size (\(comment))")
                 #expect(timeout <= limits.requestTimeout, "a timeout over the request timeout (\(comment))")
-                if let expiresAt { #expect(timeout <= now.duration(to: expiresAt), "a request past the deadline (\(comment))") }
+                if let expiresAt {
+                    #expect(timeout <= now.duration(to: expiresAt), "a request past the deadline (\(comment))")
+                }
                 if !answer(&loop, &model, rng: &rng, maxEvents: maxEvents, now: now) { return }
             case .hold:
                 // A flush that is due, with somewhere to send and nothing in the way, goes at once.
-                #expect(!(mayGo && model.pending > 0 && due && expiresAt == nil), "a due flush held (\(comment))")
+                #expect(
+                    !(mayGo && model.pending > 0 && due && expiresAt == nil),
+                    """
+                    a due flush held (\(comment)): \(model.pending) events of a bulk size of \(model.bulkSize), \
+                    interval ended \(intervalEnded), flush request \(flushRequested), stopping \(model.stopping), \
+                    at \(now.offset), machine's notBefore \(String(describing: loop.notBefore?.offset))
+                    """)
             case .tooLate(_, let finish):
                 #expect(expiresAt != nil, "too late with no deadline (\(comment))")
                 if finish { return }
@@ -158,7 +169,8 @@ struct LoopMachineModelTests {
             model.ownBackoffUntil = now.advanced(by: delay)
             model.backoffCut = false
             model.failedWhileStopping = model.failedWhileStopping || stoppedMeanwhile
-            _ = loop.uploaded([(.wait(delay), .milliseconds(50))], answer: .init(stoppedMeanwhile: stoppedMeanwhile), at: now)
+            _ = loop.uploaded(
+                [(.wait(delay), .milliseconds(50))], answer: .init(stoppedMeanwhile: stoppedMeanwhile), at: now)
         case 8:
             let delay = Duration.milliseconds(Int64(1 + rng.next() % 8_000))
             model.ownBackoffUntil = now.advanced(by: delay)
@@ -175,7 +187,8 @@ struct LoopMachineModelTests {
             model.backoffCut = false
             model.failedWhileStopping = model.failedWhileStopping || stoppedMeanwhile
             let verdict = loop.uploaded(
-                [(.wait(delay), .milliseconds(50))], answer: .init(haltReason: "HTTP 401", stoppedMeanwhile: stoppedMeanwhile),
+                [(.wait(delay), .milliseconds(50))],
+                answer: .init(haltReason: "HTTP 401", stoppedMeanwhile: stoppedMeanwhile),
                 at: now)
             if loop.limits.once {
                 #expect(verdict == .haltedOnce(reason: "HTTP 401"))

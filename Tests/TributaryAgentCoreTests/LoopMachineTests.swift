@@ -22,11 +22,15 @@ struct LoopMachineTests {
         func uploaded(
             _ steps: [(step: UploadSession.Step, took: Duration)], answer: Machine.Answer, at now: TestClock.Instant
         ) -> Machine.UploadVerdict { machine.uploaded(steps, answer: answer, at: now) }
-        func endFlushIfBelowBulk(stopping: Bool, waiting: () -> Int) { machine.endFlushIfBelowBulk(stopping: stopping, waiting: waiting) }
+        func endFlushIfBelowBulk(stopping: Bool, waiting: () -> Int) {
+            machine.endFlushIfBelowBulk(stopping: stopping, waiting: waiting)
+        }
         func sentEverything(drainedThrough: () -> Bool, waiting: () -> Int) -> Bool {
             machine.sentEverything(drainedThrough: drainedThrough, waiting: waiting)
         }
-        func adopt(_ settings: EffectiveSettings, at now: TestClock.Instant) -> Bool { machine.adopt(settings, at: now) }
+        func adopt(_ settings: EffectiveSettings, at now: TestClock.Instant) -> Bool {
+            machine.adopt(settings, at: now)
+        }
         func statusWritten(at now: TestClock.Instant) { machine.statusWritten(at: now) }
         func statusDue(at now: TestClock.Instant) -> Bool { machine.statusDue(at: now) }
         func finish(at now: TestClock.Instant, pending: Int, stopping: Bool) -> Machine.Finish? {
@@ -35,14 +39,17 @@ struct LoopMachineTests {
         func waitTimeout(at now: TestClock.Instant, expiresAt: TestClock.Instant?) -> Duration {
             machine.waitTimeout(at: now, expiresAt: expiresAt)
         }
-        func uploadsFirst(queued: Int, at now: TestClock.Instant) -> Bool { machine.uploadsFirst(queued: queued, at: now) }
+        func uploadsFirst(queued: Int, at now: TestClock.Instant) -> Bool {
+            machine.uploadsFirst(queued: queued, at: now)
+        }
         func deadlineReached(at now: TestClock.Instant, expiresAt: TestClock.Instant?) -> Bool {
             machine.deadlineReached(at: now, expiresAt: expiresAt)
         }
     }
 
     func machine(
-        once: Bool = false, bulkSize: Int = 100, flushInterval: Duration = .seconds(15), serverURL: String? = "http://c",
+        once: Bool = false, bulkSize: Int = 100, flushInterval: Duration = .seconds(15),
+        serverURL: String? = "http://c",
         watchdog: Duration? = nil, batchSize: Int = 500
     ) -> Stepped {
         var limits = Machine.Limits()
@@ -94,7 +101,9 @@ struct LoopMachineTests {
     func flushEnds() {
         let loop = machine()
         #expect(loop.decide(seen(pending: 150)) == Self.fullBatch)
-        #expect(loop.uploaded([(.progressed(delivered: 100), .milliseconds(10))], answer: .init(), at: clock.now) == .progressed)
+        #expect(
+            loop.uploaded([(.progressed(delivered: 100), .milliseconds(10))], answer: .init(), at: clock.now)
+                == .progressed)
         loop.endFlushIfBelowBulk(stopping: false) { 50 }
         #expect(!loop.flushing)
         #expect(loop.decide(seen(pending: 50)) == .hold)
@@ -117,7 +126,9 @@ struct LoopMachineTests {
         #expect(loop.waitTimeout(at: clock.now, expiresAt: nil) == .milliseconds(100))
         clock.advance(by: .milliseconds(100))
         #expect(loop.decide(seen(pending: 200)) == Self.fullBatch)
-        #expect(loop.uploaded([(.progressed(delivered: 200), .milliseconds(5))], answer: .init(), at: clock.now) == .progressed)
+        #expect(
+            loop.uploaded([(.progressed(delivered: 200), .milliseconds(5))], answer: .init(), at: clock.now)
+                == .progressed)
         #expect(loop.drainAheadApplies)
     }
 
@@ -140,7 +151,7 @@ struct LoopMachineTests {
 
     @Test("a flush request keeps the agent flushing below the bulk size for the background budget")
     func flushRequestBudget() {
-        let loop = machine()
+        let loop = machine(flushInterval: .seconds(60))
         #expect(loop.decide(seen(pending: 3, flush: true)) == Self.fullBatch)
         _ = loop.uploaded([(.progressed(delivered: 2), .zero)], answer: .init(), at: clock.now)
         loop.endFlushIfBelowBulk(stopping: false) { 1 }
@@ -160,7 +171,8 @@ struct LoopMachineTests {
         #expect(loop.activity == .halted)
         #expect(loop.decide(seen(pending: 200, flush: true)) == .hold)
         // Another collector: the old one's refusal says nothing about it.
-        let moved = EffectiveSettings(serverURL: "http://other", format: .sensors, bulkSize: 100, flushInterval: .seconds(15))
+        let moved = EffectiveSettings(
+            serverURL: "http://other", format: .sensors, bulkSize: 100, flushInterval: .seconds(15))
         #expect(loop.adopt(moved, at: clock.now))
         #expect(loop.activity == .idle)
         #expect(loop.decide(seen(pending: 200)) == Self.fullBatch)
@@ -230,13 +242,16 @@ struct LoopMachineTests {
     func deadline() {
         let loop = machine(once: true)
         let expiresAt = clock.now.advanced(by: .seconds(10))
-        #expect(loop.decide(seen(pending: 1000, expiresAt: expiresAt)) == .upload(maxEvents: 500, timeout: .seconds(10)))
+        #expect(
+            loop.decide(seen(pending: 1000, expiresAt: expiresAt)) == .upload(maxEvents: 500, timeout: .seconds(10)))
         // 500 events took 2 s: 4 ms an event; 8 s left, half of it for the next request: 1,000 events (capped 500).
         clock.advance(by: .seconds(2))
         _ = loop.uploaded([(.progressed(delivered: 500), .seconds(2))], answer: .init(), at: clock.now)
         #expect(loop.decide(seen(pending: 500, expiresAt: expiresAt)) == .upload(maxEvents: 500, timeout: .seconds(8)))
         clock.advance(by: .milliseconds(7990))
-        #expect(loop.decide(seen(pending: 500, expiresAt: expiresAt)) == .tooLate(remaining: .milliseconds(10), finish: false))
+        #expect(
+            loop.decide(seen(pending: 500, expiresAt: expiresAt))
+                == .tooLate(remaining: .milliseconds(10), finish: false))
         #expect(loop.notBefore == expiresAt)
         #expect(!loop.deadlineReached(at: clock.now, expiresAt: expiresAt))
         #expect(loop.waitTimeout(at: clock.now, expiresAt: expiresAt) == .milliseconds(10))
@@ -271,10 +286,20 @@ struct LoopMachineTests {
         #expect(!machine(serverURL: nil).uploadsFirst(queued: 600, at: clock.now))
     }
 
+    @Test("a flush request's budget ending in the same turn as the flush interval does not cancel the interval's flush")
+    func budgetEndsWithInterval() {
+        let loop = machine(flushInterval: .seconds(30))
+        #expect(loop.decide(seen(pending: 3, flush: true)) == Self.fullBatch)
+        _ = loop.uploaded([(.progressed(delivered: 3), .zero)], answer: .init(), at: clock.now)
+        clock.advance(by: .seconds(30))
+        #expect(loop.decide(seen(pending: 2)) == Self.fullBatch)
+    }
+
     @Test("a shorter flush interval from the group's settings applies from now")
     func shorterInterval() {
         let loop = machine(flushInterval: .seconds(60))
-        let faster = EffectiveSettings(serverURL: "http://c", format: .sensors, bulkSize: 100, flushInterval: .seconds(5))
+        let faster = EffectiveSettings(
+            serverURL: "http://c", format: .sensors, bulkSize: 100, flushInterval: .seconds(5))
         #expect(!loop.adopt(faster, at: clock.now))
         clock.advance(by: .seconds(5))
         #expect(loop.decide(seen(pending: 1)) == Self.fullBatch)

@@ -55,7 +55,9 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
         /// before the deadline (nil: none): without a deadline the batch size and the request timeout;
         /// under one, what `planner` says fits in the time left (0: not even one event), with a timeout
         /// that ends at the expiration. Also the time left.
-        func plan(_ planner: UploadPlanner, remaining: Duration?) -> (maxEvents: Int, timeout: Duration, remaining: Duration) {
+        func plan(_ planner: UploadPlanner, remaining: Duration?) -> (
+            maxEvents: Int, timeout: Duration, remaining: Duration
+        ) {
             let remaining = remaining ?? .seconds(1 << 30)
             let maxEvents = planner.maxEvents(within: remaining, limit: batchSize)
             return (maxEvents, min(requestTimeout, remaining), remaining)
@@ -206,16 +208,20 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
             stopSeen = true
             cutOwnBackoff(at: now)
         }
+        // A flush request's budget that has run out ends its flush first: a trigger that fires in the
+        // same turn (the flush interval ending) still flushes. The other way round, the interval's
+        // flush was lost to the budget's end and waited a whole interval more (found by
+        // `LoopMachineModelTests`).
+        if let until = flushUntil, now >= until {
+            flushUntil = nil
+            if !(seen.pending >= settings.bulkSize || limits.once || seen.stopping) { flushing = false }
+        }
         // An outbox at its quota drains no more, so a bulk size it cannot hold would never be reached.
         let outboxFull = seen.heldBytes >= limits.outboxQuotaBytes
         if seen.pending >= settings.bulkSize || (seen.pending > 0 && (now >= nextIntervalFlush || outboxFull))
             || seen.stopping
         {
             flushing = true
-        }
-        if let until = flushUntil, now >= until {
-            flushUntil = nil
-            if !(seen.pending >= settings.bulkSize || limits.once || seen.stopping) { flushing = false }
         }
         if now >= nextIntervalFlush { nextIntervalFlush = now.advanced(by: settings.flushInterval) }
 
