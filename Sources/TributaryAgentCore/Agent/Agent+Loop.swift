@@ -174,22 +174,27 @@ extension Agent {
         let drainOver = DoneFlag()
         // Read before the upload task starts, which sets the session's halt and last error.
         let tickerFields = statusFields(session: session, state: loop.machine.activity.rawValue, loop: loop)
-        async let upload = uploadSteps(
-            session, maxEvents: maxEvents, timeout: timeout, planner: loop.machine.planner,
-            limits: loop.machine.limits, while: { !drainOver.isSet }, done: uploaded)
-        // While the collector works on the batch, keep draining, chunk by chunk, until it answers (and the
-        // next batches, if they follow at once, are answered too).
-        let drainedDuring = isStopping ? 0 : try drainWhile({ !uploaded.isSet }, &loop)
-        drainOver.set()
-        loop.drained += drainedDuring
+        // While the collector works on the batch, a child task keeps draining, chunk by chunk, until it
+        // answers (and the next batches, if they follow at once, are answered too). The upload stays in
+        // this task, which owns the session.
+        async let drainedBeside = drainBeside(loop, stopping: isStopping, until: uploaded, over: drainOver)
         // The status stays fresh (and says uploading or stopping) while the answer is awaited.
         let statusTicker = keepStatusFresh(tickerFields, lastWrite: loop.machine.lastStatusWrite)
         let outcome: Result<[(step: UploadSession.Step, took: Duration)], any Error>
         do {
-            outcome = .success(try await upload)
+            outcome = .success(
+                try await uploadSteps(
+                    session, maxEvents: maxEvents, timeout: timeout, planner: loop.machine.planner,
+                    limits: loop.machine.limits, while: { !drainOver.isSet }, done: uploaded))
         } catch {
             outcome = .failure(error)
         }
+        let drain = try await drainedBeside
+        loop.outboxFullLogged = drain.run.outboxFullLogged
+        loop.storeBusyLogged = drain.run.storeBusyLogged
+        loop.outboxDrained = drain.run.outboxDrained
+        loop.drained += drain.drained
+        let drainedDuring = drain.drained
         // Ended before anything else writes the status (a failure's, the stop's): the two writers share
         // one temporary file.
         statusTicker.cancel()
@@ -216,6 +221,23 @@ extension Agent {
                 try loop.machine.endFlushIfBelowBulk(stopping: isStopping) { try waiting().count }
             }
             return true
+        }
+    }
+
+    /// The drain beside an upload (``drainWhile(_:_:)`` until `uploaded` is set; none while stopping),
+    /// on a copy of the run's drain bookkeeping, which it returns with the events it moved. Sets `over`
+    /// when it ends, so that the upload steps stop following each other at once.
+    private func drainBeside(
+        _ run: LoopRun, stopping: Bool, until uploaded: DoneFlag, over: DoneFlag
+    ) throws -> (drained: Int, run: LoopRun) {
+        defer { over.set() }
+        guard !stopping else { return (0, run) }
+        var run = run
+        do {
+            return (try drainWhile({ !uploaded.isSet }, &run), run)
+        } catch where FatalIO.matches(error) {
+            // At once, here: the upload beside this drain would commit to the outbox meanwhile.
+            FatalIO.stop(error, logger: logger)
         }
     }
 
@@ -287,22 +309,8 @@ extension Agent {
         _ session: UploadSession, maxEvents: Int, timeout: Duration
     ) async throws -> UploadSession.Step {
         let answerBy = ContinuousClock.now + timeout + Heartbeat.answerGrace
-        return try await withThrowingTaskGroup(of: UploadSession.Step?.self) { group in
-            group.addTask { try await session.step(maxEvents: maxEvents, timeout: timeout) }
-            group.addTask { [budget] in
-                // Cancelled once the step ends first: then it returns at once, and its nil is not read.
-                _ = await budget.waitForExpiry(orUntil: answerBy)
-                return nil
-            }
-            var result: UploadSession.Step = .wait(.zero)
-            while let next = try await group.next() {
-                group.cancelAll()
-                if let next {
-                    result = next
-                    break
-                }
-            }
-            return result
+        return try await session.step(maxEvents: maxEvents, timeout: timeout) { [budget] in
+            _ = await budget.waitForExpiry(orUntil: answerBy)
         }
     }
 }

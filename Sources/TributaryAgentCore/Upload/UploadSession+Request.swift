@@ -9,24 +9,26 @@ import TributaryWire
 
 
 extension UploadSession {
-    /// POSTs one encoded batch, running `whileWaiting` while the request is out.
+    /// POSTs one encoded batch, running `whileWaiting` while the request is out; returns the answer
+    /// and what `whileWaiting` came to. `cancelWhen` (see ``step(maxEvents:timeout:cancelWhen:)``)
+    /// cancels the request when it returns first.
     ///
-    /// This task hands the request to the HTTP client itself, before anything else, and `whileWaiting`
-    /// (reading the next batch ahead: an SQLite read and gzip, several ms) runs beside it as a child
-    /// task. The other way round, the request was the child and waited for a thread of the cooperative
-    /// pool, which is as wide as the machine has CPUs: on 2 CPUs, one thread held by the loop's drain
-    /// and the other by the read-ahead, the request left only once the read-ahead was done, and the
-    /// collector idled meanwhile (a 2,000-event batch every 16.4–18.0 ms, medians, against 14.5–15.9 ms
-    /// with this change alone: docs/performance.md, "Seventeenth round").
-    func post(
+    /// The request is handed to the HTTP client before anything else, and `whileWaiting` (reading the
+    /// next batch ahead: an SQLite read and gzip, several ms) runs beside it. The other way round, the
+    /// request waited for a thread of the cooperative pool, which is as wide as the machine has CPUs:
+    /// on 2 CPUs, one thread held by the loop's drain and the other by the read-ahead, the request left
+    /// only once the read-ahead was done, and the collector idled meanwhile (a 2,000-event batch every
+    /// 16.4–18.0 ms, medians, against 14.5–15.9 ms with this change alone: docs/performance.md,
+    /// "Seventeenth round"). So the request goes from this task when nothing can cancel it, and
+    /// otherwise from the first child task, started before `whileWaiting`'s.
+    func post<Aside: Sendable>(
         _ encoded: EncodedBatch, batchID: String, sentAt nowWall: Int64, timeout: Duration,
-        whileWaiting: @escaping @Sendable () -> Void
-    ) async -> UploadOutcome {
+        cancelWhen: (@Sendable () async -> Void)? = nil, whileWaiting: @escaping @Sendable () -> Aside
+    ) async -> (UploadOutcome, Aside) {
         guard let serverURL = configuration.serverURL else {
             // The loop uploads only with a server URL; this is the same rule where the request is made.
             // What was to run meanwhile (a deferred acknowledgement among it) still runs.
-            whileWaiting()
-            return .retry(reason: "no collector URL is configured", retryAfter: nil)
+            return (.retry(reason: "no collector URL is configured", retryAfter: nil), whileWaiting())
         }
         var request = HTTPClientRequest(url: serverURL)
         request.method = .POST
@@ -37,14 +39,46 @@ extension UploadSession {
         if let token = configuration.bearerToken { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         request.body = .bytes(ByteBuffer(bytes: encoded.body))
         requestsSent += 1
-        async let aside: Void = whileWaiting()
-        let outcome = await send(request, timeout: timeout)
-        await aside
-        return outcome
+        let (client, sent) = (client, request)
+        guard let cancelWhen else {
+            async let aside = whileWaiting()
+            let outcome = await Self.send(sent, with: client, timeout: timeout)
+            return (outcome, await aside)
+        }
+        return await withTaskGroup(of: Part<Aside>.self) { group in
+            group.addTask { .answer(await Self.send(sent, with: client, timeout: timeout)) }
+            group.addTask { .aside(whileWaiting()) }
+            group.addTask {
+                await cancelWhen()
+                return .cancel
+            }
+            var outcome: UploadOutcome?
+            var aside: Aside?
+            while let part = await group.next() {
+                switch part {
+                case .answer(let answer): outcome = answer
+                case .aside(let result): aside = result
+                case .cancel: group.cancelAll()  // the request's; what runs beside it is synchronous
+                }
+                if let outcome, let aside {
+                    group.cancelAll()  // the watcher
+                    return (outcome, aside)
+                }
+            }
+            // Unreachable: the request's and the aside's tasks always return.
+            return (outcome ?? .retry(reason: "cancelled", retryAfter: nil), aside ?? whileWaiting())
+        }
+    }
+
+    /// What each task of ``post(_:batchID:sentAt:timeout:cancelWhen:whileWaiting:)`` came to.
+    private enum Part<Aside: Sendable>: Sendable {
+        case answer(UploadOutcome)
+        case aside(Aside)
+        case cancel
     }
 
     /// Sends `request` and classifies its answer; a transport error or a cancellation is a retry.
-    func send(_ request: HTTPClientRequest, timeout: Duration) async -> UploadOutcome {
+    static func send(_ request: HTTPClientRequest, with client: HTTPClient, timeout: Duration) async -> UploadOutcome {
         do {
             let response = try await client.execute(request, timeout: .init(timeout))
             CrashPoint.hit("upload.after-send")

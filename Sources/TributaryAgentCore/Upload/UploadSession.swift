@@ -15,11 +15,12 @@ import TributaryWire
 /// dead-lettered); 400/422 bisects the batch, sending only the first half of a known-bad range each
 /// time, so one poison event in n is isolated in about log₂ n requests and only it is dead-lettered.
 /// While a request is out (and no batch is being bisected), the next batch is read and encoded
-/// ahead (``readAhead(after:limit:)``); it is sent only once the batch before it is acknowledged.
+/// ahead (``readAhead(after:limit:outbox:configuration:logger:)``); it is sent only once the batch before it is acknowledged.
 ///
-/// Owned by the agent's loop; it is handed to one child task at a time (so that a deadline can cancel
-/// the request in flight), never used concurrently — hence `@unchecked Sendable`.
-final class UploadSession: @unchecked Sendable {
+/// Owned by the agent's loop and used by its task alone: not `Sendable`. What runs beside a request
+/// (the deferred acknowledgement, the read-ahead) and the request itself run in child tasks that see
+/// only `Sendable` values, and hand back what they came to (``Aside``, ``UploadOutcome``).
+final class UploadSession {
     let outbox: Outbox
     let client: HTTPClient
     private(set) var configuration: UploadConfiguration
@@ -87,7 +88,7 @@ final class UploadSession: @unchecked Sendable {
     var readyBatchCount: Int? { suspect == nil ? ready?.batch.count : nil }
 
     /// A batch built ahead of its turn.
-    struct ReadAhead {
+    struct ReadAhead: Sendable {
         var batch: Outbox.PreparedBatch
         var encoded: EncodedBatch
         /// The clocks it was built at (its `_flush_time` and `Date` are the wall clock's).
@@ -109,6 +110,13 @@ final class UploadSession: @unchecked Sendable {
         self.logger = logger
         self.batchLimit = configuration.batchSize
         self.unsettledEvents = unsettledEvents
+    }
+
+    /// What ran beside a request: the deferred acknowledgement's outcome (whether the batch sent became
+    /// the batch in flight), and the batch read ahead.
+    struct Aside: Sendable {
+        var settled: Result<Bool, any Error>?
+        var readAhead: ReadAhead?
     }
 
     /// What one step did.
@@ -148,7 +156,11 @@ final class UploadSession: @unchecked Sendable {
 
     /// Sends at most one request (of at most `maxEvents` events, ending within `timeout`) and applies
     /// its outcome. A request still running at `timeout` is cancelled; its batch stays in the outbox.
-    func step(maxEvents: Int? = nil, timeout: Duration? = nil) async throws -> Step {
+    /// `cancelWhen`, when given, is awaited beside the request, and cancels it when it returns (the
+    /// deadline): the batch stays in the outbox with its id, and the step applies a retry.
+    func step(
+        maxEvents: Int? = nil, timeout: Duration? = nil, cancelWhen: (@Sendable () async -> Void)? = nil
+    ) async throws -> Step {
         let limit = min(batchLimit, maxEvents ?? .max)
         let timeout = timeout ?? configuration.requestTimeout
         // Read ahead during the previous request and made the batch in flight by its acknowledgement. A
@@ -159,25 +171,36 @@ final class UploadSession: @unchecked Sendable {
             ready.isFresh(maxAge: configuration.readAheadMaxAge)
         {
             let unsettled = self.unsettled.take()
-            let settled = SettleResult()
-            let outcome = await post(ready.encoded, batchID: ready.batch.id, sentAt: ready.clock.wallMillis, timeout: timeout) {
+            let (outbox, configuration, logger, unsettledEvents) = (outbox, configuration, logger, unsettledEvents)
+            let (outcome, aside) = await post(
+                ready.encoded, batchID: ready.batch.id, sentAt: ready.clock.wallMillis, timeout: timeout,
+                cancelWhen: cancelWhen
+            ) {
+                var aside = Aside()
                 if let unsettled {
                     CrashPoint.hit("upload.before-deferred-ack")
-                    settled.record { try self.acknowledgeUnsettled(unsettled) }
-                    do {
-                        guard try settled.outcome() else { return }
-                    } catch {
+                    let settled = Result {
+                        try Self.acknowledge(unsettled, outbox: outbox, unsettledEvents: unsettledEvents)
+                    }
+                    aside.settled = settled
+                    switch settled {
+                    case .success(true): break
+                    case .success(false): return aside
+                    case .failure(let error):
                         // The fail-stop rule at once: the loop's drain would commit again meanwhile (FatalIO).
-                        if FatalIO.matches(error) { FatalIO.stop(error, logger: self.logger) }
-                        return
+                        if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
+                        return aside
                     }
                 }
-                self.readAhead(after: ready.batch.id, limit: limit)
+                aside.readAhead = Self.readAhead(
+                    after: ready.batch.id, limit: limit, outbox: outbox, configuration: configuration, logger: logger)
+                return aside
             }
+            readAheadBatch = aside.readAhead
             if let unsettled {
                 let madeInFlight: Bool
                 do {
-                    madeInFlight = try settled.outcome()
+                    madeInFlight = try aside.settled?.get() ?? false
                 } catch {
                     self.unsettled = unsettled  // still to do: a settle() tries again (the end of the run's)
                     throw error
@@ -242,9 +265,17 @@ final class UploadSession: @unchecked Sendable {
             return try apply(failure, batchID: batchID, count: count)
         }
         let bisecting = suspect != nil
-        let outcome = await post(encoded, batchID: batchID, sentAt: clock.wallMillis, timeout: timeout) {
-            if !bisecting { self.readAhead(after: batchID, limit: limit) }
+        let (outbox, configuration, logger) = (outbox, configuration, logger)
+        let (outcome, aside) = await post(
+            encoded, batchID: batchID, sentAt: clock.wallMillis, timeout: timeout, cancelWhen: cancelWhen
+        ) {
+            bisecting
+                ? Aside()
+                : Aside(
+                    readAhead: Self.readAhead(
+                        after: batchID, limit: limit, outbox: outbox, configuration: configuration, logger: logger))
         }
+        if !bisecting { readAheadBatch = aside.readAhead }
         return try apply(outcome, batchID: batchID, count: count)
     }
 
@@ -269,6 +300,14 @@ final class UploadSession: @unchecked Sendable {
     func acknowledgeUnsettled(
         _ unsettled: (batchID: String, next: Outbox.PreparedBatch), patience: Duration? = nil
     ) throws -> Bool {
+        try Self.acknowledge(unsettled, outbox: outbox, unsettledEvents: unsettledEvents, patience: patience)
+    }
+
+    /// ``acknowledgeUnsettled(_:patience:)`` with what it needs given, for the task beside a request.
+    static func acknowledge(
+        _ unsettled: (batchID: String, next: Outbox.PreparedBatch), outbox: Outbox, unsettledEvents: UnsettledEvents,
+        patience: Duration? = nil
+    ) throws -> Bool {
         let madeInFlight = try outbox.acknowledge(unsettled.batchID, then: unsettled.next, patience: patience)
         unsettledEvents.set(0)
         return madeInFlight
@@ -278,40 +317,33 @@ final class UploadSession: @unchecked Sendable {
     /// acknowledged, the next request goes at once: the agent builds and compresses batch n + 1 while
     /// the collector stores batch n. Batch n + 1 is still sent only after batch n is acknowledged,
     /// and becomes the batch in flight in the acknowledgement's own transaction. A failure here only
-    /// means no batch is ready.
-    func readAhead(after batchID: String, limit: Int) {
-        readAheadBatch = nil
-        let (clock, empty) = newBody()
+    /// means no batch is ready (nil). Run beside the request, with what it needs given.
+    static func readAhead(
+        after batchID: String, limit: Int, outbox: Outbox, configuration: UploadConfiguration, logger: Logger
+    ) -> ReadAhead? {
+        let (clock, empty) = newBody(configuration)
         var body = empty
         do {
             let maxBytes = configuration.maxBatchBytes
             guard let batch = try outbox.peekBatch(after: batchID, maxCount: limit, maxBytes: maxBytes, each: { event in
                 Self.append(event, at: clock, to: &body)
-            }) else { return }
+            }) else { return nil }
             let encoded = try body.finish(gzipLevel: configuration.gzipLevel)
-            readAheadBatch = ReadAhead(batch: batch, encoded: encoded, clock: clock)
+            return ReadAhead(batch: batch, encoded: encoded, clock: clock)
         } catch {
             logger.debug("could not read the next batch ahead", metadata: ["tributary.reason": "\(error)"])
+            return nil
         }
     }
 
     /// The clock a request body is built at (`_flush_time`, time correction) and an empty body.
-    func newBody() -> (WireClock, BatchBodyBuilder) {
+    func newBody() -> (WireClock, BatchBodyBuilder) { Self.newBody(configuration) }
+
+    /// The clock of now and an empty body for `configuration`'s format.
+    static func newBody(_ configuration: UploadConfiguration) -> (WireClock, BatchBodyBuilder) {
         (WireClock(wallMillis: BootClock.wallMillis(), bootNanos: BootClock.nowNanos()),
          BatchBodyBuilder(format: configuration.format, capacity: min(configuration.maxBatchBytes, 16 << 20)))
     }
-}
-
-/// What a deferred acknowledgement (``UploadSession/settle()``'s work, done while the next request is
-/// out) came to, handed from the child task that ran it to the step that waits for it.
-final class SettleResult: @unchecked Sendable {
-    // Written by the child task before the step awaits it, read by the step after: never at once.
-    private var result: Result<Bool, any Error> = .success(false)
-
-    func record(_ acknowledge: () throws -> Bool) { result = Result { try acknowledge() } }
-
-    /// Whether the batch sent became the batch in flight; the acknowledgement's error, if it failed.
-    func outcome() throws -> Bool { try result.get() }
 }
 
 /// How many events of delivered batches still have their rows in the outbox (``UploadSession/settle()``),
