@@ -177,28 +177,38 @@ extension Agent {
         // While the collector works on the batch, a child task keeps draining, chunk by chunk, until it
         // answers (and the next batches, if they follow at once, are answered too). The upload stays in
         // this task, which owns the session.
-        async let drainedBeside = drainBeside(loop, stopping: isStopping, until: uploaded, over: drainOver)
-        // The status stays fresh (and says uploading or stopping) while the answer is awaited.
-        let statusTicker = keepStatusFresh(tickerFields, lastWrite: loop.machine.lastStatusWrite)
-        let outcome: Result<[(step: UploadSession.Step, took: Duration)], any Error>
-        do {
-            outcome = .success(
-                try await uploadSteps(
-                    session, maxEvents: maxEvents, timeout: timeout, planner: loop.machine.planner,
-                    limits: loop.machine.limits, while: { !drainOver.isSet }, done: uploaded))
-        } catch {
-            outcome = .failure(error)
+        let (run, planner, limits) = (loop, loop.machine.planner, loop.machine.limits)
+        let lastWrite = loop.machine.lastStatusWrite
+        let (outcome, drained) = await withTaskGroup(of: Void.self) { group in
+            // The status stays fresh (and says uploading or stopping) while the answer is awaited. The
+            // ticker ends with this group, before anything else writes the status (a failure's, the
+            // stop's): the two writers share one temporary file.
+            group.addTask { await self.keepStatusFresh(tickerFields, lastWrite: lastWrite) }
+            async let drainedBeside = drainBeside(run, stopping: isStopping, until: uploaded, over: drainOver)
+            let outcome: Result<[(step: UploadSession.Step, took: Duration)], any Error>
+            do {
+                outcome = .success(
+                    try await uploadSteps(
+                        session, maxEvents: maxEvents, timeout: timeout, planner: planner, limits: limits,
+                        while: { !drainOver.isSet }, done: uploaded))
+            } catch {
+                outcome = .failure(error)
+            }
+            let drained: Result<(drained: Int, run: LoopRun), any Error>
+            do {
+                drained = .success(try await drainedBeside)
+            } catch {
+                drained = .failure(error)
+            }
+            group.cancelAll()
+            return (outcome, drained)
         }
-        let drain = try await drainedBeside
+        let drain = try drained.get()
         loop.outboxFullLogged = drain.run.outboxFullLogged
         loop.storeBusyLogged = drain.run.storeBusyLogged
         loop.outboxDrained = drain.run.outboxDrained
         loop.drained += drain.drained
         let drainedDuring = drain.drained
-        // Ended before anything else writes the status (a failure's, the stop's): the two writers share
-        // one temporary file.
-        statusTicker.cancel()
-        await statusTicker.value
         let steps = try outcome.get()
         // Requests, not steps: a step that dead-letters the event bisection isolated sends none.
         let requests = session.requestsSent - requestsBefore

@@ -25,62 +25,66 @@ extension Agent {
         limits.once = once
         var loop = LoopRun(limits: limits, settings: configuration.effective(AgentSettings()))
         var listener: FlushListener?
-        var watchdog: Task<Void, Never>?
-        let result: Result<Report, any Error>
-        do {
-            listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
-            applyGroupSettings(session: session, loop: &loop)
-            let pending = try outbox.pending().count
-            // Nothing to send needs no URL: a fetch timer's run on a device whose app has not set one yet.
-            if once && loop.machine.settings.serverURL == nil, try pending + store.status().pendingEvents > 0 {
-                throw AgentError(
-                    .configuration,
-                    "No collector URL: give --server, or have the app set the group's server_url (`tributary config set "
-                        + "--group \(store.groupDirectory) server_url=URL`)."
-                        + (loop.settingsProblem.map { " The group's settings are not used: \($0)" } ?? ""))
+        // The watchdog's pinger is a child task of the run: it pings from the start of the loop until the
+        // run's closing steps are over.
+        let result = await withTaskGroup(of: Void.self) { group -> Result<Report, any Error> in
+            defer { group.cancelAll() }
+            do {
+                listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
+                applyGroupSettings(session: session, loop: &loop)
+                let pending = try outbox.pending().count
+                // Nothing to send needs no URL: a fetch timer's run on a device whose app has not set one yet.
+                if once && loop.machine.settings.serverURL == nil, try pending + store.status().pendingEvents > 0 {
+                    throw AgentError(
+                        .configuration,
+                        "No collector URL: give --server, or have the app set the group's server_url (`tributary config set "
+                            + "--group \(store.groupDirectory) server_url=URL`)."
+                            + (loop.settingsProblem.map { " The group's settings are not used: \($0)" } ?? ""))
+                }
+                loop.outboxDrained = try outbox.counters().drained
+                heartbeat.beat()  // the migration and the opening before it are done: the loop starts now
+                notifier.ready(status: "draining \(store.groupDirectory); \(pending) events in the outbox")
+                logger.info("agent started", metadata: [
+                    "tributary.group": "\(store.groupDirectory)", "tributary.outbox": "\(outbox.path)",
+                    "tributary.server": "\(loop.machine.settings.serverURL ?? "none")", "tributary.format": "\(loop.machine.settings.format)",
+                    "tributary.outbox.pending": "\(pending)",
+                ])
+                if store.isMemoryBacked {
+                    logger.warning(
+                        "the group directory is on tmpfs (memory): the store's fsyncs promise nothing, and every event in it is lost at the next reboot; put it on a disk",
+                        metadata: ["tributary.group": "\(store.groupDirectory)"])
+                }
+                if let interval = notifier.watchdogInterval {
+                    group.addTask { await self.pingWatchdog(every: interval) }
+                }
+                let report = try await loopBody(session: session, loop: &loop)
+                // What is left before the deadline (the grace the loop kept, or less: a task's grace is at most
+                // half its budget) is shared by the steps below: a fifth of it to recording the last delivered
+                // batch in the outbox; 0.4 each of what remains then to the store delete and the checkpoint; then a
+                // fifth of what remains to the HTTP client's shutdown.
+                settle(session, patience: closingTime() * 0.2)
+                let closing = closingTime()
+                // A store delete still waiting (a slow fsync, a writer stopped inside its transaction) gets its
+                // share to end; one that failed meanwhile ends the run as it would have in the loop.
+                if !deletes.awaitPending(upTo: closing * 0.4) {
+                    logger.notice(
+                        "stopping with a store delete still waiting for the store's write lock: the next drain deletes those events (they are in the outbox)")
+                }
+                try deletes.rethrowLateFailure()
+                // A reader holding the WAL must not delay the stop.
+                if try !outbox.checkpoint(patience: closing * 0.4) {
+                    logger.info("outbox checkpoint left for the next start: a reader was using the outbox")
+                }
+                return .success(report)
+            } catch {
+                if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
+                // A run that ends in an error (a store created anew, a halt in a one-shot run) still deletes
+                // what the collector acknowledged. An I/O error has stopped the process above.
+                settle(session, patience: closingTime() * 0.2)
+                return .failure(Self.stopError(error, outbox: outbox.path))
             }
-            loop.outboxDrained = try outbox.counters().drained
-            heartbeat.beat()  // the migration and the opening before it are done: the loop starts now
-            notifier.ready(status: "draining \(store.groupDirectory); \(pending) events in the outbox")
-            logger.info("agent started", metadata: [
-                "tributary.group": "\(store.groupDirectory)", "tributary.outbox": "\(outbox.path)",
-                "tributary.server": "\(loop.machine.settings.serverURL ?? "none")", "tributary.format": "\(loop.machine.settings.format)",
-                "tributary.outbox.pending": "\(pending)",
-            ])
-            if store.isMemoryBacked {
-                logger.warning(
-                    "the group directory is on tmpfs (memory): the store's fsyncs promise nothing, and every event in it is lost at the next reboot; put it on a disk",
-                    metadata: ["tributary.group": "\(store.groupDirectory)"])
-            }
-            watchdog = startWatchdog()
-            let report = try await loopBody(session: session, loop: &loop)
-            // What is left before the deadline (the grace the loop kept, or less: a task's grace is at most
-            // half its budget) is shared by the steps below: a fifth of it to recording the last delivered
-            // batch in the outbox; 0.4 each of what remains then to the store delete and the checkpoint; then a
-            // fifth of what remains to the HTTP client's shutdown.
-            settle(session, patience: closingTime() * 0.2)
-            let closing = closingTime()
-            // A store delete still waiting (a slow fsync, a writer stopped inside its transaction) gets its
-            // share to end; one that failed meanwhile ends the run as it would have in the loop.
-            if !deletes.awaitPending(upTo: closing * 0.4) {
-                logger.notice(
-                    "stopping with a store delete still waiting for the store's write lock: the next drain deletes those events (they are in the outbox)")
-            }
-            try deletes.rethrowLateFailure()
-            // A reader holding the WAL must not delay the stop.
-            if try !outbox.checkpoint(patience: closing * 0.4) {
-                logger.info("outbox checkpoint left for the next start: a reader was using the outbox")
-            }
-            result = .success(report)
-        } catch {
-            if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
-            // A run that ends in an error (a store created anew, a halt in a one-shot run) still deletes
-            // what the collector acknowledged. An I/O error has stopped the process above.
-            settle(session, patience: closingTime() * 0.2)
-            result = .failure(Self.stopError(error, outbox: outbox.path))
         }
         // Release everything in the group directory first: nothing below may delay it.
-        watchdog?.cancel()
         listener?.stop()
         // A run that ended in an error says so, with that error.
         switch result {
@@ -128,17 +132,14 @@ extension Agent {
     /// Shuts the HTTP client down, waiting at most `limit`: a connection whose request was cancelled
     /// against a collector that never answers can hold `shutdown()` open, and the process is stopping
     /// within its grace period anyway.
+    ///
+    /// No task waits on it: a child task would hold its group open as long as the shutdown hangs. The
+    /// client calls back when it is done, and a timer on a dispatch queue ends the wait at `limit`.
     func shutdown(_ client: HTTPClient, within limit: Duration) async {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let once = ResumeOnce(continuation)
-            Task {
-                try? await client.shutdown()
-                once.resume()
-            }
-            Task {
-                try? await Task.sleep(for: limit)
-                once.resume()
-            }
+            client.shutdown(queue: .global()) { _ in once.resume() }
+            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, limit.seconds)) { once.resume() }
         }
     }
 
@@ -174,14 +175,10 @@ extension Agent {
     /// of drain commits on a slow disk) leaves a gap of at most three quarters of the interval. Looking
     /// every half interval, one skipped ping made a gap of a whole interval, which systemd may take for
     /// a hang.
-    func startWatchdog() -> Task<Void, Never>? {
-        guard let interval = notifier.watchdogInterval else { return nil }
-        return Task.detached { [heartbeat, notifier] in
-            while !Task.isCancelled {
-                if heartbeat.isAlive(within: interval / 2) { notifier.watchdog() }
-                try? await Task.sleep(for: interval / 4)
-            }
+    func pingWatchdog(every interval: Duration) async {
+        while !Task.isCancelled {
+            if heartbeat.isAlive(within: interval / 2) { notifier.watchdog() }
+            try? await Task.sleep(for: interval / 4)
         }
     }
-
 }

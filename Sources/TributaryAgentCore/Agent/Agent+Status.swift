@@ -28,20 +28,17 @@ extension Agent {
     }
 
     /// Rewrites the status file once a second (the first time a second after `lastWrite`) until
-    /// cancelled, with `fields` (read before the request started: the upload task changes the
-    /// session's; `stopping` once a stop is asked for) and the outbox's figures as they are then:
-    /// while the loop awaits a request, which only its timeout bounds. Cancelled, it returns at once.
-    func keepStatusFresh(_ fields: StatusFields, lastWrite: ContinuousClock.Instant) -> Task<Void, Never> {
-        let first = lastWrite.advanced(by: .seconds(1))
-        return Task { [self] in
-            var next = first
-            var fields = fields
-            while (try? await Task.sleep(until: next, clock: .continuous)) != nil {
-                // A stop asked for meanwhile waits for this answer (within its deadline): say so.
-                if stopping.load(ordering: .acquiring) { fields.state = "stopping" }
-                writeStatus(fields)
-                next = max(next.advanced(by: .seconds(1)), .now)
-            }
+    /// cancelled, with `fields` (read before the request started: the upload changes the session's;
+    /// `stopping` once a stop is asked for) and the outbox's figures as they are then: while the loop
+    /// awaits a request, which only its timeout bounds. Cancelled, it returns at once.
+    func keepStatusFresh(_ fields: StatusFields, lastWrite: ContinuousClock.Instant) async {
+        var next = lastWrite.advanced(by: .seconds(1))
+        var fields = fields
+        while (try? await Task.sleep(until: next, clock: .continuous)) != nil {
+            // A stop asked for meanwhile waits for this answer (within its deadline): say so.
+            if stopping.load(ordering: .acquiring) { fields.state = "stopping" }
+            writeStatus(fields)
+            next = max(next.advanced(by: .seconds(1)), .now)
         }
     }
 

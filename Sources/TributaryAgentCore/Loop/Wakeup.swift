@@ -43,17 +43,20 @@ final class Wakeup: Sendable {
         }?.resume()
     }
 
-    /// Waits for a signal, the timeout or cancellation.
+    /// Waits for a signal, the timeout or cancellation. The timer is a child task of the wait: the
+    /// first of the two to end ends the other.
     func wait(timeout: Duration) async {
         guard timeout > .zero, !Task.isCancelled else { return }
         let id = begin()
-        let timer = Task { [weak self] in
-            // Cancelled: the wait is over already.
-            guard (try? await Task.sleep(for: timeout)) != nil else { return }
-            self?.end(id)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask {
+                // Cancelled: the wait is over already.
+                guard (try? await Task.sleep(for: timeout)) != nil else { return }
+                self.end(id)
+            }
+            await park(id)
+            group.cancelAll()
         }
-        await park(id)
-        timer.cancel()
     }
 
     /// Starts wait number `id`: its timer may end it from here on, even before ``park(_:)`` registers it.
