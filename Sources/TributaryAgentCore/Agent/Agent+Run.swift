@@ -5,7 +5,13 @@ import GRDB
 import TributaryStore
 
 extension Agent {
+    /// The run, on the agent's own threads (``IOExecutor``): its SQLite and LMDB calls block them, not
+    /// Swift's cooperative pool.
     func runLoop(once: Bool) async throws -> Report {
+        try await withTaskExecutorPreference(IOExecutor.shared) { try await run(once: once) }
+    }
+
+    private func run(once: Bool) async throws -> Report {
         guard !started.exchange(true, ordering: .acquiringAndReleasing) else {
             throw AgentError(
                 .startup, "This Agent has run already and released its group; create a new Agent to run again.")
