@@ -1,0 +1,99 @@
+import Foundation
+import Testing
+import TributaryTestSupport
+
+@testable import TributaryStore
+
+// I/O errors and damaged or foreign files: reported, and nothing written.
+extension SharedStoreTests {
+    @Test("an I/O error at commit is reported and writes nothing")
+    func commitFailure() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            try Self.append(store, 3)
+            store.faults.inject(EIO, at: .commit)
+            let error = #expect(throws: StoreError.self) { try Self.append(store, 5) }
+            #expect(error?.code == .lmdb)
+            #expect(error?.lmdbCode == EIO)
+            #expect(try store.status().pendingEvents == 3)
+            #expect(try Self.append(store, 1).first?.seq == 4)
+        }
+    }
+
+    @Test("a record whose CRC does not match is reported, never returned as data")
+    func corruptRecordReported() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            try Self.append(store, 3)
+            var raw = try #require(try store.rawEvent(seq: 2))
+            raw[raw.count - 1] ^= 0x01
+            try store.overwriteRawEvent(seq: 2, bytes: raw)
+            let events = try store.events(limit: 10)
+            #expect(events.count == 3)
+            #expect((try? events[0].record.get()) != nil)
+            guard case .failure(let corruption) = events[1].record else {
+                Issue.record("corrupt record was returned as valid data")
+                return
+            }
+            #expect(corruption.reason.contains("CRC mismatch"))
+            #expect((try? events[2].record.get()) != nil)
+        }
+    }
+
+    @Test("a store from a newer schema is refused and left untouched, one with a table fewer too", arguments: [nil, "config"])
+    func newerSchema(dropping table: String?) throws {
+        try withTemporaryGroup { group in
+            do {
+                let store = try SharedStore(groupDirectory: group)
+                try Self.append(store, 2)
+                try store.overwriteSchemaVersion(SharedStore.schemaVersion + 1)
+                if let table { try store.dropTable(table) }
+            }
+            let path = group + "/" + SharedStore.fileName
+            let before = try Data(contentsOf: URL(fileURLWithPath: path))
+            // The first store is gone, so this opens the environment afresh and reads the schema again.
+            let error = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group) }
+            #expect(error?.code == .unsupportedSchema)
+            // Nothing written: not the schema version, not a store id, not the events.
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+        }
+    }
+
+    @Test("a last_seq of the wrong size is refused as damaged metadata, and nothing is written; one behind the newest event is never handed out again")
+    func damagedLastSeq() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            try Self.append(store, 3)
+            _ = try store.deleteEvents(through: 3)  // drained: an empty store would number from 1 again
+            try store.overwriteMeta(MetaKey.lastSeq, bytes: [0, 0, 0, 3])
+            let before = store.lastTransactionID
+            let error = #expect(throws: StoreError.self) { try Self.append(store, 1) }
+            #expect(error?.code == .corruptRecord, "\(String(describing: error))")
+            #expect(error?.message.contains("meta/last_seq holds 4 bytes, not 8") == true, "\(String(describing: error))")
+            #expect(store.lastTransactionID == before)
+            #expect(throws: StoreError.self) { try store.status() }
+
+            // Valid but behind the newest event the store holds (9, after 7 and 8): the next seq follows the newest.
+            try store.overwriteMeta(MetaKey.lastSeq, bytes: withUnsafeBytes(of: UInt64(6).bigEndian) { Array($0) })
+            try Self.append(store, 3)
+            try store.overwriteMeta(MetaKey.lastSeq, bytes: withUnsafeBytes(of: UInt64(2).bigEndian) { Array($0) })
+            #expect(try Self.append(store, 2).map(\.seq) == [10, 11])
+        }
+    }
+
+    @Test("a data file that is not an LMDB environment is refused as unreadable (not as a newer schema) and left untouched")
+    func unreadableDataFile() throws {
+        try withTemporaryGroup { group in
+            _ = try SharedStore(groupDirectory: group)  // the directory, as a producer makes it
+            let path = group + "/" + SharedStore.fileName
+            try FileManager.default.removeItem(atPath: path)
+            var generator = SystemRandomNumberGenerator()
+            let garbage = Data((0..<8192).map { _ in UInt8.random(in: 0...255, using: &generator) })
+            try garbage.write(to: URL(fileURLWithPath: path))
+            let error = #expect(throws: StoreError.self) { try SharedStore(groupDirectory: group) }
+            #expect(error?.code == .unreadableStore, "\(String(describing: error))")
+            #expect(error?.message.contains("no LMDB header") == true, "\(String(describing: error))")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == garbage)
+        }
+    }
+}
