@@ -44,7 +44,7 @@ extension Agent {
     /// Whether the drain may take another chunk: not once a stop is requested (the events are safe in
     /// the store for the next run; `whileStopping`: but not in a deleted store's file) nor past the deadline.
     func mayDrain(whileStopping: Bool = false) -> Bool {
-        (whileStopping || !stopping.load(ordering: .acquiring)) && (budget.current.map { $0.remaining() > .zero } ?? true)
+        (whileStopping || !isStopping) && (budget.current.map { $0.remaining() > .zero } ?? true)
     }
 
     /// Drains what the store holds, unless the outbox is at its quota, or (while the collector answers)

@@ -57,7 +57,7 @@ extension Agent {
                 ])
                 break
             }
-            let isStopping = stopping.load(ordering: .acquiring)
+            let isStopping = self.isStopping
 
             // Stopping claims no new work: events still in the store are safe there for the next run (not
             // in a deleted store's file: see `rescuing` below).
@@ -93,7 +93,7 @@ extension Agent {
             let action = loop.machine.decide(
                 .init(
                     now: loop.clock.now, pending: pending, heldBytes: pendingBytes + deadLetterBytes,
-                    stopping: isStopping, flushRequested: flushRequested.exchange(false, ordering: .acquiringAndReleasing),
+                    stopping: isStopping, flushRequested: takeFlushRequest(),
                     expiresAt: task?.expiresAt))
             switch action {
             case .finishWithoutURL:
@@ -220,7 +220,7 @@ extension Agent {
         // the stop instead of a backoff cut short for another.
         let answer = LoopMachine<ContinuousClock>.Answer(
             haltReason: session.haltReason, waitAskedByCollector: session.waitAskedByCollector,
-            stoppedMeanwhile: stopping.load(ordering: .acquiring))
+            stoppedMeanwhile: self.isStopping)
         switch loop.machine.uploaded(steps, answer: answer, at: loop.clock.now) {
         case .haltedOnce(let reason):
             throw AgentError(.halted, "The collector refuses uploads (\(reason)); every event is kept.")

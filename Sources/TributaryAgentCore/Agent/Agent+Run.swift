@@ -12,7 +12,7 @@ extension Agent {
     }
 
     private func run(once: Bool) async throws -> Report {
-        guard !started.exchange(true, ordering: .acquiringAndReleasing) else {
+        guard markStarted() else {
             throw AgentError(
                 .startup, "This Agent has run already and released its group; create a new Agent to run again.")
         }

@@ -36,7 +36,7 @@ extension Agent {
         var fields = fields
         while (try? await Task.sleep(until: next, clock: .continuous)) != nil {
             // A stop asked for meanwhile waits for this answer (within its deadline): say so.
-            if stopping.load(ordering: .acquiring) { fields.state = "stopping" }
+            if isStopping { fields.state = "stopping" }
             writeStatus(fields)
             next = max(next.advanced(by: .seconds(1)), .now)
         }

@@ -27,10 +27,10 @@ public final class Agent: Service, Sendable {
     let outboxLock: AgentLock
     let logger: Logger
     let wakeup: Wakeup
-    let flushRequested = Atomic<Bool>(false)
-    let stopping = Atomic<Bool>(false)
-    /// Set by the first run: an agent releases its locks when its run ends, so it runs once.
-    let started = Atomic<Bool>(false)
+    /// A flush asked for, a stop asked for, the run started. In a class of their own: with these
+    /// `Atomic`s (noncopyable) stored in `Agent` itself, Swift 6.3.1's release build crashed on this
+    /// throwing init ("Found ownership error" in CopyPropagation, destroying a partly built agent).
+    let flags = RunFlags()
     let budget = BudgetSlot()
     let heartbeat = Heartbeat()
     /// The events of a delivered batch whose rows are still in the outbox (the upload session's).
@@ -171,10 +171,19 @@ public final class Agent: Service, Sendable {
         return token
     }
 
+    /// Whether a stop has been asked for.
+    var isStopping: Bool { flags.stopping.load(ordering: .acquiring) }
+
+    /// Whether a flush was asked for since the last call (it takes the request).
+    func takeFlushRequest() -> Bool { flags.flushRequested.exchange(false, ordering: .acquiringAndReleasing) }
+
+    /// Marks the agent as started; false when it had been already (an agent runs once).
+    func markStarted() -> Bool { !flags.started.exchange(true, ordering: .acquiringAndReleasing) }
+
     /// Asks the running loop to flush now (the "app entered background" moment). The flush gets its
     /// own budget (``AgentConfiguration/backgroundBudget``) to upload everything it can.
     public func requestFlush() {
-        flushRequested.store(true, ordering: .releasing)
+        flags.flushRequested.store(true, ordering: .releasing)
         wakeup.signal()
     }
 
@@ -182,8 +191,7 @@ public final class Agent: Service, Sendable {
     /// (less the grace period), then stops claiming work and returns. Idempotent.
     public func requestStop() {
         let started = budget.update { budget -> Bool in
-            guard !stopping.load(ordering: .acquiring) else { return false }
-            stopping.store(true, ordering: .releasing)
+            guard !flags.stopping.exchange(true, ordering: .acquiringAndReleasing) else { return false }
             let stop = BackgroundTask(budget: configuration.stopTimeout, grace: configuration.grace, reason: .stop)
             if budget == nil || stop.expiresAt < budget!.expiresAt { budget = stop }
             return true

@@ -8,6 +8,16 @@ final class DoneFlag: Sendable {
     func set() { done.store(true, ordering: .releasing) }
 }
 
+/// The agent's run flags, set from other tasks (a signal handler, the flush socket) and read by the loop.
+final class RunFlags: Sendable {
+    /// A flush was asked for and the loop has not taken it yet.
+    let flushRequested = Atomic<Bool>(false)
+    /// A stop was asked for.
+    let stopping = Atomic<Bool>(false)
+    /// Set by the first run: an agent releases its locks when its run ends, so it runs once.
+    let started = Atomic<Bool>(false)
+}
+
 /// The agent's current background task, shared by the loop, the stop handler and the request watcher.
 final class BudgetSlot: Sendable {
     private let slot = Mutex<BackgroundTask?>(nil)
