@@ -114,8 +114,7 @@ struct DeadlineTests {
                 #expect(stats.unique == 401)
                 #expect(stats.orderViolations.values.reduce(0, +) == 0 && stats.seqViolations == 0)
                 let ids = Set(try await collector.events(limit: 1000).map(\.eventID))
-                let acknowledged = try String(contentsOfFile: ledger, encoding: .utf8).split(separator: "\n")
-                    .compactMap { $0.split(separator: " ").last.map(String.init) }
+                let acknowledged = Oracle.Ledger(producer: "", path: ledger).entries().map(\.eventID)
                 #expect(acknowledged.allSatisfy { ids.contains($0) })
             }
         }

@@ -16,11 +16,8 @@ struct MultiProcessTests {
     }
 
     static func readLedger(_ path: String) throws -> [LedgerLine] {
-        let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
-        return text.split(separator: "\n").compactMap { line in
-            let parts = line.split(separator: " ")
-            guard parts.count == 3, let p = UInt64(parts[0]), let s = UInt64(parts[1]) else { return nil }
-            return LedgerLine(producerSeq: p, seq: s, eventID: String(parts[2]))
+        Oracle.Ledger(producer: "", path: path).entries().map {
+            LedgerLine(producerSeq: $0.producerSeq, seq: $0.seq, eventID: $0.eventID)
         }
     }
 

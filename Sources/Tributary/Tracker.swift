@@ -12,12 +12,16 @@ public struct TrackReceipt: Sendable, Hashable {
     public var seq: UInt64
     /// This producer's own sequence number for the event.
     public var producerSeq: UInt64
+    /// The `distinct_id` the event carries: the group's identity when it was stored (a login id, or
+    /// the anonymous id), which it keeps all the way to the collector.
+    public var distinctID: String
 
     init(event: PreparedEvent, appended: SharedStore.Appended) {
         eventID = event.eventID
         trackID = event.trackID
         seq = appended.seq
         producerSeq = appended.producerSeq
+        distinctID = appended.distinctID
     }
 }
 

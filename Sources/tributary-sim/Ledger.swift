@@ -31,17 +31,23 @@ final class Ledger: Sendable {
 
     deinit { if let descriptor { close(descriptor) } }
 
-    /// Appends the receipt's line (`producer_seq seq event_id`).
+    /// Appends the receipt's line: `producer_seq seq event_id "distinct_id"` (the identity the event
+    /// was stored under, as a JSON string: the oracle checks that the collector got the event under it).
     func record(_ receipt: TrackReceipt) {
         guard let descriptor else { return }
-        guard let err = writeAll(descriptor, Array("\(receipt.producerSeq) \(receipt.seq) \(receipt.eventID)\n".utf8)) else {
-            return
-        }
+        let line = "\(receipt.producerSeq) \(receipt.seq) \(receipt.eventID) \(Self.quoted(receipt.distinctID))\n"
+        guard let err = writeAll(descriptor, Array(line.utf8)) else { return }
         // The event is stored; its caller cannot be told by a throw (the bridge's receipt handler), and a
         // run whose ledger misses lines must not look like one that lost events.
         let failure = runFailure(
             "Cannot write to the ledger \(path) (event \(receipt.eventID) is stored): \(String(cString: strerror(err))).",
             exitCode: 74)
         exit(failure.rawValue)
+    }
+
+    /// `text` as a JSON string literal: one field of a line, whatever spaces or line breaks it holds.
+    static func quoted(_ text: String) -> String {
+        let data = (try? JSONSerialization.data(withJSONObject: text, options: .fragmentsAllowed)) ?? Data("\"\"".utf8)
+        return String(decoding: data, as: UTF8.self)
     }
 }

@@ -463,7 +463,7 @@ struct OutboxTests {
         }
     }
 
-    @Test("extension events get the app's presets and the current identity but keep their time")
+    @Test("extension events get the app's presets but keep their time and the identity they were tracked under")
     func enrichExtension() throws {
         try withTemporaryGroup { group in
             var appConfig = Tracker.Configuration(groupDirectory: group, producerKind: .app)
@@ -473,15 +473,23 @@ struct OutboxTests {
             extConfig.appVersion = "4.9.0"
             extConfig.wallMillis = { 1_600_000_000_000 }
             let ext = try Tracker(configuration: extConfig)
+            let before = try ext.identity()
             try ext.track("Shared", properties: ["target": "mail", "price": 9.99])
             try app.login("user-9")
+            try ext.track("SharedAgain")
 
             let outbox = try Outbox(path: group + "-outbox/outbox.sqlite")
             _ = try Drainer(store: app.store, outbox: outbox, logger: Self.logger).drainAvailable()
-            let row = try #require(try outbox.nextBatch(maxCount: 10, maxBytes: .max).first)
+            let rows = try outbox.nextBatch(maxCount: 10, maxBytes: .max)
+            try #require(rows.count == 2)
+            let row = rows[0]
             let body = try #require(try JSONSerialization.jsonObject(with: Data(row.body)) as? [String: Any])
             #expect(body["time"] as? Int == 1_600_000_000_000)
-            #expect(body["distinct_id"] as? String == "user-9" && body["login_id"] as? String == "user-9")
+            // Tracked before the login (drained after it): the anonymous id, and no login id.
+            #expect(body["distinct_id"] as? String == before.distinctID && body["login_id"] == nil)
+            #expect(body["anonymous_id"] as? String == before.anonymousID)
+            let after = try #require(try JSONSerialization.jsonObject(with: Data(rows[1].body)) as? [String: Any])
+            #expect(after["distinct_id"] as? String == "user-9" && after["login_id"] as? String == "user-9")
             let props = try #require(body["properties"] as? [String: Any])
             #expect(props["$app_version"] as? String == "5.0.0")
             #expect(props["target"] as? String == "mail" && props["price"] as? Double == 9.99)

@@ -28,11 +28,28 @@ public struct Oracle: Sendable {
 
         /// The acknowledged events, in the order the producer was told.
         public func entries() -> [(producerSeq: UInt64, seq: UInt64, eventID: String)] {
+            lines().map { ($0.producerSeq, $0.seq, $0.eventID) }
+        }
+
+        /// The identity each acknowledged event was stored under (its `distinct_id`), by event id: what
+        /// the collector must receive it with. Lines of a ledger that records none are left out.
+        public func identities() -> [String: String] {
+            var identities: [String: String] = [:]
+            for line in lines() { if let id = line.distinctID { identities[line.eventID] = id } }
+            return identities
+        }
+
+        /// The ledger's lines: `producer_seq seq event_id`, then the `distinct_id` as a JSON string when
+        /// the producer records it (`tributary-sim`'s ledgers do).
+        private func lines() -> [(producerSeq: UInt64, seq: UInt64, eventID: String, distinctID: String?)] {
             let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
             return text.split(separator: "\n").compactMap { line in
-                let parts = line.split(separator: " ")
-                guard parts.count == 3, let p = UInt64(parts[0]), let s = UInt64(parts[1]) else { return nil }
-                return (p, s, String(parts[2]))
+                let parts = line.split(separator: " ", maxSplits: 3)
+                guard parts.count >= 3, let p = UInt64(parts[0]), let s = UInt64(parts[1]) else { return nil }
+                let distinctID = parts.count == 4
+                    ? (try? JSONSerialization.jsonObject(with: Data(parts[3].utf8), options: .fragmentsAllowed)) as? String
+                    : nil
+                return (p, s, String(parts[2]), distinctID)
             }
         }
     }
@@ -43,12 +60,15 @@ public struct Oracle: Sendable {
         public var producer: String?
         public var producerSeq: UInt64?
         public var seq: UInt64?
+        /// The `distinct_id` the event arrived with.
+        public var distinctID: String?
 
-        public init(eventID: String, producer: String?, producerSeq: UInt64?, seq: UInt64?) {
+        public init(eventID: String, producer: String?, producerSeq: UInt64?, seq: UInt64?, distinctID: String? = nil) {
             self.eventID = eventID
             self.producer = producer
             self.producerSeq = producerSeq
             self.seq = seq
+            self.distinctID = distinctID
         }
     }
 
@@ -70,7 +90,9 @@ public struct Oracle: Sendable {
             let stats = try await collector.stats()
             return Observed(
                 deliveries: events.map {
-                    Delivery(eventID: $0.eventID, producer: $0.producer, producerSeq: $0.producerSeq, seq: $0.seq)
+                    Delivery(
+                        eventID: $0.eventID, producer: $0.producer, producerSeq: $0.producerSeq, seq: $0.seq,
+                        distinctID: (try? $0.jsonObject())?["distinct_id"] as? String)
                 },
                 wireDuplicates: stats.duplicates)
         }
@@ -87,6 +109,9 @@ public struct Oracle: Sendable {
         public var duplicatesAfterDedup = 0
         public var producerOrderViolations = 0
         public var seqOrderViolations = 0
+        /// Events that arrived under another identity than the one their producer stored them under
+        /// (its ledger's `distinct_id`): attributed to the wrong person.
+        public var misattributed = 0
         /// Failed health checks, each a sentence.
         public var healthProblems: [String] = []
         /// Up to five lost event ids, for the failure message.
@@ -100,7 +125,7 @@ public struct Oracle: Sendable {
 
         /// Whether the scenario upheld every promise.
         public var passed: Bool {
-            lost == 0 && unexpected == 0 && duplicatesAfterDedup == 0 && orderViolations == 0
+            lost == 0 && unexpected == 0 && duplicatesAfterDedup == 0 && orderViolations == 0 && misattributed == 0
                 && wireDuplicates <= allowedWireDuplicates && healthProblems.isEmpty
         }
 
@@ -108,7 +133,7 @@ public struct Oracle: Sendable {
             var text = "acknowledged \(acknowledged), delivered \(delivered), lost \(lost), unexpected \(unexpected), "
                 + "wire duplicates \(wireDuplicates) (allowed \(allowedWireDuplicates)), duplicates after dedup "
                 + "\(duplicatesAfterDedup), producer order violations \(producerOrderViolations), seq order "
-                + "violations \(seqOrderViolations)"
+                + "violations \(seqOrderViolations), misattributed \(misattributed)"
             if !lostExamples.isEmpty { text += "; lost e.g. \(lostExamples.joined(separator: ", "))" }
             if !healthProblems.isEmpty { text += "; health: " + healthProblems.joined(separator: "; ") }
             return text
@@ -137,8 +162,10 @@ public struct Oracle: Sendable {
     public func judge(_ observed: Observed) -> Verdict {
         var verdict = Verdict()
         var acknowledged: [String: (producer: String, producerSeq: UInt64)] = [:]
+        var identities: [String: String] = [:]
         for ledger in ledgers {
             for entry in ledger.entries() { acknowledged[entry.eventID] = (ledger.producer, entry.producerSeq) }
+            identities.merge(ledger.identities()) { first, _ in first }
         }
         verdict.acknowledged = acknowledged.count
         // A ledger's producer creates it when it starts: a missing one means a wrong path or a producer
@@ -161,6 +188,7 @@ public struct Oracle: Sendable {
                 continue
             }
             verdict.delivered += 1
+            if let stored = identities[delivery.eventID], delivery.distinctID != stored { verdict.misattributed += 1 }
             if acknowledged[delivery.eventID] == nil, !unledgeredProducers.contains(delivery.producer ?? ""),
                 !expectedUndelivered.contains(delivery.eventID)
             {

@@ -31,7 +31,7 @@ public enum Reliability {
     /// The table's columns, in order.
     public static let columns = [
         "scenario", "iterations", "acknowledged", "delivered", "lost", "wire dups", "dups after dedup",
-        "order violations", "result",
+        "order violations", "misattributed", "result",
     ]
 
     private static let writeLock = Mutex(())
@@ -60,7 +60,7 @@ public enum Reliability {
         let v = verdict ?? Oracle.Verdict()
         let fields: [String] = [
             scenario, "\(iterations)", "\(v.acknowledged)", "\(v.delivered)", "\(v.lost)",
-            "\(v.wireDuplicates)", "\(v.duplicatesAfterDedup)", "\(v.orderViolations)", result,
+            "\(v.wireDuplicates)", "\(v.duplicatesAfterDedup)", "\(v.orderViolations)", "\(v.misattributed)", result,
         ]
         let line = fields.map { $0.replacingOccurrences(of: "\t", with: " ").replacingOccurrences(of: "\n", with: " ") }
             .joined(separator: "\t") + "\n"

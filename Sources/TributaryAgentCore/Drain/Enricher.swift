@@ -7,14 +7,17 @@ import TributaryErrors
 /// The enrich stage of the drain: what the container app does for extension events in the iOS SDK.
 ///
 /// - Extension events get the app's preset properties (the app's `$app_version`, device and OS
-///   properties override the extension's own) and the group's current identity, and keep their own
-///   `time` and custom properties.
+///   properties override the extension's own), and keep their own `time`, custom properties and
+///   identity: the store is shared, so the identity spliced in when the event was written is the
+///   one in force when it was tracked. The identity current at drain time would attribute an event
+///   tracked before a login change, and drained after it, to the wrong person. Only an event that
+///   carries no `distinct_id` gets the group's current identity.
 /// - App events pass through unchanged (they were written with the app's presets and identity).
 /// - Every event gets `_tributary`: `{"seq", "producer", "producer_kind", "producer_seq"}`.
 public struct Enricher: Sendable {
     /// The app's preset properties, as published by the main app (nil when it never ran).
     public var appPresets: [String: any Sendable]?
-    /// The group's identity at drain time.
+    /// The group's identity at drain time: for an extension event that carries none.
     public var identity: Identity?
 
     /// An enricher for the given app presets and identity.
@@ -93,7 +96,7 @@ public struct Enricher: Sendable {
 
     private func enrichExtension(_ body: [UInt8], seq: UInt64) throws -> [UInt8] {
         guard var event = try JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return body }
-        if let identity {
+        if let identity, event["distinct_id"] == nil {
             event["distinct_id"] = identity.distinctID
             event["anonymous_id"] = identity.anonymousID
             event["login_id"] = identity.loginID

@@ -50,6 +50,8 @@ extension SharedStore {
         public var seq: UInt64
         /// The producer's own sequence number.
         public var producerSeq: UInt64
+        /// The `distinct_id` of the identity the event was built with (the group's, read in the write).
+        public var distinctID: String
     }
 
     /// Appends `count` events in one durable write transaction and returns their sequence numbers.
@@ -109,7 +111,8 @@ extension SharedStore {
                         record.encode(into: $0)
                     }
                 }
-                appended.append(Appended(seq: lastSeq, producerSeq: registration.lastSeq))
+                appended.append(
+                    Appended(seq: lastSeq, producerSeq: registration.lastSeq, distinctID: identity.distinctID))
             }
             TestPause.hit("store.append")  // tests: freeze here, writer lock held, records put, not committed
             try withKey(MetaKey.lastSeq) { key in
