@@ -41,6 +41,11 @@ let package = Package(
         // The one shape of every public error, its source location, and sysexits exit statuses (no
         // dependencies).
         .target(name: "TributaryErrors", swiftSettings: strict),
+        // The one seam through which the package calls SQLite's C API itself (GRDB for the rest).
+        .target(
+            name: "TributarySQLite", dependencies: [.product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: strict
+        ),
         // JSON string literals, written one way by every component (no dependencies).
         .target(name: "TributaryJSON", swiftSettings: strict),
         // The shared store: safe LMDB layer and the on-disk record format.
@@ -82,7 +87,7 @@ let package = Package(
         .target(
             name: "TributaryAgentCore",
             dependencies: [
-                "TributaryStore", "TributaryWire", "TributaryJSON", "TributaryErrors", "CSystemd",
+                "TributaryStore", "TributaryWire", "TributaryJSON", "TributaryErrors", "TributarySQLite", "CSystemd",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -95,7 +100,7 @@ let package = Package(
         .target(
             name: "TributaryCollector",
             dependencies: [
-                "TributaryWire", "TributaryJSON", "TributaryErrors",
+                "TributaryWire", "TributaryJSON", "TributaryErrors", "TributarySQLite",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

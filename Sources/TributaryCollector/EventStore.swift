@@ -1,9 +1,9 @@
 import Foundation
 import GRDB
-import GRDBSQLite
+import TributarySQLite
 import TributaryWire
 
-/// `text`'s NUL-terminated UTF-8, or a nil pointer (which `sqlite3_bind_text` binds as NULL), for `body`.
+/// `text`'s NUL-terminated UTF-8, or a nil pointer (which binds as NULL), for `body`.
 private func withCString<Result>(
     _ text: String?,
     _ body: (UnsafePointer<CChar>?) throws -> Result
@@ -205,12 +205,12 @@ final class EventStore: Sendable {
         )
         // The batch's columns are bound once; SQLITE_STATIC: the key's C string lives until the loop
         // ends, and the bindings are cleared before it goes.
-        let handle = insert.sqliteStatement
-        sqlite3_reset(handle)
-        sqlite3_bind_int64(handle, 7, batchRow)
+        let statement = RawStatement(insert)
+        statement.reset()
+        statement.bind(7, batchRow)
         try withCString(batch.idempotencyKey) { key in
-            sqlite3_bind_text(handle, 8, key, -1, nil)
-            defer { sqlite3_clear_bindings(handle) }
+            statement.bindCString(8, key)
+            defer { statement.clearBindings() }
             for event in batch.events {
                 guard try Self.insert(event, with: insert, in: db) else {
                     receipt.duplicates += 1
@@ -259,7 +259,7 @@ final class EventStore: Sendable {
     /// 7 and 8 already bound); whether it was new. The event's text is stored as its range of the
     /// batch's payload.
     ///
-    /// Binds with `sqlite3_bind_*` directly instead of GRDB's `StatementArguments` (an array of
+    /// Binds through SQLite's C API (`RawStatement`) instead of GRDB's `StatementArguments` (an array of
     /// `DatabaseValue`s per event). Strings are bound as GRDB binds them (NUL-terminated C strings;
     /// nil is NULL), with SQLITE_STATIC (no copy by SQLite): they outlive the step, and the statement
     /// is reset before they go.
@@ -268,41 +268,28 @@ final class EventStore: Sendable {
         with statement: Statement,
         in db: Database
     ) throws -> Bool {
-        let handle = statement.sqliteStatement
-        func bind(_ index: Int32, _ number: Int64?) {
-            if let number {
-                sqlite3_bind_int64(handle, index, number)
-            } else {
-                sqlite3_bind_null(handle, index)
-            }
-        }
-        sqlite3_reset(handle)
-        bind(4, event.seq)
-        bind(6, event.producerSeq)
-        sqlite3_bind_int64(handle, 9, Int64(event.text.lowerBound))
-        sqlite3_bind_int64(handle, 10, Int64(event.text.count))
+        let raw = RawStatement(statement)
+        raw.reset()
+        raw.bind(4, event.seq)
+        raw.bind(6, event.producerSeq)
+        raw.bind(9, Int64(event.text.lowerBound))
+        raw.bind(10, Int64(event.text.count))
         let rc = event.eventID.withCString { eventID in
             withCString(event.type) { type in
                 withCString(event.name) { name in
                     withCString(event.producer) { producer in
-                        sqlite3_bind_text(handle, 1, eventID, -1, nil)
-                        sqlite3_bind_text(handle, 2, type, -1, nil)
-                        sqlite3_bind_text(handle, 3, name, -1, nil)
-                        sqlite3_bind_text(handle, 5, producer, -1, nil)
-                        defer { sqlite3_reset(handle) }
-                        return sqlite3_step(handle)
+                        raw.bindCString(1, eventID)
+                        raw.bindCString(2, type)
+                        raw.bindCString(3, name)
+                        raw.bindCString(5, producer)
+                        defer { raw.reset() }
+                        return raw.step()
                     }
                 }
             }
         }
-        if rc != SQLITE_DONE { throw stepError(rc, of: statement, in: db) }
-        return sqlite3_changes(db.sqliteConnection) == 1
-    }
-
-    /// The error of a failed `sqlite3_step`, as GRDB reports it.
-    private static func stepError(_ rc: Int32, of statement: Statement, in db: Database) -> DatabaseError {
-        let message = String(cString: sqlite3_errmsg(db.sqliteConnection))
-        return DatabaseError(resultCode: ResultCode(rawValue: rc), message: message, sql: statement.sql)
+        if rc != RawStatement.done { throw raw.error(rc, in: db, sql: statement.sql) }
+        return RawStatement.changes(in: db) == 1
     }
 
     /// A string compared and hashed by its UTF-8 bytes, as SQLite compares the `producer` column:

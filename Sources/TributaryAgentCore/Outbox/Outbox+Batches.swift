@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import TributarySQLite
 import TributaryStore
 
 // The upload side: batches read from the rows waiting, the one batch in flight, acknowledgements.

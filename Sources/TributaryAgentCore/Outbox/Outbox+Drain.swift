@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import TributarySQLite
 import TributaryStore
 
 // The drain side: drained store entries go into the outbox, once each, in store order.

@@ -11,7 +11,7 @@ import TributaryStore
 /// The other files of this folder extend it, a concern each: the migrations (`OutboxSchema.swift`), the
 /// two tables in turn (`OutboxTables.swift`), the drain (`Outbox+Drain.swift`), batches and their
 /// acknowledgement (`Outbox+Batches.swift`), dead letters (`Outbox+DeadLetters.swift`), the `agent_state`
-/// table (`OutboxState.swift`) and the SQLite C calls (`SQLiteCalls.swift`).
+/// table (`OutboxState.swift`); the SQLite C calls go through `TributarySQLite`'s `RawStatement`.
 public final class Outbox: Sendable {
     /// One event waiting for upload.
     public struct Row: Sendable, Hashable {
