@@ -269,16 +269,18 @@ extension Agent {
         }
     }
 
-    /// Runs upload steps (``stepCancelledAtExpiry(_:maxEvents:timeout:)``) beside the loop's drain,
-    /// then sets `done`; returns each step with how long it took.
+    /// Runs upload steps (``stepCancelledAtExpiry(_:maxEvents:timeout:)``) while the drain goes on
+    /// beside them (``drainBeside(_:stopping:until:over:)``), then sets `done`; returns each step with
+    /// how long it took.
     ///
     /// After the first step, the next follows at once while the last one delivered, the batch after
     /// it was read ahead (and became the batch in flight when it was acknowledged) and `more` holds
-    /// (the loop is still draining): the next request need not wait for the loop to finish its drain
-    /// chunk (an LMDB and an SQLite commit) and come round. The loop's drain stops after 10 chunks, so
-    /// the loop still comes round several times a second. Under a deadline, the next request goes
-    /// only if `planner` (a copy of the loop's, fed with these steps) and `limits` say its batch can finish in the
-    /// time left, and its timeout ends at the expiration, as the loop plans its own.
+    /// (the drain beside is still going): the next request need not wait for the drain to finish its
+    /// chunk (an LMDB and an SQLite commit) and the loop to come round. The drain stops after 10
+    /// chunks, so the loop still comes round several times a second. Under a deadline, the next
+    /// request goes only if `planner` (a copy of the loop's, fed with these steps) and `limits` say its
+    /// batch can finish in the time left, and its timeout ends at the expiration, as the loop plans
+    /// its own.
     func uploadSteps(
         _ session: UploadSession, maxEvents: Int, timeout: Duration, planner: UploadPlanner,
         limits: LoopMachine<ContinuousClock>.Limits, while more: @Sendable () -> Bool, done: DoneFlag
