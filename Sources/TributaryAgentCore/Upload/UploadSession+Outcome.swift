@@ -36,11 +36,7 @@ extension UploadSession {
                 suspectRefusedAlone = false
             }
             attempt = 0
-            if sizeCeiling != nil {
-                deliveriesUnderCeiling += 1
-                if deliveriesUnderCeiling >= Self.ceilingDeliveries { sizeCeiling = nil }
-            }
-            batchLimit = min(configuration.batchSize, batchLimit.doubledSaturating, sizeCeiling ?? .max)
+            batchSize.delivered()
             logger.debug("batch delivered", metadata: ["tributary.batch.id": "\(batchID)", "tributary.batch.events": "\(count)"])
             return .progressed(delivered: count)
 
@@ -67,19 +63,17 @@ extension UploadSession {
                 }
                 suspect = nil
                 // The 413s that halved the size down to one were this event's: the size may grow again.
-                sizeCeiling = nil
+                batchSize.forgetCeiling()
                 return .progressed(delivered: 0, deadLettered: 1)
             }
-            batchLimit = max(1, count / 2)
-            sizeCeiling = batchLimit
-            deliveriesUnderCeiling = 0
+            batchSize.tooLarge(count: count)
             // A half refused as too large ends the bisection: its rows go back to the pool, and batches
             // of the halved size find the refused event again (sending the same half again would get
             // the same 413).
             suspect = nil
             try outbox.unbatch(batchID)
             logger.info("collector said 413; halving the batch size", metadata: [
-                "tributary.batch.id": "\(batchID)", "tributary.batch.limit": "\(batchLimit)",
+                "tributary.batch.id": "\(batchID)", "tributary.batch.limit": "\(batchSize.limit)",
             ])
             return .progressed(delivered: 0)
 

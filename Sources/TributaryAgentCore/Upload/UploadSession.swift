@@ -40,16 +40,8 @@ final class UploadSession {
     /// first half is sent alone once before it is dead-lettered: a refusal of the whole batch that
     /// does not recur (a proxy that mangled one body) then dead-letters nothing.
     var suspectRefusedAlone = false
-    /// Batch size after 413s; grows back on success, up to `sizeCeiling`.
-    var batchLimit: Int
-    /// After a 413, the batch size it halved to: the limit grows back no further than this, so that a
-    /// collector whose limit lies between the two sizes does not answer every other batch with 413.
-    /// Forgotten after ``ceilingDeliveries`` batches delivered, so that a raised limit is found again.
-    var sizeCeiling: Int?
-    /// Batches delivered since the last 413.
-    var deliveriesUnderCeiling = 0
-    /// How many deliveries `sizeCeiling` lasts.
-    static let ceilingDeliveries = 100
+    /// The batch size after the collector's 413s (``BatchSizePolicy``).
+    var batchSize: BatchSizePolicy
     /// The last thing that went wrong, for status.
     var lastError: String?
     /// Set while the collector refuses us (401/403/404…).
@@ -108,7 +100,7 @@ final class UploadSession {
         self.client = client
         self.configuration = configuration
         self.logger = logger
-        self.batchLimit = configuration.batchSize
+        self.batchSize = BatchSizePolicy(configured: configuration.batchSize)
         self.unsettledEvents = unsettledEvents
     }
 
@@ -148,8 +140,7 @@ final class UploadSession {
             lastError = nil
             attempt = 0
             waitAskedByCollector = nil
-            batchLimit = configuration.batchSize
-            sizeCeiling = nil
+            batchSize.reset()
             suspectRefusedAlone = false
         }
     }
@@ -161,7 +152,7 @@ final class UploadSession {
     func step(
         maxEvents: Int? = nil, timeout: Duration? = nil, cancelWhen: (@Sendable () async -> Void)? = nil
     ) async throws -> Step {
-        let limit = min(batchLimit, maxEvents ?? .max)
+        let limit = min(batchSize.limit, maxEvents ?? .max)
         let timeout = timeout ?? configuration.requestTimeout
         // Read ahead during the previous request and made the batch in flight by its acknowledgement. A
         // ready batch over this step's limit (a deadline near) is dropped here, and `nextBatch` cuts the
