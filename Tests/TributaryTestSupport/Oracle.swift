@@ -31,17 +31,10 @@ public struct Oracle: Sendable {
             lines().map { ($0.producerSeq, $0.seq, $0.eventID) }
         }
 
-        /// The identity each acknowledged event was stored under (its `distinct_id`), by event id: what
-        /// the collector must receive it with. Lines of a ledger that records none are left out.
-        public func identities() -> [String: String] {
-            var identities: [String: String] = [:]
-            for line in lines() { if let id = line.distinctID { identities[line.eventID] = id } }
-            return identities
-        }
-
-        /// The ledger's lines: `producer_seq seq event_id`, then the `distinct_id` as a JSON string when
-        /// the producer records it (`tributary-sim`'s ledgers do).
-        private func lines() -> [(producerSeq: UInt64, seq: UInt64, eventID: String, distinctID: String?)] {
+        /// The ledger's lines: `producer_seq seq event_id`, then the `distinct_id` the event was stored
+        /// under as a JSON string when the producer records it (`tributary-sim`'s ledgers do): what the
+        /// collector must receive it with.
+        fileprivate func lines() -> [(producerSeq: UInt64, seq: UInt64, eventID: String, distinctID: String?)] {
             let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
             return text.split(separator: "\n").compactMap { line in
                 let parts = line.split(separator: " ", maxSplits: 3)
@@ -164,8 +157,12 @@ public struct Oracle: Sendable {
         var acknowledged: [String: (producer: String, producerSeq: UInt64)] = [:]
         var identities: [String: String] = [:]
         for ledger in ledgers {
-            for entry in ledger.entries() { acknowledged[entry.eventID] = (ledger.producer, entry.producerSeq) }
-            identities.merge(ledger.identities()) { first, _ in first }
+            for line in ledger.lines() {
+                acknowledged[line.eventID] = (ledger.producer, line.producerSeq)
+                if let distinctID = line.distinctID, identities[line.eventID] == nil {
+                    identities[line.eventID] = distinctID
+                }
+            }
         }
         verdict.acknowledged = acknowledged.count
         // A ledger's producer creates it when it starts: a missing one means a wrong path or a producer

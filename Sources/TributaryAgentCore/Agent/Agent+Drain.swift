@@ -67,18 +67,18 @@ extension Agent {
                         + "again (once the collector accepts them), --discard deletes them. The events not drained wait "
                         + "in the store.")
             }
-            if !loop.outboxFullLogged {
+            if !loop.drain.outboxFullLogged {
                 logger.warning(
                     "outbox at its quota; draining paused until uploads make room (dead letters count too: see `tributary dead-letters`, which can replay or discard them)",
                     metadata: [
                         "tributary.outbox.bytes": "\(bytes)", "tributary.outbox.dead_letter_bytes": "\(deadBytes)",
                         "tributary.outbox.quota": "\(configuration.outboxQuotaBytes)",
                     ])
-                loop.outboxFullLogged = true
+                loop.drain.outboxFullLogged = true
             }
             return 0
         }
-        loop.outboxFullLogged = false
+        loop.drain.outboxFullLogged = false
         let drainer = Drainer(
             store: store, outbox: outbox, chunkSize: configuration.drainChunk, logger: logger, deletes: deletes)
         var limit = maxEvents ?? configuration.drainChunk * 10
@@ -93,15 +93,15 @@ extension Agent {
                 guard let held = try? self.outbox.pending() else { return true }
                 return held.bytes + held.deadLetterBytes < quota
             }
-            loop.storeBusyLogged = false
+            loop.drain.storeBusyLogged = false
         } catch let error as StoreError where error.code == .busy {
             // A producer holds the store's writer lock (stopped, or slow) while this process's delete waits
             // for it: the drain waits too, the loop goes on uploading and keeping its deadlines.
-            if !loop.storeBusyLogged {
+            if !loop.drain.storeBusyLogged {
                 logger.notice("drain paused: the store cannot be read until the store delete ends", metadata: [
                     "tributary.group": "\(store.groupDirectory)", "tributary.reason": "\(error.message)",
                 ])
-                loop.storeBusyLogged = true
+                loop.drain.storeBusyLogged = true
             }
             return 0
         }
@@ -109,8 +109,8 @@ extension Agent {
         // between its outbox commit and its store delete), nor corrupt ones (counted as dead letters).
         if drained > 0 {
             let total = try outbox.counters().drained
-            metrics.drained.increment(by: Int(total - loop.outboxDrained))
-            loop.outboxDrained = total
+            metrics.drained.increment(by: Int(total - loop.drain.outboxDrained))
+            loop.drain.outboxDrained = total
         }
         return drained
     }

@@ -15,12 +15,18 @@ struct LoopRun {
     var lastUploadMillis: Int64?
     var drained = 0
     var requests = 0
-    var outboxFullLogged = false
-    /// Whether the drain's ``StoreError/Code/busy`` was logged since the last drain that could read.
-    var storeBusyLogged = false
-    /// The outbox's count of events drained into it, as last read: the drained metric grows by what
-    /// a drain adds to it.
-    var outboxDrained: Int64 = 0
+    /// What the drain keeps between its chunks; the drain beside an upload works on a copy and hands
+    /// it back.
+    var drain = DrainBookkeeping()
+
+    struct DrainBookkeeping {
+        var outboxFullLogged = false
+        /// Whether the drain's ``StoreError/Code/busy`` was logged since the last drain that could read.
+        var storeBusyLogged = false
+        /// The outbox's count of events drained into it, as last read: the drained metric grows by what
+        /// a drain adds to it.
+        var outboxDrained: Int64 = 0
+    }
 
     init(limits: LoopMachine<ContinuousClock>.Limits, settings: EffectiveSettings) {
         machine = LoopMachine(limits: limits, settings: settings, now: clock.now)
@@ -125,7 +131,7 @@ extension Agent {
             // Past the deadline, straight to the top of the loop, which stops: the periodic checkpoint
             // and status write below cost tens to hundreds of ms under load, and the stop checkpoints
             // and writes the status anyway.
-            if let task = budget.current, task.remaining(at: loop.clock.now) <= .zero { continue }
+            if loop.machine.deadlineReached(at: loop.clock.now, expiresAt: budget.current?.expiresAt) { continue }
             if loop.machine.statusDue(at: loop.clock.now) {
                 // The outbox never checkpoints by itself (SQLite would ignore a failed fsync there):
                 // checkpoint here, where an I/O error reaches the fail-stop rule (FatalIO). Idle, a large
@@ -204,9 +210,7 @@ extension Agent {
             return (outcome, drained)
         }
         let drain = try drained.get()
-        loop.outboxFullLogged = drain.run.outboxFullLogged
-        loop.storeBusyLogged = drain.run.storeBusyLogged
-        loop.outboxDrained = drain.run.outboxDrained
+        loop.drain = drain.run.drain
         loop.drained += drain.drained
         let drainedDuring = drain.drained
         let steps = try outcome.get()

@@ -47,7 +47,7 @@ extension Agent {
                             + "--group \(store.groupDirectory) server_url=URL`)."
                             + (loop.settingsProblem.map { " The group's settings are not used: \($0)" } ?? ""))
                 }
-                loop.outboxDrained = try outbox.counters().drained
+                loop.drain.outboxDrained = try outbox.counters().drained
                 heartbeat.beat()  // the migration and the opening before it are done: the loop starts now
                 notifier.ready(status: "draining \(store.groupDirectory); \(pending) events in the outbox")
                 logger.info("agent started", metadata: [

@@ -19,8 +19,8 @@ extension UploadSession {
     /// on 2 CPUs, one thread held by the loop's drain and the other by the read-ahead, the request left
     /// only once the read-ahead was done, and the collector idled meanwhile (a 2,000-event batch every
     /// 16.4–18.0 ms, medians, against 14.5–15.9 ms with this change alone: docs/performance.md,
-    /// "Seventeenth round"). So the request goes from this task when nothing can cancel it, and
-    /// otherwise from the first child task, started before `whileWaiting`'s.
+    /// "Seventeenth round"). So the request's task is started first, before `whileWaiting`'s and the
+    /// watcher's.
     func post<Aside: Sendable>(
         _ encoded: EncodedBatch, batchID: String, sentAt nowWall: Int64, timeout: Duration,
         cancelWhen: (@Sendable () async -> Void)? = nil, whileWaiting: @escaping @Sendable () -> Aside
@@ -40,41 +40,27 @@ extension UploadSession {
         request.body = .bytes(ByteBuffer(bytes: encoded.body))
         requestsSent += 1
         let (client, sent) = (client, request)
-        guard let cancelWhen else {
+        return await withTaskGroup(of: UploadOutcome?.self) { group in
+            group.addTask { await Self.send(sent, with: client, timeout: timeout) }
             async let aside = whileWaiting()
-            let outcome = await Self.send(sent, with: client, timeout: timeout)
+            if let cancelWhen {
+                group.addTask {
+                    await cancelWhen()
+                    return nil
+                }
+            }
+            // The first to end ends the other: the answer the watcher, the watcher the request (which then
+            // returns at once, cancelled). What runs beside is synchronous and not cancelled.
+            var outcome = UploadOutcome.retry(reason: "cancelled", retryAfter: nil)
+            while let next = await group.next() {
+                group.cancelAll()
+                if let next {
+                    outcome = next
+                    break
+                }
+            }
             return (outcome, await aside)
         }
-        return await withTaskGroup(of: Part<Aside>.self) { group in
-            group.addTask { .answer(await Self.send(sent, with: client, timeout: timeout)) }
-            group.addTask { .aside(whileWaiting()) }
-            group.addTask {
-                await cancelWhen()
-                return .cancel
-            }
-            var outcome: UploadOutcome?
-            var aside: Aside?
-            while let part = await group.next() {
-                switch part {
-                case .answer(let answer): outcome = answer
-                case .aside(let result): aside = result
-                case .cancel: group.cancelAll()  // the request's; what runs beside it is synchronous
-                }
-                if let outcome, let aside {
-                    group.cancelAll()  // the watcher
-                    return (outcome, aside)
-                }
-            }
-            // Unreachable: the request's and the aside's tasks always return.
-            return (outcome ?? .retry(reason: "cancelled", retryAfter: nil), aside ?? whileWaiting())
-        }
-    }
-
-    /// What each task of ``post(_:batchID:sentAt:timeout:cancelWhen:whileWaiting:)`` came to.
-    private enum Part<Aside: Sendable>: Sendable {
-        case answer(UploadOutcome)
-        case aside(Aside)
-        case cancel
     }
 
     /// Sends `request` and classifies its answer; a transport error or a cancellation is a retry.
