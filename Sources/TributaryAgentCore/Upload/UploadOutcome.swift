@@ -49,3 +49,13 @@ package func oneLine(_ text: some StringProtocol) -> String {
     }
     return line
 }
+
+/// What one upload step did (``UploadSession/step(maxEvents:timeout:cancelWhen:)``).
+enum UploadStep: Equatable {
+    /// Nothing to send.
+    case empty
+    /// Events were acknowledged or dead-lettered; go on.
+    case progressed(delivered: Int, deadLettered: Int = 0)
+    /// Wait this long before the next step (backoff, or the halted interval).
+    case wait(Duration)
+}
