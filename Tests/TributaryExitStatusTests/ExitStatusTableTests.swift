@@ -27,6 +27,7 @@ struct ExitStatusTableTests {
         Row(error: AgentError(.outboxFull, "x"), role: .service, status: 78),
         Row(error: AgentError(.storeReplaced, "x"), role: .service, status: 75),
         Row(error: AgentError(.outboxIO, "x"), role: .service, status: 74),
+        Row(error: AgentError(.failStop, "x"), role: .service, status: 74),
         Row(error: AgentError(.startup, "x"), role: .service, status: 74),
         Row(error: StoreError(.insecureDirectory, "x"), role: .service, status: 77),
         Row(error: StoreError(.permissionDenied, "x"), role: .service, status: 77),

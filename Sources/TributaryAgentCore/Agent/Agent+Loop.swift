@@ -115,7 +115,7 @@ extension Agent {
                 // A delivered batch the next request's step was to record: a turn that sends no request
                 // records it itself, so that the outbox's waiting rows are only what is still to be sent
                 // while the loop waits. Not while stopping: the run's end does it, within its closing time.
-                if !isStopping { settle(session, patience: nil) }
+                if !isStopping { try settle(session, patience: nil) }
             case .tooLate(let remaining, let finish):
                 // Not even one event would make it before the deadline: stop here.
                 logger.info("no time left for another upload before the deadline", metadata: [
@@ -250,8 +250,8 @@ extension Agent {
         do {
             return (try drainWhile({ !uploaded.isSet }, &run), run)
         } catch where FatalIO.matches(error) {
-            // At once, here: the upload beside this drain would commit to the outbox meanwhile.
-            FatalIO.stop(error, logger: logger)
+            // At once, here: the upload beside this drain must not commit to the outbox any more.
+            throw outbox.fatalIO.trip(error, keeping: outbox)
         }
     }
 
@@ -300,8 +300,8 @@ extension Agent {
             do {
                 step = try await stepCancelledAtExpiry(session, maxEvents: maxEvents, timeout: timeout)
             } catch where FatalIO.matches(error) {
-                // At once, here: the loop's drain, beside this task, would commit its chunk meanwhile.
-                FatalIO.stop(error, logger: logger)
+                // At once, here: the loop's drain, beside this task, must not commit its chunk any more.
+                throw outbox.fatalIO.trip(error, keeping: outbox)
             }
             let took = clock.now - began
             steps.append((step, took))

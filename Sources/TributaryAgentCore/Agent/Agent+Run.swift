@@ -68,7 +68,7 @@ extension Agent {
                 // half its budget) is shared by the steps below: a fifth of it to recording the last delivered
                 // batch in the outbox; 0.4 each of what remains then to the store delete and the checkpoint; then a
                 // fifth of what remains to the HTTP client's shutdown.
-                settle(session, patience: closingTime() * 0.2)
+                try settle(session, patience: closingTime() * 0.2)
                 let closing = closingTime()
                 // A store delete still waiting (a slow fsync, a writer stopped inside its transaction) gets its
                 // share to end; one that failed meanwhile ends the run as it would have in the loop.
@@ -83,10 +83,17 @@ extension Agent {
                 }
                 return .success(report)
             } catch {
-                if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
+                // Fail-stop: nothing more is written, not even the status (FatalIO).
+                if FatalIO.matches(error) || outbox.fatalIO.error != nil {
+                    return .failure(outbox.fatalIO.trip(error, keeping: outbox))
+                }
                 // A run that ends in an error (a store created anew, a halt in a one-shot run) still deletes
-                // what the collector acknowledged. An I/O error has stopped the process above.
-                settle(session, patience: closingTime() * 0.2)
+                // what the collector acknowledged.
+                do {
+                    try settle(session, patience: closingTime() * 0.2)
+                } catch {
+                    return .failure(outbox.fatalIO.trip(error, keeping: outbox))
+                }
                 return .failure(Self.stopError(error, outbox: outbox.path))
             }
         }
@@ -152,13 +159,13 @@ extension Agent {
     /// Removes the last batch delivered from the outbox's waiting rows, if it is still there
     /// (``UploadSession/settle()``): in a turn that sends nothing, and as a run ends (where it waits
     /// at most a fifth of ``closingTime()`` for another process's write lock on the outbox). A failure
-    /// other than an I/O error (which stops the process at once) leaves them for a later turn, or the
-    /// next start, which sends them again (the collector's dedup drops them); it ends no run.
-    func settle(_ session: UploadSession, patience: Duration?) {
+    /// other than an I/O error (which it throws: fail-stop) leaves them for a later turn, or the next
+    /// start, which sends them again (the collector's dedup drops them); it ends no run.
+    func settle(_ session: UploadSession, patience: Duration?) throws {
         do {
             try session.settle(patience: patience)
         } catch where FatalIO.matches(error) {
-            FatalIO.stop(error, logger: logger)
+            throw error
         } catch {
             logger.notice("could not record the last batch delivered in the outbox yet; a later turn or the next start does", metadata: [
                 "tributary.error": "\(error)",

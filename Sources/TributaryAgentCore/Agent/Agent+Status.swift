@@ -44,6 +44,8 @@ extension Agent {
 
     func writeStatus(_ fields: StatusFields) {
         let state = fields.state
+        // Past a fail-stop error the agent writes nothing more (FatalIO).
+        guard outbox.fatalIO.error == nil else { return }
         do {
             // A delivered batch not yet recorded so counts as delivered, not as pending.
             let unsettled = unsettledEvents.value

@@ -57,7 +57,8 @@ public final class Agent: Service, Sendable {
         let wakeup = Wakeup()
         self.wakeup = wakeup
         // A delete the drain stopped waiting for wakes the loop when it ends: draining goes on at once.
-        deletes = StoreDeletes(logger: logger, onFinished: { wakeup.signal() })
+        let fatalIO = FatalIO.Latch()
+        deletes = StoreDeletes(logger: logger, fatalIO: fatalIO, onFinished: { wakeup.signal() })
         let storeFile = configuration.groupDirectory + "/" + SharedStore.fileName
         let storeExisted = access(storeFile, F_OK) == 0
         store = try SharedStore(groupDirectory: configuration.groupDirectory)
@@ -77,7 +78,7 @@ public final class Agent: Service, Sendable {
         }
         do {
             // Before READY=1: a long migration would otherwise meet systemd's start timeout, every start.
-            outbox = try Outbox(path: configuration.outboxPath) { migrate in
+            outbox = try Outbox(path: configuration.outboxPath, fatalIO: fatalIO) { migrate in
                 try SystemdNotifier().extendingStart(status: "migrating the outbox \(configuration.outboxPath)", migrate)
             }
             if let previous = try outbox.adoptStore(store.storeID) {
@@ -90,11 +91,11 @@ public final class Agent: Service, Sendable {
                     ])
             }
         } catch {
-            // An I/O error opening, migrating or recounting the outbox is fail-stop as in the loop: the
-            // orderly way out (closing the outbox) would checkpoint, and fsync, the WAL that just failed.
-            if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
+            // An I/O error opening, migrating or recounting the outbox is fail-stop as in the loop (the
+            // outbox, when it opened, stays open: closing it would checkpoint the WAL that just failed).
             outboxLock.release()
             lock.release()
+            if FatalIO.matches(error) { throw fatalIO.trip(error) }
             // An AgentError says itself (another program's database: a configuration error, 78).
             if error is AgentError { throw error }
             throw AgentError(.startup, "Cannot open the outbox \(configuration.outboxPath): \(error).")
@@ -105,9 +106,9 @@ public final class Agent: Service, Sendable {
             // A store error keeps its own code (and exit code); an outbox I/O error is fail-stop; any
             // other outbox error (a full disk, the outbox busy past its timeout) is an outbox error (74),
             // not an internal one.
-            if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
             outboxLock.release()
             lock.release()
+            if FatalIO.matches(error) { throw fatalIO.trip(error, keeping: outbox) }
             if error is StoreError || error is AgentError { throw error }
             throw AgentError(.outboxIO, "Cannot check the drain position in the outbox \(configuration.outboxPath): \(error).")
         }

@@ -5,7 +5,7 @@ public struct AgentError: TributaryError {
     /// What kind of failure this is.
     public struct Code: ErrorCode {
         private enum Kind: String {
-            case startup, alreadyRunning, configuration, halted, outboxIO, outboxFull, storeReplaced
+            case startup, alreadyRunning, configuration, halted, outboxIO, failStop, outboxFull, storeReplaced
         }
         private let kind: Kind
         private init(_ kind: Kind) { self.kind = kind }
@@ -25,6 +25,9 @@ public struct AgentError: TributaryError {
         public static let halted = Code(.halted)
         /// Writing the outbox failed; the agent stops rather than retry a failed fsync.
         public static let outboxIO = Code(.outboxIO)
+        /// An I/O error on the outbox or the store (a failed fsync, EIO, corruption): the agent stopped
+        /// at once, writing nothing more (see the fail-stop rule in docs/operations.md).
+        public static let failStop = Code(.failStop)
         /// Dead letters fill the outbox quota, so nothing more can be drained; in `--once` mode this
         /// ends the run (an operator must replay or discard them).
         public static let outboxFull = Code(.outboxFull)

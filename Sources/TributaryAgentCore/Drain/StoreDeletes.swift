@@ -31,6 +31,8 @@ public final class StoreDeletes: Sendable {
     private let state = Mutex(State())
     private let logger: Logger
     private let onFinished: @Sendable () -> Void
+    /// The agent's fail-stop latch: once tripped, no delete runs; a delete's I/O error trips it.
+    let fatalIO: FatalIO.Latch
 
     private struct State {
         /// The delete in flight: the last seq it deletes through, and when it started.
@@ -45,10 +47,19 @@ public final class StoreDeletes: Sendable {
 
     /// `onFinished` is called when a delete the drain stopped waiting for has ended (the agent wakes
     /// its loop with it, which otherwise would find out at its next poll).
-    public init(
+    public convenience init(
         patience: Duration = .milliseconds(250), reportAfter: Duration = .seconds(5), logger: Logger,
         onFinished: @escaping @Sendable () -> Void = {}
     ) {
+        self.init(patience: patience, reportAfter: reportAfter, logger: logger, fatalIO: FatalIO.Latch(), onFinished: onFinished)
+    }
+
+    /// The store deletes of an agent whose fail-stop latch is `fatalIO`.
+    init(
+        patience: Duration = .milliseconds(250), reportAfter: Duration = .seconds(5), logger: Logger,
+        fatalIO: FatalIO.Latch, onFinished: @escaping @Sendable () -> Void = {}
+    ) {
+        self.fatalIO = fatalIO
         self.patience = patience
         self.reportAfter = reportAfter
         self.logger = logger
@@ -107,7 +118,14 @@ public final class StoreDeletes: Sendable {
         let outcome = Mutex<Result<Int, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
         queue.async { [self] in
-            let result = Result { try store.deleteEvents(through: seq) }
+            let result = Result { () throws -> Int in
+                try fatalIO.check()
+                do {
+                    return try store.deleteEvents(through: seq)
+                } catch where FatalIO.matches(error) {
+                    throw fatalIO.trip(error, keeping: store)
+                }
+            }
             let (leftWaiting, waited) = state.withLock { state -> (Bool, Duration) in
                 let waited = state.inFlight.map { ContinuousClock.now - $0.since } ?? .zero
                 let left = state.leftWaiting

@@ -40,7 +40,7 @@ extension Outbox {
     public func nextBatch(
         maxCount: Int, maxBytes: Int, each: (BatchEvent) throws -> Void
     ) throws -> BatchInfo? {
-        try writer.write { db in
+        try write { db in
             if let inFlight = try Self.inFlight(db) {
                 let scanned = try Self.scan(
                     db, from: inFlight.firstID, through: inFlight.lastID, maxCount: maxCount, maxBytes: maxBytes, each)
@@ -196,7 +196,7 @@ extension Outbox {
     /// Makes `rows` (consecutive rows of a failed batch, in upload order) a new batch of their own with a
     /// new id; the other rows of the batch in flight go back to the pool of unbatched rows.
     public func rebatch(_ rows: [Row]) throws -> [Row] {
-        try writer.write { db in
+        try write { db in
             guard let first = rows.first, let last = rows.last else {
                 try Self.endInFlight(db)
                 return []
@@ -212,7 +212,7 @@ extension Outbox {
 
     /// Returns a batch's rows to the pool of unbatched rows.
     public func unbatch(_ batchID: String) throws {
-        try writer.write { db in try db.execute(sql: "DELETE FROM in_flight WHERE batch_id = ?", arguments: [batchID]) }
+        try write { db in try db.execute(sql: "DELETE FROM in_flight WHERE batch_id = ?", arguments: [batchID]) }
     }
 
     /// Removes an acknowledged batch from the rows waiting (see ``acknowledge(_:then:patience:)``).
@@ -240,7 +240,7 @@ extension Outbox {
     /// - Returns: whether `next` is now the batch in flight (false: build the next batch anew).
     @discardableResult
     public func acknowledge(_ batchID: String, then next: PreparedBatch?, patience: Duration? = nil) throws -> Bool {
-        try writer.writeWithoutTransaction { db in
+        try writeOutsideTransaction { db in
             try Self.withPatience(patience, db) {
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
                 var madeInFlight = false

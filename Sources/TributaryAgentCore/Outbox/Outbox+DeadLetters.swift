@@ -39,7 +39,7 @@ extension Outbox {
 
     /// Moves one event to the dead-letter table with the collector's status and reason.
     public func deadLetter(_ row: Row, status: Int, reason: String, beforeCommit: () -> Void = {}) throws {
-        try writer.write { db in
+        try write { db in
             try db.execute(
                 sql: """
                     INSERT INTO dead_letters (seq, event_id, producer, producer_kind, producer_seq, wall_ms, boot_ns,
@@ -83,7 +83,7 @@ extension Outbox {
     /// against another destination (a new one is judged afresh, also when it changed between two runs
     /// of the agent), and the seq of the event held back by the last halt, if any.
     public func deadLetterRun(destination: UInt64) throws -> (inARow: Int, heldSeq: UInt64?) {
-        try writer.write { db in
+        try write { db in
             let fingerprint = Int64(bitPattern: destination)
             if try Self.state(db, .deadLettersDestination) != fingerprint {
                 try Self.setState(db, .deadLettersInARow, 0)
@@ -98,7 +98,7 @@ extension Outbox {
     /// Records that uploads halted holding back the refused event `seq`: sent alone again after the
     /// halt, by this run or a later one, it is dead-lettered if refused once more.
     public func holdAfterHalt(seq: UInt64) throws {
-        try writer.write { db in try Self.setState(db, .haltedSeq, Int64(seq)) }
+        try write { db in try Self.setState(db, .haltedSeq, Int64(seq)) }
     }
 
     /// How many dead letters the outbox holds.
@@ -164,7 +164,7 @@ extension Outbox {
         var moved = 0
         for start in stride(from: 0, to: chosen.count, by: Self.replayChunk) {
             let chunk = Array(chosen[start..<min(start + Self.replayChunk, chosen.count)])
-            moved += try ReplayInterrupted.saying(moved: moved, of: chosen.count) { try writer.write { db in
+            moved += try ReplayInterrupted.saying(moved: moved, of: chosen.count) { try write { db in
                 let select = try db.cachedStatement(sql: "SELECT * FROM dead_letters WHERE id = ?")
                 // Appended after every id ever handed out (``Tables/lastID(_:)``), as the drain appends.
                 let tables = try Tables.read(db)
@@ -233,7 +233,7 @@ extension Outbox {
     /// nothing: when one of them names no dead letter, throws ``UnknownDeadLetters`` and deletes none.
     @discardableResult
     public func discardDeadLetters(ids: [Int64]? = nil) throws -> Int {
-        try writer.write { db in
+        try write { db in
             let rows = try Self.chosenDeadLetters(db, columns: "id", filter: "1", ids: ids, replaying: false)
             let delete = try db.cachedStatement(sql: "DELETE FROM dead_letters WHERE id = ?")
             for row in rows { try delete.execute(arguments: [row["id"] as Int64]) }

@@ -115,7 +115,7 @@ extension Outbox {
     ///
     /// - Returns: the previous store's id and the last seq drained from it, when the store changed.
     public func adoptStore(_ storeID: UInt64) throws -> (previousStoreID: UInt64, lastDrainedSeq: UInt64)? {
-        try writer.write { db in
+        try write { db in
             let recorded = UInt64(bitPattern: try Self.state(db, .storeID))
             guard recorded != storeID else { return nil }
             try Self.setState(db, .storeID, Int64(bitPattern: storeID))
@@ -131,7 +131,7 @@ extension Outbox {
     @discardableResult
     func insertDrained(_ chunk: DrainedChunk, beforeCommit: () -> Void = {}) throws -> Inserted {
         guard !chunk.entries.isEmpty else { return Inserted() }
-        return try writer.write { db in
+        return try write { db in
             // The highest seq ever drained, then the highest of this chunk so far: an entry must be above
             // it to be inserted (no index makes a seq unique in the table; see migration v4).
             let already = UInt64(try Self.state(db, .lastDrainedSeq))
@@ -233,7 +233,7 @@ extension Outbox {
         }
         guard reused else { return nil }
         let after = oldestSeq.map { $0 - 1 } ?? lastAssignedSeq
-        try writer.write { db in
+        try write { db in
             try Self.setState(db, .lastDrainedSeq, Int64(after))
             try Self.forgetDrainedRecord(db)
         }

@@ -36,6 +36,9 @@ public final class Outbox: Sendable {
     /// Where the outbox lives.
     public let path: String
     let writer: DatabasePool
+    /// The fail-stop latch: once an I/O error trips it, no write or checkpoint touches the file
+    /// (``write(_:)``, ``writeOutsideTransaction(_:)``).
+    let fatalIO: FatalIO.Latch
     /// How many ids' worth the newer table holds before the drain turns to the other one, once that one
     /// is empty (``Tables``).
     let turnRows: Int64
@@ -60,11 +63,22 @@ public final class Outbox: Sendable {
         try self.init(path: path, turnRows: Self.defaultTurnRows, whileMigrating: whileMigrating)
     }
 
+    /// ``init(path:whileMigrating:)`` with the agent's fail-stop latch, shared with its store deletes.
+    convenience init(
+        path: String, fatalIO: FatalIO.Latch, whileMigrating: ((() throws -> Void) throws -> Void)? = nil
+    ) throws {
+        try self.init(path: path, turnRows: Self.defaultTurnRows, fatalIO: fatalIO, whileMigrating: whileMigrating)
+    }
+
     /// ``init(path:whileMigrating:)`` with the tables turning every `turnRows` ids (tests).
-    init(path: String, turnRows: Int64, whileMigrating: ((() throws -> Void) throws -> Void)? = nil) throws {
+    init(
+        path: String, turnRows: Int64, fatalIO: FatalIO.Latch = FatalIO.Latch(),
+        whileMigrating: ((() throws -> Void) throws -> Void)? = nil
+    ) throws {
         precondition(turnRows > 0, "turnRows must be positive")
         self.path = path
         self.turnRows = turnRows
+        self.fatalIO = fatalIO
         try Self.createDirectory(of: path)
         var config = Configuration()
         config.busyMode = .timeout(Self.busyTimeout)
@@ -98,7 +112,11 @@ public final class Outbox: Sendable {
         if try !writer.read({ db in try migrator.hasCompletedMigrations(db) }) {
             // A migration rebuilds tables: its WAL is as large as they are. Emptied and cut at once.
             let migrate = { [self] in
-                try migrator.migrate(writer)
+                do {
+                    try migrator.migrate(writer)
+                } catch where FatalIO.matches(error) {
+                    throw fatalIO.trip(error, keeping: self)
+                }
                 try checkpoint()
             }
             if let whileMigrating { try whileMigrating(migrate) } else { try migrate() }
@@ -159,8 +177,36 @@ public final class Outbox: Sendable {
     @discardableResult
     public func checkpoint(truncate: Bool = true, patience: Duration? = nil) throws -> Bool {
         let sql = truncate ? "PRAGMA wal_checkpoint(TRUNCATE)" : "PRAGMA wal_checkpoint(PASSIVE)"
-        return try writer.writeWithoutTransaction { db in
+        return try writeOutsideTransaction { db in
             try Self.withPatience(patience, db) { try Self.checkpointed(db, sql) }
+        }
+    }
+
+    /// A write transaction, as GRDB's `write`, under the fail-stop rule: refused once the latch has
+    /// tripped, and tripping it, inside the writer queue, when it fails with an I/O error, so that no
+    /// write queued behind it runs.
+    func write<T>(_ body: (Database) throws -> T) throws -> T {
+        try writeOutsideTransaction { db in
+            var result: T?
+            try db.inTransaction {
+                result = try body(db)
+                return .commit
+            }
+            return result!
+        }
+    }
+
+    /// `body` on the writer connection with no transaction of its own (a checkpoint, a transaction
+    /// with its own busy timeout), under the fail-stop rule as ``write(_:)``.
+    func writeOutsideTransaction<T>(_ body: (Database) throws -> T) throws -> T {
+        try writer.writeWithoutTransaction { db in
+            try fatalIO.check()
+            do {
+                return try body(db)
+            } catch where FatalIO.matches(error) {
+                // Kept open to the end of the process: closing would checkpoint the WAL that failed.
+                throw fatalIO.trip(error, keeping: self)
+            }
         }
     }
 

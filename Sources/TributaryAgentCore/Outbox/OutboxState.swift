@@ -74,7 +74,7 @@ extension Outbox {
 
     /// Counts a retry (for status).
     public func countRetry() throws {
-        try writer.write { db in try Self.bump(db, .retries, 1) }
+        try write { db in try Self.bump(db, .retries, 1) }
     }
 
     /// The persistent counters.

@@ -166,9 +166,8 @@ final class UploadSession {
                 switch settled {
                 case .success(true): break
                 case .success(false): return aside
-                case .failure(let error):
-                    // The fail-stop rule at once: the loop's drain would commit again meanwhile (FatalIO).
-                    if FatalIO.matches(error) { FatalIO.stop(error, logger: logger) }
+                case .failure:
+                    // An I/O error has tripped the outbox's fail-stop latch: nothing writes it any more.
                     return aside
                 }
             }
