@@ -49,7 +49,7 @@ let package = Package(
         // JSON string literals, written one way by every component (no dependencies).
         .target(name: "TributaryJSON", swiftSettings: strict),
         // The shared store: safe LMDB layer and the on-disk record format.
-        .target(name: "TributaryStore", dependencies: ["CLMDB", "CDeflate", "TributaryErrors"], swiftSettings: strict),
+        .target(name: "TributaryStore", dependencies: ["CLMDB", "CDeflate", "TributaryErrors", "TributaryJSON"], swiftSettings: strict),
         // The producer library every process links.
         .target(
             name: "Tributary",

@@ -1,4 +1,5 @@
 import Foundation
+import TributaryJSON
 import TributaryErrors
 
 /// An `apple-app-site-association` file's universal links (`applinks`): which URLs of the domain

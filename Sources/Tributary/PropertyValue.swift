@@ -74,8 +74,8 @@ extension PropertyValue {
         for (key, value) in object {
             switch value {
             case .string(let s): out[key] = .string(s)
-            case .int(let i): out[key] = .int(i)
-            case .double(let d): out[key] = .double(d)
+            case .integer(let i): out[key] = .int(i)
+            case .number(let d): out[key] = .double(d)
             case .bool(let b): out[key] = .bool(b)
             case .array(let items):
                 var strings: [String] = []
@@ -100,37 +100,6 @@ extension PropertyValue {
             }
         }
         return out
-    }
-}
-
-/// A JSON number as the event rules read it, wherever JSON comes in (`--properties`, a hybrid page's
-/// message): a whole number within the 64-bit integers exactly, any other number as a double, except
-/// a whole number beyond Int64 that is not the shortest decimal of its double, which, stored as that
-/// double, would be written back with other digits.
-package enum JSONNumber {
-    case int(Int64), double(Double), inexactInteger(Decimal)
-
-    /// The number in `container`, or nil when it holds no number (or one no `Double` holds, 1e400).
-    package init?(_ container: any SingleValueDecodingContainer) {
-        if let i = try? container.decode(Int64.self) {
-            self = .int(i)
-        } else if let d = try? container.decode(Double.self) {
-            // `Decimal(Double)` gives the double's shortest decimal.
-            if let exact = try? container.decode(Decimal.self), Self.isWhole(exact), Decimal(d) != exact {
-                self = .inexactInteger(exact)
-            } else {
-                self = .double(d)
-            }
-        } else {
-            return nil
-        }
-    }
-
-    private static func isWhole(_ value: Decimal) -> Bool {
-        var rounded = Decimal()
-        var value = value
-        NSDecimalRound(&rounded, &value, 0, .plain)
-        return rounded == value
     }
 }
 
@@ -162,45 +131,4 @@ private func topLevelKeys(of text: String) -> [String] {
         i += 1
     }
     return keys
-}
-
-/// Any JSON value, decoded strictly (a number is never taken for a boolean).
-enum JSONValue: Decodable {
-    case null, bool(Bool), int(Int64), double(Double), string(String), array([JSONValue]), object([String: JSONValue])
-    /// A whole number outside Int64 that is not the shortest decimal of its double: stored as that
-    /// double, it would be written back with other digits.
-    case inexactInteger
-
-    init(from decoder: any Decoder) throws {
-        let c = try decoder.singleValueContainer()
-        if c.decodeNil() { self = .null }
-        else if let b = try? c.decode(Bool.self) { self = .bool(b) }
-        else if let number = JSONNumber(c) {
-            switch number {
-            case .int(let i): self = .int(i)
-            case .double(let d): self = .double(d)
-            case .inexactInteger: self = .inexactInteger
-            }
-        }
-        else if let s = try? c.decode(String.self) { self = .string(s) }
-        else if let a = try? c.decode([JSONValue].self) { self = .array(a) }
-        else if let o = try? c.decode([String: JSONValue].self) { self = .object(o) }
-        else {
-            // What JSON's grammar accepts but no Double holds (1e400): say so, not "expected an object".
-            throw DecodingError.dataCorruptedError(
-                in: c, debugDescription: "a number beyond what a Double holds (about ±1.8e308)")
-        }
-    }
-
-    var kindName: String {
-        switch self {
-        case .inexactInteger: "a whole number beyond the 64-bit integers"
-        case .null: "null"
-        case .bool: "a boolean"
-        case .int, .double: "a number"
-        case .string: "a string"
-        case .array: "a list"
-        case .object: "an object"
-        }
-    }
 }

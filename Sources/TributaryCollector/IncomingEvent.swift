@@ -154,7 +154,7 @@ enum EventValidator {
             // Any other number: as JSONSerialization's NSNumber has it (Int64, UInt64, Decimal or Double).
             let text = [UInt8(ascii: "[")] + bytes[token.range] + [UInt8(ascii: "]")]
             let value = ((try? JSONSerialization.jsonObject(with: Data(text))) as? [Any])?.first
-            if let value, let number = JSONValue.nonNegativeInteger(value) { return number }
+            if let value, let number = SerializedNumber.nonNegativeInteger(value) { return number }
         default:
             break
         }
@@ -162,8 +162,8 @@ enum EventValidator {
     }
 }
 
-/// Helpers for values produced by `JSONSerialization`, where numbers and booleans are both `NSNumber`.
-enum JSONValue {
+/// The numbers of values produced by `JSONSerialization`, where numbers and booleans are both `NSNumber`.
+enum SerializedNumber {
     private static let booleanType = ObjectIdentifier(type(of: NSNumber(value: true)))
 
     /// Whether `value` is a JSON number (and not `true`/`false`).

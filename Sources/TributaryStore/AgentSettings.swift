@@ -1,4 +1,5 @@
 import Foundation
+import TributaryJSON
 
 /// What the main app tells the group's agent: where to upload and how often (DESIGN, "configuration
 /// written by the main app"; the iOS SDK's `serverURL`, `flushBulkSize` and `flushInterval`).
@@ -74,30 +75,11 @@ public struct AgentSettings: Sendable, Equatable, Encodable {
             case (_, .null): continue
             case (.serverURL, .string(let text)), (.format, .string(let text)): try set(key, to: text)
             case (.serverURL, _), (.format, _): throw Self.invalid(key, "must be a string")
-            case (.flushBulkSize, .number(let text)), (.flushIntervalSeconds, .number(let text)): try set(key, to: text)
+            case (.flushBulkSize, .integer(let number)), (.flushIntervalSeconds, .integer(let number)):
+                try set(key, to: String(number))
+            case (.flushBulkSize, .number(let number)), (.flushIntervalSeconds, .number(let number)):
+                try set(key, to: String(number))
             case (.flushBulkSize, _), (.flushIntervalSeconds, _): throw Self.invalid(key, "must be a number")
-            }
-        }
-    }
-
-    /// One JSON value of the settings object, as far as the rules need to tell them apart.
-    private enum JSONValue: Decodable {
-        case null, string(String), number(String), other
-
-        init(from decoder: any Decoder) throws {
-            let value = try decoder.singleValueContainer()
-            if value.decodeNil() {
-                self = .null
-            } else if (try? value.decode(Bool.self)) != nil {
-                self = .other
-            } else if let text = try? value.decode(String.self) {
-                self = .string(text)
-            } else if let integer = try? value.decode(Int.self) {
-                self = .number(String(integer))
-            } else if let number = try? value.decode(Double.self) {
-                self = .number(String(number))
-            } else {
-                self = .other
             }
         }
     }

@@ -418,6 +418,20 @@ struct DevToolsPipeTests {
 }
 
 extension DevToolsPipeTests {
+    /// `spawn` of a script just written, tried again while exec says ETXTBSY: a process another test
+    /// forks meanwhile inherits the write descriptor of the script's temporary file until it execs
+    /// itself (Go's os/exec tests retry the same way).
+    static func spawnFreshScript<T>(_ spawn: () throws -> T) async throws -> T {
+        for _ in 0..<50 {
+            do {
+                return try spawn()
+            } catch let error as BrowserError where "\(error)".contains("Text file busy") {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        return try spawn()
+    }
+
     /// Runs `body` with a "browser" that starts and never reads its commands nor answers (a shell
     /// sleeping), stopped afterwards.
     static func withSilentBrowser(_ body: (ChromiumProcess) async throws -> Void) async throws {
@@ -427,7 +441,7 @@ extension DevToolsPipeTests {
         let fake = directory + "/chromium"
         try "#!/bin/sh\nexec sleep 600\n".write(toFile: fake, atomically: true, encoding: .utf8)
         chmod(fake, 0o755)
-        let browser = try ChromiumProcess(executable: fake)
+        let browser = try await spawnFreshScript { try ChromiumProcess(executable: fake) }
         defer { browser.terminate() }
         try await body(browser)
     }

@@ -353,7 +353,7 @@ private enum Oracle {
             guard name != nil else {
                 return invalid("event", "is missing or not a string (required for type \"track\")")
             }
-            guard JSONValue.isNumber(object["time"]) else {
+            guard SerializedNumber.isNumber(object["time"]) else {
                 return invalid("time", "is missing or not a number (required for type \"track\")")
             }
             guard object["properties"] is [String: Any] else {
@@ -367,7 +367,7 @@ private enum Oracle {
             guard let meta = meta as? [String: Any] else { return invalid("_tributary", "is not an object") }
             for (key, field) in [("seq", "_tributary.seq"), ("producer_seq", "_tributary.producer_seq")] {
                 guard let value = meta[key] else { continue }
-                guard let number = JSONValue.nonNegativeInteger(value) else {
+                guard let number = SerializedNumber.nonNegativeInteger(value) else {
                     return invalid(field, "is not an integer within 0...\(Int64.max)")
                 }
                 if key == "seq" { seq = number } else { producerSeq = number }
