@@ -30,33 +30,3 @@ public enum JSONNumber {
         return rounded == value
     }
 }
-
-/// The keys of the object `text` holds (valid JSON, an object), in order, each decoded, repeats included.
-private func topLevelKeys(of text: String) -> [String] {
-    let bytes = Array(text.utf8)
-    var keys: [String] = []
-    var depth = 0
-    var i = 0
-    while i < bytes.count {
-        switch bytes[i] {
-        case UInt8(ascii: "{"), UInt8(ascii: "["): depth += 1
-        case UInt8(ascii: "}"), UInt8(ascii: "]"): depth -= 1
-        case UInt8(ascii: "\""):
-            // A string: up to its closing quote, past escaped ones.
-            let start = i
-            i += 1
-            while i < bytes.count && bytes[i] != UInt8(ascii: "\"") { i += bytes[i] == UInt8(ascii: "\\") ? 2 : 1 }
-            let literal = bytes[start...min(i, bytes.count - 1)]
-            var next = i + 1
-            while next < bytes.count, JSONBytes.isWhitespace(bytes[next]) { next += 1 }
-            if depth == 1, next < bytes.count, bytes[next] == UInt8(ascii: ":"),
-                let key = try? JSONDecoder().decode(String.self, from: Data(literal))
-            {
-                keys.append(key)
-            }
-        default: break
-        }
-        i += 1
-    }
-    return keys
-}
