@@ -185,7 +185,7 @@ struct CrashTests {
             let starts = Self.named("$AppStart", in: events).count
             let ends = Self.named("$AppEnd", in: events).count
             let sessions = Set(events.map { $0.properties["$session_id"] as? String })
-            for expected in ["$AppStart", "$AppEnd", "$AppViewScreen", "$AppClick", "$AppExposure", "$AppPerformance"] {
+            for expected in ["$AppStart", "$AppEnd", "$AppViewScreen", "$AppPageLeave", "$AppClick", "$AppExposure", "$AppPerformance"] {
                 #expect(names.contains(expected), "no \(expected) in \(names.sorted())")
             }
             #expect(starts == ends)
