@@ -79,14 +79,21 @@ extension Tracker {
     ///   `StoreError` when the store cannot take the event. The login is not changed then.
     @discardableResult
     public func login(_ loginID: String, properties: [String: PropertyValue] = [:]) throws -> Identity {
+        _ = try signUp(loginID, properties: properties)
+        return try store.identity()
+    }
+
+    /// Logs the group in as ``login(_:properties:)`` does, and returns the receipt of its `$SignUp`;
+    /// nil when the group was logged in as `loginID` already (nothing tracked).
+    @discardableResult
+    public func signUp(_ loginID: String, properties: [String: PropertyValue] = [:]) throws -> TrackReceipt? {
         try EventRules.validateID(loginID, what: "login id")
         committer.waitForQueued()
-        guard try store.identity().loginID != loginID else { return try store.identity() }
+        guard try store.identity().loginID != loginID else { return nil }
         var signUp = try prepare("$SignUp", properties: properties, type: "track_signup")
         signUp.isSignUp = true
         try checkSize(of: signUp, identityFields: 4, named: "Event $SignUp", field: "$SignUp")
-        _ = try committer.appendAfterQueued(signUp) { $0.loginID = loginID }
-        return try store.identity()
+        return try committer.appendAfterQueued(signUp) { $0.loginID = loginID }
     }
 
     /// Logs the group out; later events carry the anonymous id only. Events this process queued

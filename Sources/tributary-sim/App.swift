@@ -18,7 +18,7 @@ struct App: AsyncParsableCommand {
             Same seed, same session. Launches (some passive, as a background fetch), page views with load \
             times, clicks on buttons and cells, scrolls that expose list items, notification-centre \
             flickers, trips to the background (simulated time passes, so sessions change), request \
-            timings. Pages carry properties of their own; some navigations go back down the stack; each page \
+            timings, logins and logouts. Pages carry properties of their own; some navigations go back down the stack; each page \
             view ends in an $AppPageLeave; the product grid's items are exposed only half visible. With \
             --deep-link the launch is from that link, decided by the --aasa file (and --source-domain). \
             After --events events it goes to the background and terminates (a few more events). \
@@ -184,7 +184,8 @@ struct ScriptedSession {
             case ..<0.75: try scrollPage()
             case ..<0.83: try timing()
             case ..<0.87: try flicker()
-            case ..<0.97: try backgroundTrip()
+            case ..<0.95: try backgroundTrip()
+            case ..<0.98: try accountChange()
             default:
                 auto.refresh()
                 record(try auto.layoutChanged(viewport: Catalog.viewport, root: page.tree(scroll: scroll)))
@@ -280,6 +281,16 @@ struct ScriptedSession {
         let request = auto.startTiming("request", name: page.endpoint)
         clock.advance(seconds: Double.random(in: 0.03...1.5, using: &rng))
         record(try auto.endTiming(request, properties: ["status_code": Self.chance(0.95, &rng) ? 200 : 503]))
+    }
+
+    /// The user logs in (its `$SignUp` in the ledger, with the identity it carries) or out: extensions
+    /// running meanwhile store their events under whichever identity is in force when they track.
+    private mutating func accountChange() throws {
+        if try auto.tracker.identity().loginID == nil {
+            record(try auto.tracker.signUp("sim-user-\(Int.random(in: 1...3, using: &rng))"))
+        } else {
+            try auto.tracker.logout()
+        }
     }
 
     private mutating func flicker() throws {

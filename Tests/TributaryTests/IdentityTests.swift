@@ -24,7 +24,9 @@ struct IdentityTests {
             try app.login("user-1")  // already logged in as user-1: no second sign-up
             try app.track("Buy")
             try app.logout()
-            try app.login("user-2")
+            let receipt = try #require(try app.signUp("user-2"))
+            #expect(receipt.distinctID == "user-2")
+            #expect(try app.signUp("user-2") == nil)
             let bodies = try Self.bodies(app.store)
             #expect(bodies.map { $0["event"] as? String } == ["Browse", "$SignUp", "Buy", "$SignUp"])
             let signUp = bodies[1]
