@@ -101,6 +101,20 @@ struct CrashTests {
             #expect(crashed[0].properties["$session_id"] as? String == lastStart.properties["$session_id"] as? String)
             #expect(backfilled[0].properties["$event_duration"] as? Double != nil)
 
+            // Page views and leaves pair up too: the page on screen at the crash was left at the crash,
+            // between $AppCrashed and the $AppEnd, in the crashed session, with its properties.
+            let leaves = Self.named("$AppPageLeave", in: events)
+            #expect(Self.named("$AppViewScreen", in: events).count == leaves.count)
+            let names = events.map(\.name)
+            let crashedAt = try #require(names.firstIndex(of: "$AppCrashed"))
+            #expect(Array(names[crashedAt...].prefix(3)) == ["$AppCrashed", "$AppPageLeave", "$AppEnd"])
+            let leftAtCrash = events[crashedAt + 1]
+            #expect(leftAtCrash.properties["$session_id"] as? String == lastStart.properties["$session_id"] as? String)
+            #expect(leftAtCrash.properties["page_kind"] as? String != nil)
+            #expect(leftAtCrash.properties["event_duration"] as? Double != nil)
+            let files = try FileManager.default.contentsOfDirectory(atPath: group)
+            #expect(!files.contains("page-app-\(crashedPID).visit"), "the crashed process's visit file is gone")
+
             // Nothing acknowledged before the crash was lost.
             let stored = Set(events.map(\.eventID))
             let acknowledged = Oracle.Ledger(producer: "", path: ledger).entries().map(\.eventID)
@@ -185,7 +199,7 @@ struct CrashTests {
             let starts = Self.named("$AppStart", in: events).count
             let ends = Self.named("$AppEnd", in: events).count
             let sessions = Set(events.map { $0.properties["$session_id"] as? String })
-            for expected in ["$AppStart", "$AppEnd", "$AppViewScreen", "$AppClick", "$AppExposure", "$AppPerformance"] {
+            for expected in ["$AppStart", "$AppEnd", "$AppViewScreen", "$AppPageLeave", "$AppClick", "$AppExposure", "$AppPerformance"] {
                 #expect(names.contains(expected), "no \(expected) in \(names.sorted())")
             }
             #expect(starts == ends)

@@ -27,13 +27,26 @@ public struct AppSiteAssociation: Sendable, Equatable {
     }
 
     /// One pattern, with its settings.
-    struct Component: Sendable, Equatable {
+    struct Component: Sendable, Equatable, CustomStringConvertible {
         var path: String?
         var query: Query?
         var fragment: String?
         var exclude = false
         var caseSensitive: Bool?
         var percentEncoded: Bool?
+
+        /// `NOT ` for an exclusion, the path pattern (`*` when absent), `?` and the query, `#` and the fragment.
+        var description: String {
+            var text = (exclude ? "NOT " : "") + (path ?? "*")
+            switch query {
+            case nil: break
+            case .pattern(let pattern)?: text += "?" + pattern
+            case .items(let items)?:
+                text += "?" + items.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: "&")
+            }
+            if let fragment { text += "#" + fragment }
+            return text
+        }
     }
 
     enum Query: Sendable, Equatable {
@@ -158,21 +171,26 @@ public struct AppSiteAssociation: Sendable, Equatable {
     }
 
     /// Decides what `url` does. Only `https` URLs with a host are universal links.
-    public func decision(for url: String) -> Decision {
+    public func decision(for url: String) -> Decision { match(for: url).decision }
+
+    /// Decides what `url` does, and names the pattern that decided (nil for ``Decision/noMatch``): a
+    /// `paths` entry as written (`NOT /old/*`), a component as `/path?query#fragment`, with `NOT ` for an
+    /// exclusion.
+    public func match(for url: String) -> (decision: Decision, pattern: String?) {
         guard let parts = URLComponents(string: url), parts.scheme?.lowercased() == "https",
             parts.host?.isEmpty == false
-        else { return .noMatch }
+        else { return (.noMatch, nil) }
         for entry in entries {
             for component in entry.components {
                 let settings = Settings(
                     caseSensitive: component.caseSensitive ?? entry.settings.caseSensitive,
                     percentEncoded: component.percentEncoded ?? entry.settings.percentEncoded)
                 if Self.matches(component, parts, settings) {
-                    return component.exclude ? .excluded : .opens(appIDs: entry.appIDs)
+                    return (component.exclude ? .excluded : .opens(appIDs: entry.appIDs), component.description)
                 }
             }
         }
-        return .noMatch
+        return (.noMatch, nil)
     }
 
     /// The app `url` opens, if any: the first app id of the deciding entry.

@@ -72,3 +72,56 @@ extension Tracker {
         return receipt
     }
 }
+
+/// Whether a link opens the app (universal links: seed 001's rules), and why.
+public struct DeepLinkDecision: Sendable, Equatable {
+    /// The app opens (and tracks `$AppDeeplinkLaunch`); false: the link opens in the browser.
+    public var opensApp: Bool
+    /// Whether the link is a universal link (`https`) the association file matched (not excluded);
+    /// false for a custom scheme, which the file does not govern.
+    public var matched: Bool
+    /// The pattern that decided, if one did (an exclusion too).
+    public var pattern: String?
+
+    /// A decision.
+    public init(opensApp: Bool, matched: Bool, pattern: String?) {
+        self.opensApp = opensApp
+        self.matched = matched
+        self.pattern = pattern
+    }
+
+    /// Decides a launch from `url`, tapped in an app or page of `sourceDomain`, given the association
+    /// file of the link's host. A custom scheme (`myapp://`) opens the app. A universal link opens it
+    /// only when the file's first matching pattern includes it and the link comes from another domain:
+    /// one from the same domain as the page it is tapped on opens in the browser (seed 001: iOS opens
+    /// universal links across domains only).
+    public static func decide(url: String, sourceDomain: String?, association: AppSiteAssociation) -> DeepLinkDecision {
+        guard let parts = URLComponents(string: url), parts.scheme?.lowercased() == "https",
+            let host = parts.host?.lowercased(), !host.isEmpty
+        else { return DeepLinkDecision(opensApp: true, matched: false, pattern: nil) }
+        let (decision, pattern) = association.match(for: url)
+        guard case .opens = decision else { return DeepLinkDecision(opensApp: false, matched: false, pattern: pattern) }
+        let sameDomain = sourceDomain.map { $0.lowercased() == host } ?? false
+        return DeepLinkDecision(opensApp: !sameDomain, matched: true, pattern: pattern)
+    }
+}
+
+extension Tracker {
+    /// A launch from `url` as iOS decides it (``DeepLinkDecision/decide(url:sourceDomain:association:)``):
+    /// when the link opens the app, tracks `$AppDeeplinkLaunch` as ``trackDeepLinkLaunch(_:properties:)``
+    /// does, with `$deeplink_matched` (the association file matched a universal link) and
+    /// `$deeplink_pattern` (the pattern that did); when it opens in the browser, tracks nothing.
+    /// Returns the decision and the receipt (nil when nothing was tracked).
+    @discardableResult
+    public func trackDeepLinkLaunch(
+        _ url: String, sourceDomain: String?, association: AppSiteAssociation, properties: [String: PropertyValue] = [:]
+    ) async throws -> (decision: DeepLinkDecision, receipt: TrackReceipt?) {
+        _ = try DeepLink.launch(for: url)  // an invalid URL is refused whatever the file says
+        let decision = DeepLinkDecision.decide(url: url, sourceDomain: sourceDomain, association: association)
+        guard decision.opensApp else { return (decision, nil) }
+        var own = properties
+        own["$deeplink_matched"] = .bool(decision.matched)
+        if let pattern = decision.pattern { own["$deeplink_pattern"] = .string(pattern) }
+        return (decision, try await trackDeepLinkLaunch(url, properties: own))
+    }
+}

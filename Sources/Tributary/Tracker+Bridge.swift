@@ -119,6 +119,7 @@ extension Tracker {
         let appVersion = app["$app_version"] ?? presets["$app_version"] ?? .string(configuration.appVersion)
         properties["$app_version"] = appVersion
         properties["_hybrid_h5"] = .bool(true)
+        properties["$is_first_day"] = .bool(LocalDay(unixMillis: page.timeMillis) == firstDay)
         var lib = page.lib
         lib["$app_version"] = appVersion
 

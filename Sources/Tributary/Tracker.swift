@@ -105,6 +105,8 @@ public final class Tracker: Sendable {
     let presets: [String: PropertyValue]
     private let state: Mutex<State>
     let committer: GroupCommitter
+    /// The first day of the installation, local time (`$is_first_day`); see Tracker+Identity.swift.
+    let firstDay: LocalDay
     /// Per-event hooks (dynamic super properties); see Tracker+Hooks.swift.
     let hooks = TrackerHooks()
 
@@ -130,6 +132,7 @@ public final class Tracker: Sendable {
         producer = SharedStore.Producer(kind: configuration.producerKind, id: producerID)
         let identity = try store.identity()
         presets = PresetProperties.current(appVersion: configuration.appVersion, deviceID: identity.deviceID)
+        firstDay = try Self.firstDay(of: store, today: LocalDay(unixMillis: configuration.wallMillis()))
         state = Mutex(State(base: BaseProperties(presets: presets, superProperties: [:])))
         committer = GroupCommitter(
             store: store, producer: producer, maxBatch: configuration.maxGroupCommit,
@@ -201,12 +204,18 @@ public final class Tracker: Sendable {
     }
 
     /// `withoutLaunchPrefix`: this launch's properties with that prefix are left out of this event.
+    /// `type` is the body's `type` (`track`, or `track_signup` for a sign-up).
     func prepare(
         _ event: String, properties: [String: PropertyValue], libMethod: StaticString = "code",
-        moment: EventMoment? = nil, withoutLaunchPrefix: String? = nil
+        moment: EventMoment? = nil, withoutLaunchPrefix: String? = nil, type: StaticString = "track"
     ) throws -> PreparedEvent {
         try EventRules.validateEventName(event)
-        let sorted = JSONWriter.sortedMembers(hooks.withDynamicProperties(properties))
+        let wallTimeMillis = moment?.wallTimeMillis ?? configuration.wallMillis()
+        var own = hooks.withDynamicProperties(properties)
+        if own["$is_first_day"] == nil {
+            own["$is_first_day"] = .bool(LocalDay(unixMillis: wallTimeMillis) == firstDay)
+        }
+        let sorted = JSONWriter.sortedMembers(own)
         for (key, value) in sorted { try EventRules.validateProperty(key, value) }
         let base = state.withLock { state in
             guard let prefix = withoutLaunchPrefix, state.launchProperties.keys.contains(where: { $0.hasPrefix(prefix) })
@@ -217,8 +226,8 @@ public final class Tracker: Sendable {
             return without.base
         }
         var prepared = EventEncoder.prepare(
-            event: event, properties: sorted, base: base, libMethod: libMethod,
-            wallTimeMillis: moment?.wallTimeMillis ?? configuration.wallMillis(),
+            event: event, type: type, properties: sorted, base: base, libMethod: libMethod,
+            wallTimeMillis: wallTimeMillis,
             bootTimeNanos: moment?.bootTimeNanos ?? configuration.monotonicNanos(), eventID: moment?.eventID)
         if let bootID = moment?.bootID { prepared.bootID = bootID }
         try checkSize(of: prepared, identityFields: 3, named: "Event \(event)", field: event)
@@ -236,41 +245,6 @@ public final class Tracker: Sendable {
                 "\(name) encodes to about \(encoded) bytes, and its identity may add up to \(identity); the limit is "
                     + "\(configuration.maxEventBytes).")
         }
-    }
-
-    // MARK: Identity (shared by every process of the group)
-
-    /// The group's current identity.
-    public func identity() throws -> Identity { try store.identity() }
-
-    // Each identity change first waits until the events this process queued before it (`enqueue`,
-    // `track` in flight) are committed, so that they carry the identity they were tracked under:
-    // promise 3 keeps a producer's events in its order, and an identity change is part of that order.
-
-    /// Logs the group in as `loginID`; later events of every process carry it. Events this process
-    /// queued before the call keep the identity they were tracked under (the call waits for them).
-    @discardableResult
-    public func login(_ loginID: String) throws -> Identity {
-        try EventRules.validateID(loginID, what: "login id")
-        committer.waitForQueued()
-        return try store.login(loginID)
-    }
-
-    /// Logs the group out; later events carry the anonymous id only. Events this process queued
-    /// before the call keep the login they were tracked under (the call waits for them).
-    @discardableResult
-    public func logout() throws -> Identity {
-        committer.waitForQueued()
-        return try store.logout()
-    }
-
-    /// Replaces the anonymous id (for apps that bring their own). Events this process queued before
-    /// the call keep the id they were tracked under (the call waits for them).
-    @discardableResult
-    public func identify(anonymousID: String) throws -> Identity {
-        try EventRules.validateID(anonymousID, what: "anonymous id")
-        committer.waitForQueued()
-        return try store.identify(anonymousID: anonymousID)
     }
 
     // MARK: Super properties (this process)

@@ -101,6 +101,13 @@ public struct CrashRecord: Sendable, Hashable {
         derivedID(pid: pid, 0, activeSince, bootID: bootID, event: "$AppEnd")
     }
 
+    /// The `event_id` of the `$AppPageLeave` that ends the page visit process `pid` began at
+    /// `visitStart` (`CLOCK_BOOTTIME` in `bootID`): the live one and one backfilled after a crash are the
+    /// same event.
+    public static func pageLeaveEventID(pid: Int32, visitStart: UInt64, bootID: BootID) -> String {
+        derivedID(pid: pid, 0, visitStart, bootID: bootID, event: "$AppPageLeave")
+    }
+
     /// An RFC 9562 version 8 UUID from two FNV-1a-style hashes of the fields.
     private static func derivedID(pid: Int32, _ wallTimeMillis: Int64, _ bootTimeNanos: UInt64, bootID: BootID, event: String) -> String {
         var h1: UInt64 = 0xcbf2_9ce4_8422_2325

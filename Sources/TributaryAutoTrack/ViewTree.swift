@@ -55,7 +55,8 @@ public struct CellPosition: Sendable, Hashable, CustomStringConvertible {
 ///
 /// `type` is the class name that appears in `$element_type` and `$element_path`; `frame` is in the
 /// parent's coordinates; a scrolling container shifts its children by `contentOffset`. Cells carry their
-/// `cell` position. A view with `exposure` data is an exposure element (a "resource slot").
+/// `cell` position. A view with `exposure` data is an exposure element (a "resource slot"), or context for
+/// the elements below it (see ``ExposureTracker``); `properties` go on its clicks and exposures.
 public struct ViewNode: Sendable, Hashable {
     /// Identifies the view within its page (the toolkit's choice: an object id, a key path…).
     public var id: String
@@ -75,6 +76,12 @@ public struct ViewNode: Sendable, Hashable {
     public var cell: CellPosition?
     /// Properties of an exposure element; nil for views that are not tracked for exposure.
     public var exposure: [String: PropertyValue]?
+    /// The element's own exposure rule; it makes the view an end node (seed 002's `isEnd`) even with
+    /// exposure data below it. Nil: ``AutoTracker/Configuration/exposureRule``.
+    public var exposureRule: ExposureRule?
+    /// The element's own properties (Sensors' `sensorsAnalyticsViewProperties`), on its clicks and
+    /// exposures; those automatic tracking sets (`$element_type`, …) win.
+    public var properties: [String: PropertyValue]
     /// Subviews, back to front.
     public var children: [ViewNode]
 
@@ -82,7 +89,8 @@ public struct ViewNode: Sendable, Hashable {
     public init(
         id: String, type: String, frame: Rect, isHidden: Bool = false, alpha: Double = 1,
         contentOffset: (x: Double, y: Double) = (0, 0), content: String? = nil, cell: CellPosition? = nil,
-        exposure: [String: PropertyValue]? = nil, children: [ViewNode] = []
+        exposure: [String: PropertyValue]? = nil, exposureRule: ExposureRule? = nil,
+        properties: [String: PropertyValue] = [:], children: [ViewNode] = []
     ) {
         self.id = id
         self.type = type
@@ -93,13 +101,16 @@ public struct ViewNode: Sendable, Hashable {
         self.content = content
         self.cell = cell
         self.exposure = exposure
+        self.exposureRule = exposureRule
+        self.properties = properties
         self.children = children
     }
 
     public static func == (a: ViewNode, b: ViewNode) -> Bool {
         a.id == b.id && a.type == b.type && a.frame == b.frame && a.isHidden == b.isHidden && a.alpha == b.alpha
             && a.contentOffset == b.contentOffset && a.content == b.content && a.cell == b.cell
-            && a.exposure == b.exposure && a.children == b.children
+            && a.exposure == b.exposure && a.exposureRule == b.exposureRule && a.properties == b.properties
+            && a.children == b.children
     }
 
     public func hash(into hasher: inout Hasher) {
@@ -127,10 +138,26 @@ public struct LocatedElement: Sendable, Hashable {
     public var path: String
     /// `$element_position`: the `section:row` of the view, or of the nearest cell containing it.
     public var position: CellPosition?
+    /// An exposure element's data: its own, over its ancestors' (nil: its view's own).
+    public var exposureData: [String: PropertyValue]? {
+        get { assembledData ?? node.exposure }
+        set { assembledData = newValue }
+    }
+    private var assembledData: [String: PropertyValue]?
 
-    /// The element properties (`$element_type`, `$element_content`, `$element_path`, `$element_position`).
+    /// Describes a view found in a tree.
+    public init(node: ViewNode, path: String, position: CellPosition?) {
+        self.node = node
+        self.path = path
+        self.position = position
+    }
+
+    /// The element properties (`$element_type`, `$element_content`, `$element_path`, `$element_position`)
+    /// over the view's own ``ViewNode/properties``.
     public var properties: [String: PropertyValue] {
-        var p: [String: PropertyValue] = ["$element_type": .string(node.type), "$element_path": .string(path)]
+        var p = node.properties
+        p["$element_type"] = .string(node.type)
+        p["$element_path"] = .string(path)
         if let content = node.displayedContent {
             p["$element_content"] = .string(clippedToValueLimit(String(content.prefix(1000))))
         }

@@ -18,7 +18,10 @@ struct App: AsyncParsableCommand {
             Same seed, same session. Launches (some passive, as a background fetch), page views with load \
             times, clicks on buttons and cells, scrolls that expose list items, notification-centre \
             flickers, trips to the background (simulated time passes, so sessions change), request \
-            timings. After --events events it goes to the background and terminates (a few more events). \
+            timings, logins and logouts. Pages carry properties of their own; some navigations go back down the stack; each page \
+            view ends in an $AppPageLeave; the product grid's items are exposed only half visible. With \
+            --deep-link the launch is from that link, decided by the --aasa file (and --source-domain). \
+            After --events events it goes to the background and terminates (a few more events). \
             With --crash-after K it crashes at the first moment the app is in front after K events; the \
             next run reports $AppCrashed and the $AppEnd the crash prevented.
             """)
@@ -44,11 +47,27 @@ struct App: AsyncParsableCommand {
     @Option(name: .customLong("session-timeout"), parsing: .unconditional, help: "Seconds in the background that end a session.")
     var sessionTimeout: Double = 30
 
+    @Option(
+        name: .customLong("deep-link"),
+        help: ArgumentHelp("Launch from this link: $AppDeeplinkLaunch when the --aasa file lets it open the app.", valueName: "url"))
+    var deepLink: String?
+
+    @Option(
+        name: .customLong("aasa"),
+        help: ArgumentHelp("The apple-app-site-association file of the link's host (with --deep-link).", valueName: "path"))
+    var aasa: String?
+
+    @Option(
+        name: .customLong("source-domain"),
+        help: ArgumentHelp("The domain of the page the link is tapped on (the link's own: it opens in the browser).", valueName: "domain"))
+    var sourceDomain: String?
+
     func validate() throws {
         guard ["segv", "fatal", "abort", "threads", "breakpoint"].contains(crashKind) else {
             throw ValidationError("--crash-kind must be segv, fatal, abort, threads or breakpoint, not '\(crashKind)'.")
         }
         if let crashAfter, crashAfter < 0 { throw ValidationError("--crash-after must not be negative.") }
+        if (deepLink == nil) != (aasa == nil) { throw ValidationError("--deep-link and --aasa go together.") }
         guard sessionTimeout > 0, sessionTimeout <= 86_400 * 365 else {  // NaN and inf fail too
             throw ValidationError("--session-timeout must be more than 0 and at most a year of seconds; got \(sessionTimeout).")
         }
@@ -56,6 +75,12 @@ struct App: AsyncParsableCommand {
 
     func run() async throws {
         if let foreignHandler { try ForeignSDK.install(tracePath: foreignHandler) }
+        let association: AppSiteAssociation?
+        do {
+            association = try aasa.map { try AppSiteAssociation(json: String(contentsOfFile: $0, encoding: .utf8)) }
+        } catch {
+            throw producerFailure(error)
+        }
         let tracker = try options.openTracker(kind: .app)
         let ledger = try Ledger(path: options.ledger)
         let clock = SimulatedClock()
@@ -68,6 +93,14 @@ struct App: AsyncParsableCommand {
                 auto: auto, clock: clock, rng: SplitMix64(seed: options.seed), ledger: ledger,
                 pause: options.pauseNanos, crashAfter: crashAfter, crashKind: crashKind)
             try session.record(auto.start())
+            if let deepLink, let association {
+                let (decision, receipt) = try await tracker.trackDeepLinkLaunch(
+                    deepLink, sourceDomain: sourceDomain, association: association)
+                session.record(receipt)
+                let pattern = decision.pattern.map { " pattern \($0)" } ?? ""
+                FileHandle.standardOutput.write(
+                    Data("DEEPLINK \(decision.opensApp ? "app" : "browser") matched \(decision.matched)\(pattern)\n".utf8))
+            }
             FileHandle.standardOutput.write(Data("READY \(getpid())\n".utf8))
             try await session.run(events: options.events)
             FileHandle.standardOutput.write(Data("DONE \(session.committed)\n".utf8))
@@ -108,6 +141,8 @@ struct ScriptedSession {
     let crashKind: String
     private(set) var committed = 0
     private var page = Catalog.home
+    /// The navigation stack: each page shown and its instance id, bottom first.
+    private var stack: [(page: Catalog.Page, id: String)] = []
     private var scroll = 0.0
     private var touch: UInt64 = 0
     private var instance = 0
@@ -130,6 +165,9 @@ struct ScriptedSession {
         committed += receipts.count
     }
 
+    /// Records one receipt, if an event was tracked.
+    mutating func record(_ receipt: TrackReceipt?) { record(receipt.map { [$0] } ?? []) }
+
     private static func chance(_ p: Double, _ rng: inout SplitMix64) -> Bool {
         Double.random(in: 0..<1, using: &rng) < p
     }
@@ -146,7 +184,8 @@ struct ScriptedSession {
             case ..<0.75: try scrollPage()
             case ..<0.83: try timing()
             case ..<0.87: try flicker()
-            case ..<0.97: try backgroundTrip()
+            case ..<0.95: try backgroundTrip()
+            case ..<0.98: try accountChange()
             default:
                 auto.refresh()
                 record(try auto.layoutChanged(viewport: Catalog.viewport, root: page.tree(scroll: scroll)))
@@ -172,7 +211,7 @@ struct ScriptedSession {
             try show(Catalog.home)
             let fetch = auto.startTiming("request", name: "GET /feed")
             clock.advance(seconds: Double.random(in: 0.05...0.8, using: &rng))
-            record([try auto.endTiming(fetch, properties: ["status_code": 200])])
+            record(try auto.endTiming(fetch, properties: ["status_code": 200]))
             clock.advance(seconds: Double.random(in: 1...90, using: &rng))
             record(try auto.handle(.willEnterForeground))
             record(try auto.handle(.didBecomeActive))
@@ -183,21 +222,35 @@ struct ScriptedSession {
         }
     }
 
-    private mutating func show(_ next: Catalog.Page) throws {
-        instance += 1
-        let id = "\(next.className)#\(instance)"
-        auto.pageCreated(id)
+    /// Shows a page: a new instance pushed, or `existing` again (a back navigation: no load time).
+    private mutating func show(_ next: Catalog.Page, instance existing: String? = nil) throws {
+        let id: String
+        if let existing {
+            id = existing
+            stack.removeSubrange((stack.lastIndex { $0.id == existing } ?? stack.count)...)
+        } else {
+            instance += 1
+            id = "\(next.className)#\(instance)"
+            auto.pageCreated(id)
+        }
+        stack.append((next, id))
         clock.advance(seconds: Double.random(in: 0.02...0.6, using: &rng))
         page = next
         scroll = 0
         record(
             try auto.pageAppeared(
                 PageDescription(
-                    instanceID: id, className: next.className, title: next.title, root: next.tree(scroll: 0)),
+                    instanceID: id, className: next.className, title: next.title, root: next.tree(scroll: 0),
+                    url: "sim://\(next.className)", properties: next.properties),
                 viewport: Catalog.viewport))
     }
 
     private mutating func navigate() throws {
+        // Some navigations go back down the stack: the page's $referrer is the page below, not the one left.
+        if stack.count > 1, Self.chance(0.35, &rng) {
+            let below = stack[stack.count - 2]
+            return try show(below.page, instance: below.id)
+        }
         let candidates = Catalog.all.filter { $0.className != page.className }
         try show(candidates[Int.random(in: 0..<candidates.count, using: &rng)])
     }
@@ -214,7 +267,7 @@ struct ScriptedSession {
         if Self.chance(0.2, &rng) {
             let image = auto.startTiming("image", name: "https://img.example/\(target).jpg")
             clock.advance(seconds: Double.random(in: 0.01...0.3, using: &rng))
-            record([try auto.endTiming(image)])
+            record(try auto.endTiming(image))
         }
     }
 
@@ -227,7 +280,17 @@ struct ScriptedSession {
     private mutating func timing() throws {
         let request = auto.startTiming("request", name: page.endpoint)
         clock.advance(seconds: Double.random(in: 0.03...1.5, using: &rng))
-        record([try auto.endTiming(request, properties: ["status_code": Self.chance(0.95, &rng) ? 200 : 503])])
+        record(try auto.endTiming(request, properties: ["status_code": Self.chance(0.95, &rng) ? 200 : 503]))
+    }
+
+    /// The user logs in (its `$SignUp` in the ledger, with the identity it carries) or out: extensions
+    /// running meanwhile store their events under whichever identity is in force when they track.
+    private mutating func accountChange() throws {
+        if try auto.tracker.identity().loginID == nil {
+            record(try auto.tracker.signUp("sim-user-\(Int.random(in: 1...3, using: &rng))"))
+        } else {
+            try auto.tracker.logout()
+        }
     }
 
     private mutating func flicker() throws {

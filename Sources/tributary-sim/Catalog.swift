@@ -1,3 +1,4 @@
+import Tributary
 import TributaryAutoTrack
 
 /// The simulated app's pages and their view trees (UIKit class names, as an iOS app would report).
@@ -18,7 +19,14 @@ enum Catalog {
         var rowHeight: Double
         var buttons: [String]
 
+        /// The page's own properties (on its page view, leave, clicks and exposures).
+        var properties: [String: PropertyValue] {
+            ["page_kind": .string(rows > 12 ? "list" : rows > 0 ? "mixed" : "detail")]
+        }
+
         var scrollHeight: Double { max(0, Double(rows) * rowHeight - (viewport.height - 100)) }
+
+        static let halfVisible = try! ExposureRule(minVisibleRatio: 0.5)
 
         func tree(scroll: Double) -> ViewNode {
             let cells = (0..<rows).map { row in
@@ -27,6 +35,8 @@ enum Catalog {
                     frame: Rect(x: 0, y: Double(row) * rowHeight, width: 390, height: rowHeight),
                     cell: CellPosition(section: 0, row: row),
                     exposure: ["item_id": .string("\(className.prefix(4))-\(row)")],
+                    // The product grid's items count once half of one is on screen.
+                    exposureRule: rows > 12 ? Self.halfVisible : nil,
                     children: [
                         ViewNode(
                             id: "cell-\(row)-label", type: "UILabel", frame: Rect(x: 16, y: 8, width: 250, height: 24),
@@ -36,10 +46,11 @@ enum Catalog {
                             content: "Add"),
                     ])
             }
+            // The list's own data is context for its items (seed 002's isEnd rule): each item has both.
             let list = ViewNode(
                 id: "list", type: rows > 12 ? "UICollectionView" : "UITableView",
                 frame: Rect(x: 0, y: 100, width: 390, height: viewport.height - 100), contentOffset: (0, scroll),
-                children: cells)
+                exposure: ["list": .string(className)], children: cells)
             let bar = buttons.enumerated().map { i, title in
                 ViewNode(
                     id: "button-\(i)", type: "UIButton",

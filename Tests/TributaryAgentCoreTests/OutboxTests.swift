@@ -481,14 +481,16 @@ struct OutboxTests {
             let outbox = try Outbox(path: group + "-outbox/outbox.sqlite")
             _ = try Drainer(store: app.store, outbox: outbox, logger: Self.logger).drainAvailable()
             let rows = try outbox.nextBatch(maxCount: 10, maxBytes: .max)
-            try #require(rows.count == 2)
+            try #require(rows.count == 3)  // Shared, the login's $SignUp, SharedAgain
             let row = rows[0]
             let body = try #require(try JSONSerialization.jsonObject(with: Data(row.body)) as? [String: Any])
             #expect(body["time"] as? Int == 1_600_000_000_000)
             // Tracked before the login (drained after it): the anonymous id, and no login id.
             #expect(body["distinct_id"] as? String == before.distinctID && body["login_id"] == nil)
             #expect(body["anonymous_id"] as? String == before.anonymousID)
-            let after = try #require(try JSONSerialization.jsonObject(with: Data(rows[1].body)) as? [String: Any])
+            let signUp = try #require(try JSONSerialization.jsonObject(with: Data(rows[1].body)) as? [String: Any])
+            #expect(signUp["event"] as? String == "$SignUp" && signUp["original_id"] as? String == before.anonymousID)
+            let after = try #require(try JSONSerialization.jsonObject(with: Data(rows[2].body)) as? [String: Any])
             #expect(after["distinct_id"] as? String == "user-9" && after["login_id"] as? String == "user-9")
             let props = try #require(body["properties"] as? [String: Any])
             #expect(props["$app_version"] as? String == "5.0.0")

@@ -104,7 +104,7 @@ struct AutoTrackerTests {
             let events = try storedEvents(group)
             #expect(
                 events.map(\.event) == ["$AppViewScreen"] + Array(repeating: "$AppExposure", count: 4)
-                    + ["$AppStart", "$AppClick", "$AppEnd"])
+                    + ["$AppStart", "$AppClick", "$AppPageLeave", "$AppEnd"])
             let session = auto.sessionID
             #expect(!session.isEmpty)
             for e in events {
@@ -131,7 +131,10 @@ struct AutoTrackerTests {
             #expect(
                 click["$element_path"] as? String
                     == "HomeViewController[0]/UIView[0]/UITableView[0]/UITableViewCell[0:1]/UILabel[0]")
-            let end = events[7]
+            let leave = events[7]
+            #expect(leave["event_duration"] as? Double == 42, "the page was on screen from its view to the background")
+            #expect(leave["$screen_name"] as? String == "home")
+            let end = events[8]
             #expect(end["$event_duration"] as? Double == 42)
             #expect(end["$app_end_reason"] as? String == "background")
 
@@ -166,7 +169,7 @@ struct AutoTrackerTests {
         }
     }
 
-    @Test("page flow: $referrer chains the pages; hot start re-sends the current page; a page switch re-exposes")
+    @Test("page flow: $referrer is the page below in the stack (none back at the bottom); hot start re-sends the current page; a page switch re-exposes")
     func referrerChain() throws {
         try withTemporaryGroup { group in
             let clock = ManualClock()
@@ -186,9 +189,8 @@ struct AutoTrackerTests {
             #expect(
                 views.map { $0["$screen_name"] as? String } == ["home", "cart", "DetailViewController", "home", "home"])
             #expect(
-                views.map { $0["$referrer"] as? String } == [
-                    nil, "home", "cart", "DetailViewController", "DetailViewController",
-                ])
+                views.map { $0["$referrer"] as? String } == [nil, "home", "cart", nil, nil],
+                "home-1 appearing again is a back navigation to the bottom of the stack")
             #expect(views.allSatisfy { $0["$page_load_duration"] == nil }, "no pageCreated: no load time")
         }
     }

@@ -10,7 +10,7 @@ import TributaryTestSupport
 /// A record as the signal handler writes it (the real multi-process crash is in Integration/CrashTests).
 func crashRecordBytes(
     signal: Int32, foreground: Bool, activeSince: UInt64, crashedAt: UInt64, wallMillis: Int64,
-    session: String, screen: String, appVersion: String = "1.0.0", frames: Int = 2
+    session: String, screen: String, appVersion: String = "1.0.0", frames: Int = 2, pid: Int32 = 4242
 ) -> [UInt8] {
     var r = tributary_crash_record()
     r.magic = TRIBUTARY_CRASH_MAGIC
@@ -18,7 +18,7 @@ func crashRecordBytes(
     r.size = UInt32(MemoryLayout<tributary_crash_record>.size)
     r.signal = signal
     r.code = 1
-    r.pid = 4242
+    r.pid = pid
     r.fault_address = 0x10
     r.instruction = 0x5555_0000_1234
     r.wall_ms = wallMillis

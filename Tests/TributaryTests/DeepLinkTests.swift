@@ -72,6 +72,43 @@ struct DeepLinkTests {
         }
     }
 
+    @Test(
+        "the AASA decides launches: cross-domain universal links open the app (matched, with the pattern); same domain, excluded or unmatched ones the browser"
+    )
+    func associationDecidesLaunch() async throws {
+        try await withTemporaryGroup { group in
+            let tracker = try Tracker(configuration: .init(groupDirectory: group))
+            let file = try AppSiteAssociation(
+                json:
+                    #"{"applinks":{"details":[{"appIDs":["T.app"],"components":[{"/":"/old/*","exclude":true},{"/":"/p/*"}]}]}}"#
+            )
+            let opened = try await tracker.trackDeepLinkLaunch(
+                "https://oia.example.com/p/42?utm_source=mail", sourceDomain: "www.example.com", association: file)
+            #expect(opened.decision == DeepLinkDecision(opensApp: true, matched: true, pattern: "/p/*"))
+            let sameDomain = try await tracker.trackDeepLinkLaunch(
+                "https://oia.example.com/p/42", sourceDomain: "OIA.example.com", association: file)
+            #expect(sameDomain.decision.opensApp == false && sameDomain.receipt == nil, "same domain: the browser")
+            let excluded = try await tracker.trackDeepLinkLaunch(
+                "https://oia.example.com/old/1", sourceDomain: nil, association: file)
+            #expect(excluded.decision == DeepLinkDecision(opensApp: false, matched: false, pattern: "NOT /old/*"))
+            let unmatched = try await tracker.trackDeepLinkLaunch(
+                "https://oia.example.com/other", sourceDomain: nil, association: file)
+            #expect(unmatched.receipt == nil)
+            let scheme = try await tracker.trackDeepLinkLaunch("myapp://p/1", sourceDomain: nil, association: file)
+            #expect(scheme.decision == DeepLinkDecision(opensApp: true, matched: false, pattern: nil))
+            let bodies = try tracker.store.events(limit: 10).map { entry in
+                try JSONSerialization.jsonObject(with: Data(try entry.record.get().body)) as? [String: Any] ?? [:]
+            }
+            let properties = bodies.map { $0["properties"] as? [String: Any] ?? [:] }
+            #expect(bodies.map { $0["event"] as? String } == ["$AppDeeplinkLaunch", "$AppDeeplinkLaunch"])
+            #expect(properties[0]["$deeplink_matched"] as? Bool == true)
+            #expect(properties[0]["$deeplink_pattern"] as? String == "/p/*")
+            #expect(properties[0]["$utm_source"] as? String == "mail")
+            #expect(properties[1]["$deeplink_matched"] as? Bool == false)
+            #expect(properties[1]["$deeplink_pattern"] == nil)
+        }
+    }
+
     @Test("$AppDeeplinkLaunch, then every later event of the launch carries $latest_utm_*")
     func trackerCarriesLatestUTM() async throws {
         try await withTemporaryGroup { group in
