@@ -43,6 +43,15 @@ power_loss_load() {
     runuser -u app1 -- tributary-sim load --group "$PG" --producer-id "pl-$boot-$i" --events 1000000 \
       --rate 150 --concurrency $((i * 2)) --ledger "/dev/virtio-ports/systest.ledger$i" 2>/dev/console &
   done
+  # The cut comes 1-5 s after LOADING: say it once every producer has stored events (starting a
+  # process takes seconds under software emulation).
+  local started=0
+  for i in $(seq 1 120); do
+    started=$(tributary status --group "$PG" 2>/dev/null | grep -c "pl-$boot-[0-9] (app): last seq [1-9]")
+    [ "$started" -lt 3 ] || break
+    sleep 1
+  done
+  log "$started producers writing"
   say "LOADING"
   [ ${#FAILED[@]} -eq 0 ] || say "ROW	power loss: boot $boot	1	-	-	-	-	-	-	-	FAIL ($(IFS=';'; echo "${FAILED[*]}"))"
   sleep infinity

@@ -139,7 +139,10 @@ scenario_permissions() {
   check "the agent writes its state directory" as_agent sh -c "touch /var/lib/tributary/$INST/.probe && rm /var/lib/tributary/$INST/.probe"
   check "the agent cannot write /etc" sh -c "! nsenter -t $pid -m setpriv --reuid=tributary --regid=tributary --init-groups touch /etc/.probe"
   check "the agent cannot write beside its group" sh -c "! nsenter -t $pid -m setpriv --reuid=tributary --regid=tributary --init-groups touch /var/lib/myapp/.probe"
-  check "the agent cannot write /var/tmp" sh -c "! nsenter -t $pid -m setpriv --reuid=tributary --regid=tributary --init-groups touch /var/tmp/.probe"
+  check "the agent cannot write /usr" sh -c "! nsenter -t $pid -m setpriv --reuid=tributary --regid=tributary --init-groups touch /usr/.probe"
+  # PrivateTmp=: what it writes in /var/tmp is its own, unseen outside.
+  as_agent touch /var/tmp/.probe
+  check "the agent's /var/tmp is its own" test ! -e /var/tmp/.probe
   row_checked "systemd: permissions (exit 77, private outbox, confined writes)" 1
 }
 
