@@ -80,9 +80,9 @@ for boot in $(seq 1 "$cuts"); do
   for i in 0 1 2; do
     ports+=(-chardev "file,id=ledger$i,path=$ledgers/pl-$boot-$i.ledger" -device "virtserialport,chardev=ledger$i,name=systest.ledger$i")
   done
-  EXTRA_CMDLINE="systest.boot=$boot" vm "load-$boot" load 300 "${ports[@]}" &
+  EXTRA_CMDLINE="systest.boot=$boot" vm "load-$boot" load 540 "${ports[@]}" &
   qemu_job=$!
-  deadline=$(( $(date +%s) + 240 ))
+  deadline=$(( $(date +%s) + 480 ))
   until grep -q '^LOADING' "$run/load-$boot.results" 2>/dev/null; do
     if ! kill -0 "$qemu_job" 2>/dev/null || [ "$(date +%s)" -ge "$deadline" ]; then
       kill "$qemu_job" 2>/dev/null; wait "$qemu_job"
