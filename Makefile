@@ -9,13 +9,24 @@ RELEASE_DIR  := .build-release
 # systemd gives systemd-analyze (unit checks); chromium the hybrid-page browser. (The clock-jump tests shift
 # the wall clock through TRIBUTARY_TEST_WALL_CLOCK_OFFSET_FILE: libfaketime's LD_PRELOAD breaks Swift binaries.)
 # strace injects ENOSPC/EIO into the agent's writes and fsyncs (docs/reliability.md).
-DEB_PACKAGES := liblmdb-dev zlib1g-dev libdeflate-dev libsqlite3-dev libsystemd-dev pkg-config systemd chromium strace
+# libcurl4-openssl-dev: release binaries link Foundation statically, whose URLSession (tributary-sim's demo) needs libcurl.
+DEB_PACKAGES := liblmdb-dev zlib1g-dev libdeflate-dev libsqlite3-dev libsystemd-dev libcurl4-openssl-dev pkg-config systemd chromium strace
 SYSCONFDIR   ?= /etc
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 DOCDIR       ?= $(PREFIX)/share/doc/tributary
 BINARIES     := tributary tributary-agent tributary-collector tributary-sim
+# Release binaries carry the Swift runtime (linked statically): the .deb needs only Debian's libraries.
+RELEASE_FLAGS := -c release --static-swift-stdlib --scratch-path $(RELEASE_DIR)
+# The .deb (make deb) and the system test's image and runs (make system-test, docs/system-test.md).
+DEB_DIR      := .build-deb
+SYSTEST_DIR  := .build-system
+# Power cuts of the system test's power-loss scenario (make soak: 100).
+SYSTEST_CUTS ?= 10
+# What make system-test needs besides make deps: the image builder, the virtual machine, mkfs.ext4 -d,
+# dpkg-shlibdeps (the .deb's dependencies) and strip.
+SYSTEST_DEB_PACKAGES := mmdebstrap qemu-system-x86 e2fsprogs dpkg-dev binutils
 
-.PHONY: all deps bench-deps build test soak run bench clean format help install release
+.PHONY: all deps bench-deps build test soak run bench clean format help install release deb system-test system-test-deps
 
 all: build
 
@@ -23,7 +34,10 @@ help:
 	@echo "make deps   install missing system packages ($(DEB_PACKAGES))"
 	@echo "make build  debug build of every target"
 	@echo "make test   build and run every test (unit and multi-process), then print the reliability table"
-	@echo "make soak   the reliability scenarios only, SOAK (default 20) times the iterations"
+	@echo "make soak   the reliability scenarios only, SOAK (default 20) times the iterations; then make system-test with 100 power cuts"
+	@echo "make deb    release build, then $(DEB_DIR)/tributary_<version>_amd64.deb (dpkg-deb)"
+	@echo "make system-test  the .deb installed in a Debian 12 virtual machine: the units under the real systemd, power loss ($(SYSTEST_CUTS) cuts)"
+	@echo "make system-test-deps  the packages make system-test needs besides make deps ($(SYSTEST_DEB_PACKAGES))"
 	@echo "make run    demo: a collector, an agent, a main app and two extensions on a fresh group, then a summary"
 	@echo "make bench  release build, then every performance figure next to its baseline (docs/performance.md)"
 	@echo "make install  release build if needed; binaries, systemd units and docs under DESTDIR/PREFIX"
@@ -33,13 +47,14 @@ help:
 	@echo "make clean    remove every build directory, the bench venv and the demo's files"
 
 # Installs the Debian packages of $(1) that are missing. Idempotent: a quick no-op when all are installed.
+# $(2): more apt-get options (--no-install-recommends).
 install_missing = missing=""; for p in $(1); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
 	done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
-	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) $$missing; \
 	fi
 
 deps:
@@ -84,7 +99,8 @@ test: deps
 soak: deps
 	@rm -f "$(RELIABILITY_TABLE)"
 	@$(TEST_ENV) TRIBUTARY_SOAK=$(SOAK) TRIBUTARY_RELIABILITY_REPORT="$(RELIABILITY_TABLE)" $(SWIFT) test --filter 'Scenarios'; \
-	  status=$$?; ./scripts/reliability-table.sh "$(RELIABILITY_TABLE)" || status=1; exit $$status
+	  status=$$?; ./scripts/reliability-table.sh "$(RELIABILITY_TABLE)" || status=1; \
+	  $(MAKE) system-test SYSTEST_CUTS=100 || status=1; exit $$status
 
 run: build
 	./scripts/run-demo.sh
@@ -96,14 +112,14 @@ run: build
 BENCH_PRODUCTS := tributary-bench lmdb-baseline tributary-agent tributary-collector tributary-sim
 bench: bench-deps $(BENCH_DIR)/venv/.installed
 	for p in $(BENCH_PRODUCTS); do \
-	  TRIBUTARY_BENCH=1 $(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product $$p || exit 1; done
+	  TRIBUTARY_BENCH=1 $(SWIFT) build $(RELEASE_FLAGS) --product $$p || exit 1; done
 	$(RELEASE_DIR)/release/tributary-bench all --bin $(RELEASE_DIR)/release \
 	  --python $(BENCH_DIR)/venv/bin/python > $(BENCH_DIR)/results.txt && cat $(BENCH_DIR)/results.txt
 	./scripts/bench-stop.sh $(RELEASE_DIR)/release
 
 # One product per `swift build`: given several --product options it builds only the last.
 release: deps
-	for b in $(BINARIES); do $(SWIFT) build -c release --scratch-path $(RELEASE_DIR) --product $$b || exit 1; done
+	for b in $(BINARIES); do $(SWIFT) build $(RELEASE_FLAGS) --product $$b || exit 1; done
 
 # Honours PREFIX (default /usr/local), DESTDIR (staging), SYSCONFDIR, UNITDIR and DOCDIR. Build as yourself
 # (`make release`), then `sudo make install`: as root, install builds only when a binary is missing, so a
@@ -121,8 +137,26 @@ install: $(if $(ROOT_WITH_BINARIES),,release)
 	test -e "$(DESTDIR)$(SYSCONFDIR)/tributary/agent.env" || \
 	  install -m 0640 Integration/systemd/agent.env.example "$(DESTDIR)$(SYSCONFDIR)/tributary/agent.env"
 
+# A Debian package of the release build: binaries in /usr/bin, units in /usr/lib/systemd/system, the
+# tributary user by sysusers.d, docs and an example environment file (docs/operations.md, "Install").
+deb: release system-test-deps
+	rm -rf "$(DEB_DIR)/stage"
+	$(MAKE) --no-print-directory install DESTDIR="$(CURDIR)/$(DEB_DIR)/stage" PREFIX=/usr SYSCONFDIR=/etc \
+	  UNITDIR=/usr/lib/systemd/system DOCDIR=/usr/share/doc/tributary
+	./scripts/make-deb.sh "$(DEB_DIR)/stage" "$(DEB_DIR)"
+	@ls -l $(DEB_DIR)/tributary_*.deb
+
+system-test-deps:
+	@$(call install_missing,$(SYSTEST_DEB_PACKAGES),--no-install-recommends)
+
+# The .deb in a Debian 12 virtual machine (docs/system-test.md): the image is cached under
+# $(SYSTEST_DIR) by its package list and the .deb's checksum.
+system-test: deps system-test-deps deb
+	Integration/system-test/image.sh "$(SYSTEST_DIR)" "$$(ls $(DEB_DIR)/tributary_*.deb)"
+	Integration/system-test/run.sh "$(SYSTEST_DIR)" $(SYSTEST_CUTS)
+
 format:
 	$(SWIFT) format --in-place --recursive Sources Tests Integration Benchmarks Package.swift
 
 clean:
-	rm -rf .build $(RELEASE_DIR) $(BENCH_DIR) .run
+	rm -rf .build $(RELEASE_DIR) $(BENCH_DIR) $(DEB_DIR) $(SYSTEST_DIR) .run

@@ -109,6 +109,14 @@ let package = Package(
             swiftSettings: strict
         ),
 
+        // The reliability oracle: producers' ledgers against the collector's events, and the store's and
+        // outbox's health (the test suite's scenarios and `tributary-sim judge` in the system test).
+        .target(
+            name: "TributaryOracle",
+            dependencies: ["TributaryStore", "TributaryCollector", .product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: strict
+        ),
+
         // The one table from errors to exit statuses, shared by the four executables.
         .target(
             name: "TributaryExitStatus",
@@ -132,6 +140,7 @@ let package = Package(
             name: "tributary-sim",
             dependencies: [
                 "Tributary", "TributaryAutoTrack", "TributaryBridge", "TributaryErrors", "TributaryExitStatus",
+                "TributaryOracle", "TributaryCollector",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"), .product(name: "Logging", package: "swift-log"),
             ],
@@ -162,7 +171,9 @@ let package = Package(
 
         .target(
             name: "TributaryTestSupport",
-            dependencies: ["TributaryStore", "TributaryCollector", .product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: [
+                "TributaryStore", "TributaryCollector", "TributaryOracle", .product(name: "GRDB", package: "GRDB.swift"),
+            ],
             path: "Tests/TributaryTestSupport",
             swiftSettings: strict
         ),

@@ -516,7 +516,8 @@ struct DeadlineTests {
             try String(contentsOf: units.appendingPathComponent(name), encoding: .utf8).split(separator: "\n")
                 .filter { !$0.hasPrefix("#") && $0.contains("=") }
                 .map { line in
-                    let parts = line.split(separator: "=", maxSplits: 1)
+                    // An empty value (`CapabilityBoundingSet=`: none) is a setting too.
+                    let parts = line.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
                     return (String(parts[0]), String(parts[1]))
                 }
         }
@@ -530,7 +531,8 @@ struct DeadlineTests {
         }
         let hardening = { (unit: [(key: String, value: String)]) in
             Set(unit.filter { $0.key.hasPrefix("Protect") || $0.key.hasPrefix("Restrict") || $0.key.hasPrefix("Private")
-                || ["NoNewPrivileges", "LockPersonality", "MemoryDenyWriteExecute", "SystemCallArchitectures", "UMask"].contains($0.key)
+                || $0.key.hasPrefix("SystemCall") || $0.key.hasSuffix("Capabilities") || $0.key == "CapabilityBoundingSet"
+                || ["NoNewPrivileges", "LockPersonality", "MemoryDenyWriteExecute", "RemoveIPC", "ProcSubset", "UMask"].contains($0.key)
             }.map { "\($0.key)=\($0.value)" })
         }
         #expect(hardening(fetch) == hardening(agent), "only in the agent: \(hardening(agent).subtracting(hardening(fetch)).sorted())")

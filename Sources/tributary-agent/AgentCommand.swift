@@ -210,7 +210,13 @@ struct AgentCommand: AsyncParsableCommand {
         let stopSignals = await UnixSignalsSequence(trapping: .sigterm, .sigint)
         let level = Logger.Level(rawValue: logLevel) ?? .info
         if metricsAddress != nil { MetricsEndpoint.bootstrap() }
+        let journal = JournalLogHandler.stderrIsJournal()
         LoggingSystem.bootstrap { label in
+            if journal {
+                var handler = JournalLogHandler(label: label)
+                handler.logLevel = level
+                return handler
+            }
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level
             return handler

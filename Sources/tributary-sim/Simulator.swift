@@ -18,7 +18,7 @@ struct Simulator: AsyncParsableCommand {
             error; 75 the store is at its quota or was deleted or created anew while open (retry), or the hybrid \
             pages did not finish in time; 77 a group directory this user may not use, or that every user may write.
             """,
-        subcommands: [App.self, Extension.self, Hybrid.self, Load.self, Demo.self]
+        subcommands: [App.self, Extension.self, Hybrid.self, Load.self, Demo.self, Judge.self]
     )
 }
 

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+@_exported import TributaryOracle
 
 /// The knobs and the output of the reliability scenarios: seeds, the soak multiplier and the table.
 public enum Reliability {
@@ -28,12 +29,6 @@ public enum Reliability {
         return dir.appendingPathComponent("reliability/table.tsv").path
     }
 
-    /// The table's columns, in order.
-    public static let columns = [
-        "scenario", "iterations", "acknowledged", "delivered", "lost", "wire dups", "dups after dedup",
-        "order violations", "misattributed", "result",
-    ]
-
     private static let writeLock = Mutex(())
 
     /// Appends one row to the table: the verdict's figures, and "pass", "FAIL (seed …: replay …)" or
@@ -57,19 +52,13 @@ public enum Reliability {
             if let seed, let test { result += " — replay: " + replay(test, seed: seed) }
         }
         if let seed, result == "pass" { result += " (seed \(seed))" }
-        let v = verdict ?? Oracle.Verdict()
-        let fields: [String] = [
-            scenario, "\(iterations)", "\(v.acknowledged)", "\(v.delivered)", "\(v.lost)",
-            "\(v.wireDuplicates)", "\(v.duplicatesAfterDedup)", "\(v.orderViolations)", "\(v.misattributed)", result,
-        ]
-        let line = fields.map { $0.replacingOccurrences(of: "\t", with: " ").replacingOccurrences(of: "\n", with: " ") }
-            .joined(separator: "\t") + "\n"
+        let line = ReliabilityRow.line(scenario, iterations: iterations, verdict: verdict ?? Oracle.Verdict(), result: result)
         writeLock.withLock { _ in
             let path = reportPath
             try? FileManager.default.createDirectory(
                 atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
             if !FileManager.default.fileExists(atPath: path) {
-                _ = FileManager.default.createFile(atPath: path, contents: Data((columns.joined(separator: "\t") + "\n").utf8))
+                _ = FileManager.default.createFile(atPath: path, contents: Data(ReliabilityRow.header.utf8))
             }
             if let handle = FileHandle(forWritingAtPath: path) {
                 handle.seekToEndOfFile()

@@ -1,0 +1,107 @@
+#!/bin/bash
+# Helpers of the system test's guest runner (systest.sh): results out through virtio-serial, the
+# collector as a transient unit on the loopback, waits with bounds, checks, and table rows.
+
+RESULTS=/dev/virtio-ports/systest.results
+PORT=8900
+COLLECTOR_URL="http://127.0.0.1:$PORT"
+STATE=/var/lib/systest
+mkdir -p "$STATE"
+
+# A line to the host (and the console): results leave the guest as they are written.
+say() { echo "$*" > "$RESULTS"; echo "systest: $*" > /dev/console; }
+log() { echo "LOG $*" > "$RESULTS"; echo "systest: $*" > /dev/console; }
+
+# The collector on the loopback, as a transient unit: collector_start NAME [options…]; a new NAME is a
+# new database (each scenario judged on its own), the same NAME goes on with the same one.
+collector_start() {
+  local name="$1"; shift
+  systemctl stop systest-collector.service 2>/dev/null || true
+  systemctl reset-failed systest-collector.service 2>/dev/null || true
+  COLLECTOR_DB="$STATE/$name.sqlite"
+  systemd-run --quiet --unit=systest-collector --property=Type=exec \
+    /usr/bin/tributary-collector --port "$PORT" --db "$COLLECTOR_DB" "$@"
+  wait_for 20 "the collector listening" curl -sf "$COLLECTOR_URL/stats" -o /dev/null
+}
+collector_stop() { systemctl stop systest-collector.service; }
+collector_unique() { curl -sf "$COLLECTOR_URL/stats" | sed -n 's/.*"unique" *: *\([0-9]*\).*/\1/p'; }
+
+# wait_for SECONDS WHAT COMMAND…: runs COMMAND every half second until it succeeds; false after SECONDS.
+wait_for() {
+  local limit="$1" what="$2"; shift 2
+  local end=$(( $(date +%s) + limit ))
+  until "$@" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$end" ]; then log "timed out after ${limit}s waiting for $what"; return 1; fi
+    sleep 0.5
+  done
+}
+
+# The events the ledgers in DIR acknowledged.
+acknowledged() { cat "$1"/*.ledger 2>/dev/null | wc -l; }
+# Whether the collector holds at least as many unique events as the ledgers in DIR list.
+delivered_all() { [ "$(collector_unique)" -ge "$(acknowledged "$1")" ]; }
+
+# Checks of the current scenario: check WHAT COMMAND… records WHAT as failed unless COMMAND succeeds.
+FAILED=()
+check() {
+  local what="$1"; shift
+  if "$@" >/dev/null 2>&1; then log "ok: $what"; else log "FAILED: $what"; FAILED+=("$what"); return 1; fi
+}
+# check_eq WHAT EXPECTED ACTUAL
+check_eq() {
+  if [ "$2" = "$3" ]; then log "ok: $1 ($3)"; else log "FAILED: $1: expected '$2', got '$3'"; FAILED+=("$1: expected '$2', got '$3'"); fi
+}
+
+# row_judged SCENARIO ITERATIONS JUDGE_OPTIONS…: the oracle's row (tributary-sim judge), whose result
+# also fails when a check of the scenario failed; the collector is stopped first (its database whole).
+row_judged() {
+  local scenario="$1" iterations="$2"; shift 2
+  local line
+  collector_stop
+  line=$(tributary-sim judge --scenario "$scenario" --iterations "$iterations" --collector-db "$COLLECTOR_DB" "$@" \
+    2>"$STATE/judge.err")
+  [ -n "$line" ] || line="$scenario	$iterations	-	-	-	-	-	-	-	FAIL (judge: $(tail -1 "$STATE/judge.err"))"
+  log "$(tail -1 "$STATE/judge.err")"
+  if [ ${#FAILED[@]} -gt 0 ]; then
+    line=$(printf '%s' "$line" | awk -F'\t' -v OFS='\t' -v why="$(IFS=';'; echo "${FAILED[*]}")" '{ $NF = "FAIL (" why ")" } 1')
+  fi
+  say "ROW	$line"
+  FAILED=()
+}
+
+# What the agent and the producers said, after a check failed: diagnose GROUP UNIT
+diagnose() {
+  log "status: $(tributary status --group "$1" 2>&1 | tr '\n' '|')"
+  log "journal: $(journalctl -u "$2" --no-pager -o cat -n 8 | tr '\n' '|')"
+  log "producers: $(tail -3 "$STATE/producers.err" 2>/dev/null | tr '\n' '|')"
+  log "collector: $(curl -s "$COLLECTOR_URL/stats")"
+}
+
+# row_checked SCENARIO ITERATIONS: a row for a scenario judged by its checks alone (no events).
+row_checked() {
+  local result=pass
+  [ ${#FAILED[@]} -eq 0 ] || result="FAIL ($(IFS=';'; echo "${FAILED[*]}"))"
+  say "ROW	$1	$2	-	-	-	-	-	-	-	$result"
+  FAILED=()
+}
+
+# An app's group: its Unix group, a user in it, the directory (2770, set-group-ID) and the agent's
+# membership. make_group DIR
+make_group() {
+  getent group myapp >/dev/null || groupadd myapp
+  id app1 >/dev/null 2>&1 || useradd -m -G myapp app1
+  id stranger >/dev/null 2>&1 || useradd -m stranger
+  id -nG tributary | grep -qw myapp || usermod -a -G myapp tributary
+  install -d -m 0755 "$(dirname "$1")"
+  install -d -m 2770 -o app1 -g myapp "$1"
+}
+
+# A producer as the app's user: producer GROUP ID EVENTS LEDGER_DIR [load options…] (in the background).
+producer() {
+  local group="$1" id="$2" events="$3" ledgers="$4"; shift 4
+  runuser -u app1 -- tributary-sim load --group "$group" --producer-id "$id" --events "$events" \
+    --ledger "$ledgers/$id.ledger" "$@" 2>>"$STATE/producers.err" &
+}
+
+# A directory the app's user writes its ledgers to: ledgers NAME
+ledgers() { install -d -m 1777 "$STATE/ledgers/$1"; echo "$STATE/ledgers/$1"; }

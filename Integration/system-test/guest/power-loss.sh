@@ -1,0 +1,73 @@
+#!/bin/bash
+# Reliability scenario 12, power loss (systest.mode=load, then drain): three producers write while the
+# agent uploads, and the host cuts the power (SIGKILL of qemu: what the guest's page cache held is
+# lost, what reached the virtual disk stays). Each producer's ledger is a virtio-serial port: an
+# acknowledgement leaves the guest as it is written, outside the power domain. After the last cut the
+# host boots the guest once more with the ledgers on a second disk (/dev/vdb, a tar), and the oracle
+# judges what the collector, inside the guest, holds.
+
+PG=/var/lib/myapp/power
+PINST=$(systemd-escape --path "$PG")
+PUNIT="tributary-agent@$PINST.service"
+
+# Once, at the first load boot: the group, a collector started at every boot, the agent enabled.
+power_loss_setup() {
+  make_group "$PG"
+  # The app's first process creates the store (tributary config needs one).
+  runuser -u app1 -- tributary-sim load --group "$PG" --producer-id setup --events 0 >/dev/null
+  runuser -u app1 -- tributary config set --group "$PG" "server_url=$COLLECTOR_URL/sa" \
+    flush_interval_seconds=5 flush_bulk_size=100 >/dev/null
+  cat > /etc/systemd/system/systest-collector-power.service <<UNIT
+[Unit]
+Description=Tributary collector of the power-loss scenario
+Before=$PUNIT
+[Service]
+ExecStart=/usr/bin/tributary-collector --port $PORT --db $STATE/power.sqlite
+[Install]
+WantedBy=multi-user.target
+UNIT
+  systemctl daemon-reload
+  systemctl enable --now systest-collector-power.service
+  systemctl enable --now "$PUNIT"
+  touch "$STATE/power-setup"
+  sync
+}
+
+# power_loss_load BOOT: producers pl-BOOT-0..2 write until the host cuts the power.
+power_loss_load() {
+  local boot="$1" i
+  [ -e "$STATE/power-setup" ] || power_loss_setup
+  check_eq "the agent is active after the boot" active "$(systemctl show -P ActiveState "$PUNIT")"
+  for i in 0 1 2; do
+    chmod 0666 "/dev/virtio-ports/systest.ledger$i"
+    runuser -u app1 -- tributary-sim load --group "$PG" --producer-id "pl-$boot-$i" --events 1000000 \
+      --rate 150 --concurrency $((i * 2)) --ledger "/dev/virtio-ports/systest.ledger$i" 2>/dev/console &
+  done
+  # The cut comes 1-5 s after LOADING: say it once every producer has stored events (starting a
+  # process takes seconds under software emulation).
+  local started=0
+  for i in $(seq 1 120); do
+    started=$(tributary status --group "$PG" 2>/dev/null | grep -c "pl-$boot-[0-9] (app): last seq [1-9]")
+    [ "$started" -lt 3 ] || break
+    sleep 1
+  done
+  log "$started producers writing"
+  say "LOADING"
+  [ ${#FAILED[@]} -eq 0 ] || say "ROW	power loss: boot $boot	1	-	-	-	-	-	-	-	FAIL ($(IFS=';'; echo "${FAILED[*]}"))"
+  sleep infinity
+}
+
+# power_loss_drain CUTS: the agent delivers what the cuts left, then the oracle's row.
+power_loss_drain() {
+  local cuts="$1" l="$STATE/ledgers/power"
+  mkdir -p "$l"
+  tar -xf /dev/vdb -C "$l"
+  log "ledgers: $(ls "$l" | wc -l) files, $(acknowledged "$l") acknowledged events"
+  check_eq "the agent is active after the last boot" active "$(systemctl show -P ActiveState "$PUNIT")"
+  check "the agent drains what the cuts left" wait_for 240 "the drain" drained "$PG"
+  log "agent: $(systemctl show -P StatusText "$PUNIT")"
+  systemctl stop systest-collector-power.service
+  COLLECTOR_DB="$STATE/power.sqlite"
+  row_judged "12 power loss (qemu killed), systemd restarts the agent" "$cuts" --ledger-dir "$l" --group "$PG" \
+    --outbox "/var/lib/tributary/$PINST/outbox.sqlite" --all-cut --crash-windows "$cuts"
+}

@@ -1,0 +1,34 @@
+#!/bin/bash
+# The system test's runner in the guest (tributary-systest.service). The kernel command line names
+# the mode: systest.mode=probe (say so and power off: the host's KVM probe), functional (the units'
+# scenarios, one after another), load (power loss: producers write, the agent uploads, until the host
+# cuts the power) or drain (after the last cut: wait for the agent to deliver, then judge).
+# Each scenario ends in one ROW line on the results port (docs/system-test.md).
+set -u
+here=/usr/local/lib/tributary-systest
+. "$here/lib.sh"
+. "$here/scenarios.sh"
+. "$here/power-loss.sh"
+
+arg() { tr ' ' '\n' < /proc/cmdline | sed -n "s/^systest\.$1=//p"; }
+mode=$(arg mode)
+log "mode $mode, up $(cut -d' ' -f1 /proc/uptime) s"
+case "$mode" in
+  probe) say "PROBE ok" ;;
+  functional)
+    setup_functional
+    scenarios="start watchdog stop_backlog config_errors journald permissions timer security"
+    # systest.only=a,b runs those alone (SYSTEST_ONLY=a,b make system-test, while iterating).
+    [ -z "$(arg only)" ] || scenarios=$(arg only | tr ',' ' ')
+    for s in $scenarios; do
+      log "scenario $s"
+      "scenario_$s"
+    done
+    ;;
+  load) power_loss_load "$(arg boot)" ;;
+  drain) power_loss_drain "$(arg cuts)" ;;
+  *) say "ROW	unknown mode '$mode'	0	-	-	-	-	-	-	-	FAIL" ;;
+esac
+say "DONE"
+sync
+systemctl poweroff

@@ -1,0 +1,61 @@
+#!/bin/sh
+# Builds the system test's Debian 12 disk image: DIR/disk.img, DIR/vmlinuz, DIR/initrd.img.
+# Usage: Integration/system-test/image.sh DIR DEB
+#
+# Two caches, both under DIR:
+# - base-<hash>.tar: the root filesystem from Debian's packages (mmdebstrap), keyed by the package
+#   list and the suite; made once (about a minute), reused until the list changes.
+# - disk.img: the base with DEB installed (apt-get install ./tributary_*.deb inside the image, whose
+#   dependencies the base holds already: no network needed) and the guest's test files; keyed by the
+#   base, the .deb's checksum and the guest files.
+set -eu
+dir="$1"
+deb="$2"
+here="$(cd "$(dirname "$0")" && pwd)"
+suite=bookworm
+mkdir -p "$dir"
+
+packages=$(grep -v '^#' "$here/packages" | tr -s ' \n' ',' | sed 's/,$//')
+base_key=$(printf '%s %s' "$suite" "$packages" | sha256sum | cut -c1-16)
+base="$dir/base-$base_key.tar"
+if [ ! -s "$base" ]; then
+  echo "system-test: building the root filesystem ($suite: $packages)"
+  start=$(date +%s)
+  rm -f "$dir"/base-*.tar
+  mmdebstrap --quiet --variant=apt --include="$packages" \
+    --customize-hook='echo tributary-systest > "$1/etc/hostname"' \
+    --customize-hook='echo "/dev/vda / ext4 rw,errors=remount-ro 0 1" > "$1/etc/fstab"' \
+    --customize-hook='chroot "$1" passwd -d root' \
+    "$suite" "$dir/partial-base.tar"
+  mv "$dir/partial-base.tar" "$base"
+  echo "system-test: root filesystem built in $(( $(date +%s) - start )) s"
+fi
+
+image_key=$( (echo "$base_key"; sha256sum "$deb" | cut -d' ' -f1; cat "$here"/guest/*) | sha256sum | cut -c1-16)
+if [ -s "$dir/disk.img" ] && [ "$(cat "$dir/disk.key" 2>/dev/null)" = "$image_key" ]; then
+  echo "system-test: disk image up to date ($image_key)"
+  exit 0
+fi
+start=$(date +%s)
+root="$dir/root"
+rm -rf "$root" "$dir/disk.img" "$dir/disk.key"
+mkdir -p "$root"
+tar -xf "$base" -C "$root"
+# Installed the way a Debian user installs it; the dependencies are in the image already.
+cp "$deb" "$root/tmp/"
+chroot "$root" sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -q /tmp/tributary_*.deb' \
+  > "$dir/install.log" 2>&1 || { tail -20 "$dir/install.log"; echo "system-test: installing the .deb failed" >&2; exit 1; }
+rm -f "$root"/tmp/tributary_*.deb
+# The guest's test runner, started after multi-user.target when the kernel command line names a mode.
+install -d "$root/usr/local/lib/tributary-systest"
+install -m 0755 "$here"/guest/*.sh "$root/usr/local/lib/tributary-systest/"
+install -m 0644 "$here/guest/tributary-systest.service" "$root/etc/systemd/system/"
+ln -sf /etc/systemd/system/tributary-systest.service "$root/etc/systemd/system/multi-user.target.wants/"
+# No getty on the serial console: the console shows the boot and the runner's lines only.
+ln -sf /dev/null "$root/etc/systemd/system/serial-getty@ttyS0.service"
+cp "$root"/boot/vmlinuz-* "$dir/vmlinuz"
+cp "$root"/boot/initrd.img-* "$dir/initrd.img"
+mkfs.ext4 -q -F -L root -d "$root" "$dir/disk.img" 2G
+rm -rf "$root"
+echo "$image_key" > "$dir/disk.key"
+echo "system-test: disk image built in $(( $(date +%s) - start )) s ($image_key)"

@@ -1,0 +1,106 @@
+#!/bin/bash
+# make system-test: boots the Debian 12 image (image.sh) under qemu and runs the scenarios of
+# docs/system-test.md under the real systemd, then prints their table.
+# Usage: Integration/system-test/run.sh DIR CUTS
+#   DIR   the image's directory (disk.img, vmlinuz, initrd.img); runs go to DIR/run
+#   CUTS  power cuts of the power-loss scenario (make system-test: 10; make soak: 100)
+# KVM is used when a short probe boot with it succeeds; otherwise software emulation (TCG).
+# A guest that does not boot or hangs fails the run with the tail of its serial console.
+set -uo pipefail
+dir="$1"
+cuts="$2"
+here="$(cd "$(dirname "$0")" && pwd)"
+run="$dir/run"
+rm -rf "$run"
+mkdir -p "$run"
+table="$run/table.tsv"
+printf 'scenario\titerations\tacknowledged\tdelivered\tlost\twire dups\tdups after dedup\torder violations\tmisattributed\tresult\n' > "$table"
+work="$run/disk.img"
+cp --sparse=always "$dir/disk.img" "$work"
+
+accel=(-accel tcg,thread=multi -cpu max)
+accel_name=TCG
+
+# vm NAME MODE TIMEOUT [qemu options…]: one boot; its console in NAME.console, the results port in
+# NAME.results. Returns qemu's status (124 when TIMEOUT ran out).
+vm() {
+  local name="$1" mode="$2" limit="$3"; shift 3
+  local started=$(date +%s) status
+  # In a subshell whose stderr is dropped: bash's own "Killed" line for a power cut says nothing.
+  ( timeout --kill-after=5 "$limit" qemu-system-x86_64 "${accel[@]}" -m 1024 -smp 2 -nographic -no-reboot \
+    -kernel "$dir/vmlinuz" -initrd "$dir/initrd.img" \
+    -append "root=/dev/vda rw console=ttyS0 quiet systest.mode=$mode $EXTRA_CMDLINE" \
+    -drive "file=$work,format=raw,if=virtio,cache=writeback" -nic none \
+    -device virtio-serial -chardev "file,id=results,path=$run/$name.results" \
+    -device virtserialport,chardev=results,name=systest.results -pidfile "$run/$name.pid" "$@" \
+    > "$run/$name.console" 2>&1 < /dev/null; exit $? ) 2>/dev/null
+  status=$?
+  echo "system-test: boot $name ($mode): $(( $(date +%s) - started )) s, qemu status $status"
+  return $status
+}
+EXTRA_CMDLINE=""
+
+# fail WHY NAME: the tail of the boot's serial console, then exit 1.
+fail() {
+  echo "system-test: $1" >&2
+  echo "--- last lines of the serial console ($run/$2.console) ---" >&2
+  tail -40 "$run/$2.console" >&2
+  exit 1
+}
+
+# KVM when a probe boot with it succeeds: on some hosts KVM stops on the guest kernel at once.
+if [ -w /dev/kvm ]; then
+  accel=(-enable-kvm -cpu host)
+  if vm probe-kvm probe 60 && grep -q "PROBE ok" "$run/probe-kvm.results"; then
+    accel_name=KVM
+  else
+    echo "system-test: KVM probe failed ($(grep -m1 -i 'error' "$run/probe-kvm.console" || echo 'no answer')): TCG"
+    accel=(-accel tcg,thread=multi -cpu max)
+    cp --sparse=always "$dir/disk.img" "$work"
+  fi
+fi
+echo "system-test: accelerator $accel_name"
+
+rows() { sed -n 's/^ROW\t//p' "$run/$1.results" >> "$table"; }
+
+total_start=$(date +%s)
+EXTRA_CMDLINE="${SYSTEST_ONLY:+systest.only=$SYSTEST_ONLY}" vm functional functional 900 || fail "the functional boot failed or timed out" functional
+grep -q '^DONE' "$run/functional.results" || fail "the functional boot did not finish its scenarios" functional
+rows functional
+sed -n 's/^SCORE\t//p' "$run/functional.results" | while IFS=$'\t' read -r unit score; do
+  echo "system-test: systemd-analyze security $unit: $score"
+done
+
+[ "$cuts" -gt 0 ] || { "$here/../../scripts/reliability-table.sh" "$table"; exit; }
+# Power loss: each load boot starts the producers, and the power goes 1-5 s after they do.
+ledgers="$run/ledgers"
+mkdir -p "$ledgers"
+for boot in $(seq 1 "$cuts"); do
+  ports=()
+  for i in 0 1 2; do
+    ports+=(-chardev "file,id=ledger$i,path=$ledgers/pl-$boot-$i.ledger" -device "virtserialport,chardev=ledger$i,name=systest.ledger$i")
+  done
+  EXTRA_CMDLINE="systest.boot=$boot" vm "load-$boot" load 540 "${ports[@]}" &
+  qemu_job=$!
+  deadline=$(( $(date +%s) + 480 ))
+  until grep -q '^LOADING' "$run/load-$boot.results" 2>/dev/null; do
+    if ! kill -0 "$qemu_job" 2>/dev/null || [ "$(date +%s)" -ge "$deadline" ]; then
+      kill "$qemu_job" 2>/dev/null; wait "$qemu_job"
+      fail "load boot $boot never started its producers" "load-$boot"
+    fi
+    sleep 0.2
+  done
+  sleep "$(( RANDOM % 5 + 1 )).$(( RANDOM % 10 ))"
+  kill -KILL "$(cat "$run/load-$boot.pid")" || fail "could not cut the power of load boot $boot" "load-$boot"
+  wait "$qemu_job"
+  rows "load-$boot"
+  echo "system-test: power cut $boot/$cuts: $(cat "$ledgers"/pl-"$boot"-*.ledger | wc -l) events acknowledged in this boot"
+done
+# The ledgers reach the guest on a second disk: a tar, padded to whole sectors.
+tar -cf "$run/ledgers.tar" -C "$ledgers" . && truncate -s %512 "$run/ledgers.tar"
+EXTRA_CMDLINE="systest.cuts=$cuts" vm drain drain 600 -drive "file=$run/ledgers.tar,format=raw,if=virtio,readonly=on" || fail "the drain boot failed or timed out" drain
+grep -q '^DONE' "$run/drain.results" || fail "the drain boot did not finish" drain
+rows drain
+
+echo "system-test: $accel_name, scenarios and $cuts power cuts in $(( $(date +%s) - total_start )) s"
+"$here/../../scripts/reliability-table.sh" "$table"
