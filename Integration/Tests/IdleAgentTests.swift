@@ -55,10 +55,11 @@ struct IdleAgentTests {
                 try await Task.sleep(for: .seconds(6))
                 let after = try Counts(pid: agent.pid)
                 #expect(after.writtenBytes - before.writtenBytes == 0, "an idle agent wrote \(after.writtenBytes - before.writtenBytes) bytes")
-                // libdispatch's worker-pool monitor (1 Hz in every process using it) and idle worker threads
-                // ending; before issue 36, polling every 200 ms made 30 more in this window (33 a second).
+                // libdispatch's worker-pool monitor (1 Hz in every process using it) and its worker threads
+                // starting and ending, more of them on a loaded machine (8-16 in this window); before issue 36,
+                // polling every 200 ms (the loop and the flush socket) made about 190 (33 a second).
                 let woke = after.wakeups(since: before)
-                #expect(woke <= 15, "an idle agent woke \(woke) times in 6 s")
+                #expect(woke <= 30, "an idle agent woke \(woke) times in 6 s")
 
                 // An event stored now wakes it (inotify on the store): delivered within the flush interval.
                 try await DeadlineTests.produce(group, 1)
