@@ -248,7 +248,9 @@ if ProcessInfo.processInfo.environment["TRIBUTARY_BENCH"] != nil {
         .executableTarget(
             name: "lmdb-baseline",
             path: "Benchmarks/lmdb-baseline",
-            linkerSettings: [.linkedLibrary("lmdb"), .linkedLibrary("sqlite3"), .linkedLibrary("z")]
+            linkerSettings: [
+                .linkedLibrary("lmdb"), .linkedLibrary("sqlite3"), .linkedLibrary("z"), .linkedLibrary("deflate"),
+            ]
         ),
     ]
 }

@@ -18,7 +18,11 @@
  *      Outbox.insertDrained does: read `last_drained_seq`, INSERT every row whose seq is above it and
  *      above the rows before it, set `last_drained_seq`, add to the `drained` counter, COMMIT;
  *   4. one durable LMDB write transaction deleting the chunk (cursor from the first key, as
- *      Transaction.deleteThrough does).
+ *      Transaction.deleteThrough does);
+ *   5. with --gzip-level N: the chunk's enriched bodies, one per line (the agent's NDJSON batch
+ *      text), gzipped with libdeflate at level N, as the agent compresses each request body. With
+ *      it, this is the C floor of the agent's CPU per delivered event (docs/performance.md, "Energy
+ *      per event"): the drain and the compression, and nothing of HTTP.
  *
  * The outbox has the Swift outbox's table (Outbox.swift, migrations v1, v3 and v4), journal_mode=WAL and
  * synchronous=FULL. Since migration v7 the Swift outbox keeps two such tables in turn and gives each
@@ -37,6 +41,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <inttypes.h>
+#include <libdeflate.h>
 #include <lmdb.h>
 #include <sqlite3.h>
 #include <stdint.h>
@@ -92,6 +97,7 @@ struct drain_options {
     uint64_t chunk;
     const char *synchronous; /* "FULL" or "NORMAL" */
     uint64_t map_size;
+    int gzip_level; /* 0: no gzip; 1 … 12: gzip each chunk's bodies at this libdeflate level */
 };
 
 /* One event of the chunk, ready for the outbox. Strings point into the chunk's arena. */
@@ -164,7 +170,8 @@ static uint64_t cpu_ns(void) {
 }
 
 static void drain_usage(void) {
-    fprintf(stderr, "usage: %s --group DIR --outbox PATH [--chunk N] [--synchronous full|normal] [--map-size BYTES]\n",
+    fprintf(stderr, "usage: %s --group DIR --outbox PATH [--chunk N] [--synchronous full|normal] [--map-size BYTES] "
+            "[--gzip-level N]\n",
             program);
     exit(64);
 }
@@ -180,6 +187,11 @@ static struct drain_options parse_drain_options(int argc, char **argv) {
         else if (strcmp(flag, "--outbox") == 0) o.outbox = value;
         else if (strcmp(flag, "--chunk") == 0) o.chunk = parse_count(flag, value);
         else if (strcmp(flag, "--map-size") == 0) o.map_size = parse_count(flag, value);
+        else if (strcmp(flag, "--gzip-level") == 0) {
+            uint64_t level = parse_count(flag, value);
+            if (level > 12) die("--gzip-level takes 0 to 12, not %s", value);
+            o.gzip_level = (int)level;
+        }
         else if (strcmp(flag, "--synchronous") == 0) {
             if (strcmp(value, "full") == 0) o.synchronous = "FULL";
             else if (strcmp(value, "normal") == 0) o.synchronous = "NORMAL";
@@ -313,6 +325,10 @@ int drain_main(int argc, char **argv) {
     uint64_t *latency = malloc(latency_capacity * sizeof *latency);
     if (rows == NULL || latency == NULL) die("out of memory");
 
+    struct libdeflate_compressor *compressor = NULL;
+    if (o.gzip_level > 0 && (compressor = libdeflate_alloc_compressor(o.gzip_level)) == NULL) die("out of memory");
+    uint8_t *text = NULL, *gzipped = NULL;
+    size_t text_capacity = 0, gzipped_capacity = 0;
     const uint32_t pid = (uint32_t)getpid();
     printf("READY %u\n", pid);
     fflush(stdout);
@@ -417,6 +433,29 @@ int drain_main(int argc, char **argv) {
         mdb_cursor_close(cursor);
         check(mdb_txn_commit(txn), "mdb_txn_commit(delete)");
 
+        /* 4. The request body's compression: the bodies one per line, gzipped. */
+        if (compressor != NULL) {
+            size_t length = 0;
+            for (size_t i = 0; i < count; i++) length += rows[i].body_length + 1;
+            if (length > text_capacity) {
+                text_capacity = length;
+                if ((text = realloc(text, text_capacity)) == NULL) die("out of memory");
+            }
+            size_t at = 0;
+            for (size_t i = 0; i < count; i++) {
+                memcpy(text + at, arena.bytes + rows[i].body_at, rows[i].body_length);
+                at += rows[i].body_length;
+                text[at++] = '\n';
+            }
+            size_t bound = libdeflate_gzip_compress_bound(compressor, length);
+            if (bound > gzipped_capacity) {
+                gzipped_capacity = bound;
+                if ((gzipped = realloc(gzipped, gzipped_capacity)) == NULL) die("out of memory");
+            }
+            size_t size = libdeflate_gzip_compress(compressor, text, length, gzipped, gzipped_capacity);
+            if (size == 0) die("libdeflate_gzip_compress failed");
+        }
+
         moved += count;
         if (chunks == latency_capacity) {
             latency_capacity *= 2;
@@ -427,6 +466,11 @@ int drain_main(int argc, char **argv) {
     }
     const uint64_t end = clock_ns(CLOCK_MONOTONIC);
     const uint64_t cpu = cpu_ns() - cpu_start;
+    if (compressor != NULL) {
+        libdeflate_free_compressor(compressor);
+        free(text);
+        free(gzipped);
+    }
     printf("{\"lang\":\"c\",\"producer\":\"drain\",\"pid\":%u,\"events\":%" PRIu64 ",\"txns\":%zu,\"start_ns\":%" PRIu64
            ",\"end_ns\":%" PRIu64 ",\"cpu_ns\":%" PRIu64 ",\"max_rss_kb\":%ld,\"latency_ns\":[",
            pid, moved, chunks, start, end, cpu, own_peak_rss_kb());

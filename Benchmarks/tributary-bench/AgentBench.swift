@@ -260,7 +260,7 @@ final class AgentSession {
     }
 
     /// A fresh run directory holding a copy of the backlog of `events` events in `group/`.
-    private func prepareRun(events: Int) throws -> (directory: String, group: String) {
+    func prepareRun(events: Int) throws -> (directory: String, group: String) {
         let source = try backlog(events)
         let directory = try newRunDirectory()
         let group = directory + "/group"
@@ -354,7 +354,7 @@ final class AgentSession {
 
     /// `tributary-agent --once` (with `--deadline` if given) on a copy of the backlog of `events`
     /// events, against a fresh reference collector; verified.
-    private func agentRun(events: Int, deadline: Double?) throws -> AgentRun {
+    func agentRun(events: Int, deadline: Double?) throws -> AgentRun {
         let run = try prepareRun(events: events)
         defer { try? FileManager.default.removeItem(atPath: run.directory) }
         let outbox = run.directory + "/outbox/outbox.sqlite"

@@ -22,10 +22,14 @@ final class SpawnedProcess {
         /// From just before `posix_spawn` to `wait4` returning.
         var seconds: Double
         var cpuSeconds: Double
+        /// Bytes it caused to be written to disk (`ru_oublock`, 512-byte units: `write_bytes` of
+        /// /proc/PID/io), its threads' together.
+        var writtenBytes: Int
     }
 
-    /// Starts `executable` with `arguments`; stdin is /dev/null, stdout and stderr are the driver's.
-    init(name: String, executable: String, arguments: [String]) throws {
+    /// Starts `executable` with `arguments` and, besides the driver's environment, `environment`;
+    /// stdin is /dev/null, stdout and stderr are the driver's.
+    init(name: String, executable: String, arguments: [String], environment: [String: String] = [:]) throws {
         self.name = name
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -33,9 +37,13 @@ final class SpawnedProcess {
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
+        var variables = ProcessInfo.processInfo.environment
+        variables.merge(environment) { $1 }
+        let envp: [UnsafeMutablePointer<CChar>?] = variables.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { for pointer in envp { free(pointer) } }
         var pid: pid_t = 0
         started = Monotonic.nanos()
-        let rc = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+        let rc = posix_spawn(&pid, executable, &actions, nil, argv, envp)
         guard rc == 0 else { throw BenchFailure("could not start \(executable): \(String(cString: strerror(rc))).") }
         self.pid = pid
     }
@@ -62,7 +70,7 @@ final class SpawnedProcess {
         let cpu = Double(ResourceUsage.nanos(usage.ru_utime) + ResourceUsage.nanos(usage.ru_stime)) / 1e9
         return Exit(
             status: signal == 0 ? (status >> 8) & 0xff : nil, signal: signal == 0 ? nil : signal, seconds: seconds,
-            cpuSeconds: cpu)
+            cpuSeconds: cpu, writtenBytes: Int(usage.ru_oublock) * 512)
     }
 }
 

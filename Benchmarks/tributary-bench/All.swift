@@ -36,6 +36,8 @@ struct All: ParsableCommand {
         writeLine(producers.report.text + "\n")
         let agent = try AgentBench.parse(common + ["--pipeline-reps", "\(reps)"]).measure()
         writeLine(agent.text + "\n")
+        let device = try DeviceBench.parse(common).measure()
+        writeLine(device.text + "\n")
         let compare: CompareReport
         do {
             compare = try Compare.parse(common + ["--python", python]).measure()
@@ -45,7 +47,7 @@ struct All: ParsableCommand {
         }
         writeLine(compare.text + "\n")
         writeLine(
-            Summary(producers: producers.samples, agent: agent, compare: compare, cBatch: cBatch).text
+            Summary(producers: producers.samples, agent: agent, device: device, compare: compare, cBatch: cBatch).text
                 + "\nWhole run: \(Report.decimal(Double(Monotonic.nanos() - started) / 6e10, 1)) min")
     }
 }
@@ -54,6 +56,7 @@ struct All: ParsableCommand {
 struct Summary {
     let producers: [Configuration: [Sample]]
     let agent: AgentReport
+    let device: DeviceReport
     let compare: CompareReport
     let cBatch: Int
 
@@ -121,6 +124,7 @@ struct Summary {
                 Report.decimal(growth, 2), "<= 64 MiB, no growth", met ? "yes" : "no",
             ])
         }
+        rows += device.summaryRows
         let lost = compare.medianLost
         let tributaryLost = lost["tributary"] ?? 0
         rows.append([

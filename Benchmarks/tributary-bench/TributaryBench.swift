@@ -16,10 +16,14 @@ struct TributaryBench: AsyncParsableCommand {
             processes}, first with Swift producer processes, then with C producer processes doing the \
             same LMDB work, each in a fresh store on disk, and prints the medians over the repetitions. \
             `tributary-bench agent` measures the sync agent: drain rate next to C, end to end to the \
-            reference collector, peak RSS. `tributary-bench compare` counts events lost under SIGKILL \
+            reference collector, peak RSS. `tributary-bench device` what the agent costs a device: idle \
+            wake-ups, disk writes and CPU, producer latency under a drain, CPU and bytes per event. \
+            `tributary-bench compare` counts events lost under SIGKILL \
             next to two Python SDKs; `tributary-bench all` runs everything and ends with the summary.
             """,
-        subcommands: [Run.self, AgentBench.self, Compare.self, All.self, Worker.self, DrainWorker.self],
+        subcommands: [
+            Run.self, AgentBench.self, DeviceBench.self, Compare.self, All.self, Worker.self, DrainWorker.self,
+        ],
         defaultSubcommand: Run.self
     )
 }

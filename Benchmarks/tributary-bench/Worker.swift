@@ -28,6 +28,11 @@ struct Worker: AsyncParsableCommand {
         """)
     var window: Int = 0
 
+    @Option(
+        name: .customLong("interval-us"),
+        help: "Without --callers: one track() every this many microseconds (an app's pace), 0 = back to back.")
+    var intervalMicros: Int = 0
+
     @Option(name: .customLong("map-size"), help: ArgumentHelp("LMDB map size in bytes.", valueName: "bytes"))
     var mapSize: Int = 1 << 30
 
@@ -46,6 +51,9 @@ struct Worker: AsyncParsableCommand {
         guard window >= 0 else { throw ValidationError("--window must not be negative.") }
         guard window == 0 || callers > 0 else { throw ValidationError("--window needs --callers.") }
         guard mapSize > 0 else { throw ValidationError("--map-size must be positive.") }
+        guard intervalMicros >= 0, intervalMicros == 0 || callers == 0 else {
+            throw ValidationError("--interval-us must not be negative, and goes without --callers.")
+        }
     }
 
     func run() async throws {
@@ -83,8 +91,13 @@ struct Worker: AsyncParsableCommand {
     private func trackOneByOne(_ tracker: Tracker) throws -> [UInt64] {
         var latencies: [UInt64] = []
         latencies.reserveCapacity(events)
+        let start = Monotonic.nanos()
         for index in 0..<events {
             let properties = BenchEvent.properties(index: index)
+            // At the app's pace: each call at its slot, or at once when the last one ran late.
+            let slot = start + UInt64(index * intervalMicros) * 1000
+            let now = Monotonic.nanos()
+            if slot > now { usleep(UInt32((slot - now) / 1000)) }
             let t0 = Monotonic.nanos()
             try tracker.track(BenchEvent.name, properties: properties)
             latencies.append(Monotonic.nanos() - t0)

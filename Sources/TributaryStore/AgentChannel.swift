@@ -120,7 +120,8 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var settingsProblem: String?
     /// When the last batch was acknowledged (wall clock ms), if ever.
     public var lastUploadMillis: Int64?
-    /// When this report was written (wall clock ms).
+    /// When this report was written (wall clock ms): the agent writes one only when it says something
+    /// new, so an idle agent's report grows old while the agent runs (`agent.lock` says whether it does).
     public var updatedMillis: Int64
 
     /// Creates a report.

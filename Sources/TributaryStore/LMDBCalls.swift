@@ -74,7 +74,9 @@ struct MDB {
 
     @inline(__always)
     @discardableResult
-    static func readerCheck(_ env: OpaquePointer?, _ dead: inout Int32) -> Int32 { mdb_reader_check(env, &dead) }
+    static func readerCheck(_ env: OpaquePointer?, _ dead: inout Int32) -> Int32 {
+        LockWordWatch.shared.beginning { mdb_reader_check(env, &dead) }
+    }
 
     /// `mdb_reader_list`: `function` is called with each line of the table's text, and `context`.
     @inline(__always)
@@ -90,7 +92,8 @@ struct MDB {
 
     @inline(__always)
     static func txnBegin(_ env: OpaquePointer?, _ flags: UInt32, _ txn: inout OpaquePointer?) -> Int32 {
-        mdb_txn_begin(env, nil, flags, &txn)
+        // A begin may wait for the writer's or the reader table's mutex: the lock-word watch is on meanwhile.
+        LockWordWatch.shared.beginning { mdb_txn_begin(env, nil, flags, &txn) }
     }
 
     @inline(__always)

@@ -3,7 +3,7 @@ import Foundation
 import Synchronization
 
 /// Restarts, once a second, every wait for one of LMDB's two process-shared mutexes (the writer's and
-/// the reader table's) in the lock files this process has open.
+/// the reader table's) in the lock files this process has open, while this process may be waiting.
 ///
 /// The mutexes are robust: when a process dies holding one, the kernel marks its word owner-died and
 /// wakes a waiter, which takes the mutex over (`EOWNERDEAD`; LMDB drops the dead transaction) and
@@ -17,6 +17,12 @@ import Synchronization
 /// Where the words are is LMDB's lock file layout (0.9.x on Linux with POSIX robust mutexes), read in
 /// LMDB's own mapping of the file: the header's magic and format are checked, and each mutex must be
 /// robust and process-shared, before its word is watched. Any other layout leaves a store unwatched.
+///
+/// Only this process's own waits are its watch's business, and they are all in a transaction's begin
+/// (``beginning(_:)``, around every `mdb_txn_begin` and `mdb_reader_check`): a second in which no begin
+/// started and none is under way puts the thread to sleep on a semaphore, and the next begin wakes it.
+/// An idle process (the agent with nothing to send) is not woken once a second for nothing; a busy
+/// one pays two atomic additions per transaction, and a semaphore signal after an idle second.
 final class LockWordWatch: Sendable {
     /// The process's one watch.
     static let shared = LockWordWatch()
@@ -38,6 +44,25 @@ final class LockWordWatch: Sendable {
     /// The process the thread that wakes the words was started in (with the first watched store), or
     /// 0: a process forked from it has no such thread, and starts its own.
     private let runningIn = Mutex<pid_t>(0)
+    /// Begins started, ever (the watch compares it across a second), and begins under way now.
+    private let begun = Atomic<UInt64>(0)
+    private let inBegin = Atomic<Int>(0)
+    /// Whether the thread sleeps until the next begin, which then signals ``resume``.
+    private let parked = Atomic<Bool>(false)
+    private let resume = DispatchSemaphore(value: 0)
+
+    /// Runs `body`, a call that may wait for one of the lock file's mutexes: the watch wakes the words
+    /// once a second while it runs.
+    @inline(__always)
+    func beginning<T>(_ body: () -> T) -> T {
+        inBegin.add(1, ordering: .sequentiallyConsistent)
+        begun.add(1, ordering: .sequentiallyConsistent)
+        if parked.load(ordering: .sequentiallyConsistent) && parked.exchange(false, ordering: .sequentiallyConsistent) {
+            resume.signal()
+        }
+        defer { inBegin.subtract(1, ordering: .sequentiallyConsistent) }
+        return body()
+    }
 
     /// Watches the mutex words of the lock file LMDB mapped at `lockMapping`, for `owner` (an open
     /// environment); returns the words' addresses, or nil when the layout is not the known one.
@@ -71,11 +96,21 @@ final class LockWordWatch: Sendable {
     }
 
     private func wakeForever() {
+        var seen = begun.load(ordering: .sequentiallyConsistent)
         while true {
             sleep(1)
             words.withLock { watched in
                 for word in watched.values.joined() { _ = tributary_futex_wake_all(UnsafeRawPointer(bitPattern: word)) }
             }
+            if begun.load(ordering: .sequentiallyConsistent) == seen && inBegin.load(ordering: .sequentiallyConsistent) == 0 {
+                parked.store(true, ordering: .sequentiallyConsistent)
+                // A begin that started before the flag was up did not see it: look again. If a begin
+                // took the flag down meanwhile, its signal is on the way and the wait returns at once.
+                let quiet = begun.load(ordering: .sequentiallyConsistent) == seen
+                    && inBegin.load(ordering: .sequentiallyConsistent) == 0
+                if quiet || !parked.exchange(false, ordering: .sequentiallyConsistent) { resume.wait() }
+            }
+            seen = begun.load(ordering: .sequentiallyConsistent)
         }
     }
 }

@@ -138,7 +138,7 @@ struct StatusReport: Encodable {
             lines.append("agent settings: NOT VALID, not used: \(problem)")
         }
         if let a = agent {
-            lines.append("agent:          \(a.state) (pid \(a.pid), reported \(ageText(a.updatedMillis)))")
+            lines.append("agent:          \(a.state) (pid \(a.pid), last change \(ageText(a.updatedMillis)))")
             if let server = a.serverURL {
                 lines.append("  server:       \(server)")
             } else if a.state == "waiting" {

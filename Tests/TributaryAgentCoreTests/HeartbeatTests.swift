@@ -22,6 +22,24 @@ struct HeartbeatTests {
         #expect(heartbeat.isAlive(within: .milliseconds(500)), "the end of a request is a beat")
     }
 
+    @Test("a loop asleep between turns is alive however long it sleeps; it beats when it wakes")
+    func sleepingIsAlive() async {
+        let heartbeat = Heartbeat()
+        let later = BootClock.nowNanos() + 60_000_000_000  // a minute on: the beat made at creation is stale
+        let wakeup = Wakeup()
+        let asleep = DoneFlag()
+        async let slept: Void = heartbeat.sleeping {
+            asleep.set()
+            await wakeup.wait(timeout: nil)
+        }
+        while !asleep.isSet { await Task.yield() }
+        #expect(heartbeat.isAlive(within: .milliseconds(100), at: later))
+        wakeup.signal()
+        await slept
+        #expect(!heartbeat.isAlive(within: .milliseconds(100), at: later))
+        #expect(heartbeat.isAlive(within: .seconds(5)), "waking is a beat")
+    }
+
     @Test("a loop that neither beats nor has a request out is not alive")
     func stalled() async throws {
         let heartbeat = Heartbeat()

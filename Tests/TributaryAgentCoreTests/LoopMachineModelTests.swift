@@ -60,6 +60,7 @@ struct LoopMachineModelTests {
         let settings = EffectiveSettings(
             serverURL: model.serverURL, format: .sensors, bulkSize: model.bulkSize, flushInterval: model.flushInterval)
         var loop = Machine(limits: limits, settings: settings, now: clock.now)
+        loop.storeWatched = true
 
         for _ in 0..<200 {
             // Inputs between turns.
@@ -141,7 +142,37 @@ struct LoopMachineModelTests {
             case nil:
                 #expect(!(model.stopping && model.pending == 0), "a stop with nothing left goes on (\(comment))")
             }
-            #expect(loop.waitTimeout(at: now, expiresAt: expiresAt) <= limits.pollInterval, "\(comment)")
+            // The driver writes the status when it is due; then the loop sleeps, never past a timed trigger.
+            if loop.statusDue(at: now) { loop.statusWritten(at: now) }
+            checkWait(loop, model, action: action, now: now, expiresAt: expiresAt, comment: comment)
+        }
+    }
+
+    /// How long the loop sleeps after a turn: at most the poll interval in a one-shot run or a stop; not
+    /// past the deadline; with events waiting and somewhere to send them, not past the flush interval's
+    /// end or the end of the waits in the way (whichever is later); with nothing waiting after a turn
+    /// that sent nothing, until woken, or at most a second for a change owed to the status file.
+    func checkWait(
+        _ loop: Machine, _ model: Model, action: Machine.Action, now: TestClock.Instant, expiresAt: TestClock.Instant?,
+        comment: String
+    ) {
+        let wait = loop.waitTimeout(at: now, expiresAt: expiresAt)
+        let wakeAt = wait.map { now.advanced(by: $0) }
+        let soon = now.advanced(by: .milliseconds(1))
+        if model.stopping || loop.limits.once {
+            #expect(wait.map { $0 <= loop.limits.pollInterval } ?? false, "a stop or a one-shot run polls (\(comment))")
+        }
+        if let expiresAt {
+            #expect(wakeAt.map { $0 <= max(expiresAt, soon) } ?? false, "a sleep past the deadline (\(comment))")
+        }
+        guard case .hold = action else { return }
+        if model.pending > 0 && model.serverURL != nil {
+            let waitsEnd = [model.ownBackoffUntil, model.collectorsWaitUntil].compactMap { $0 }.max() ?? now
+            let by = max(model.nextIntervalFlush, waitsEnd, soon)
+            #expect(wakeAt.map { $0 <= by } ?? false, "a sleep past the next flush (\(comment))")
+        }
+        if model.pending == 0 && !model.stopping && !loop.limits.once && expiresAt == nil {
+            #expect(wait.map { $0 <= .seconds(1) } ?? true, "an idle loop woke for nothing (\(comment))")
         }
     }
 

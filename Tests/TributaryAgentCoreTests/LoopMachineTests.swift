@@ -31,13 +31,15 @@ struct LoopMachineTests {
         func adopt(_ settings: EffectiveSettings, at now: TestClock.Instant) -> Bool {
             machine.adopt(settings, at: now)
         }
-        func statusWritten(at now: TestClock.Instant) { machine.statusWritten(at: now) }
+        func statusWritten(at now: TestClock.Instant, completed: Bool = true) {
+            machine.statusWritten(at: now, completed: completed)
+        }
         func statusDue(at now: TestClock.Instant) -> Bool { machine.statusDue(at: now) }
         func finish(at now: TestClock.Instant, pending: Int, stopping: Bool) -> Machine.Finish? {
             machine.finish(at: now, pending: pending, stopping: stopping)
         }
-        func waitTimeout(at now: TestClock.Instant, expiresAt: TestClock.Instant?) -> Duration {
-            machine.waitTimeout(at: now, expiresAt: expiresAt)
+        func waitTimeout(at now: TestClock.Instant, expiresAt: TestClock.Instant?, mustPoll: Bool = false) -> Duration? {
+            machine.waitTimeout(at: now, expiresAt: expiresAt, mustPoll: mustPoll)
         }
         func uploadsFirst(queued: Int, at now: TestClock.Instant) -> Bool {
             machine.uploadsFirst(queued: queued, at: now)
@@ -49,17 +51,17 @@ struct LoopMachineTests {
 
     func machine(
         once: Bool = false, bulkSize: Int = 100, flushInterval: Duration = .seconds(15),
-        serverURL: String? = "http://c",
-        watchdog: Duration? = nil, batchSize: Int = 500
+        serverURL: String? = "http://c", batchSize: Int = 500, storeWatched: Bool = true
     ) -> Stepped {
         var limits = Machine.Limits()
         limits.once = once
         limits.batchSize = batchSize
-        limits.watchdogInterval = watchdog
         limits.outboxQuotaBytes = 1000
         let settings = EffectiveSettings(
             serverURL: serverURL, format: .sensors, bulkSize: bulkSize, flushInterval: flushInterval)
-        return Stepped(Machine(limits: limits, settings: settings, now: clock.now))
+        var machine = Machine(limits: limits, settings: settings, now: clock.now)
+        machine.storeWatched = storeWatched
+        return Stepped(machine)
     }
 
     func seen(
@@ -120,7 +122,8 @@ struct LoopMachineTests {
         #expect(loop.uploaded([(.wait(.seconds(2)), .milliseconds(5))], answer: .init(), at: clock.now) == .stalled)
         #expect(loop.activity == .backoff)
         #expect(!loop.drainAheadApplies)
-        #expect(loop.waitTimeout(at: clock.now, expiresAt: nil) == .milliseconds(200))
+        loop.statusWritten(at: clock.now)
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: nil) == .seconds(2))
         clock.advance(by: .milliseconds(1900))
         #expect(loop.decide(seen(pending: 200)) == .hold)
         #expect(loop.waitTimeout(at: clock.now, expiresAt: nil) == .milliseconds(100))
@@ -254,6 +257,7 @@ struct LoopMachineTests {
                 == .tooLate(remaining: .milliseconds(10), finish: false))
         #expect(loop.notBefore == expiresAt)
         #expect(!loop.deadlineReached(at: clock.now, expiresAt: expiresAt))
+        loop.statusWritten(at: clock.now)
         #expect(loop.waitTimeout(at: clock.now, expiresAt: expiresAt) == .milliseconds(10))
         clock.advance(by: .milliseconds(10))
         #expect(loop.deadlineReached(at: clock.now, expiresAt: expiresAt))
@@ -268,11 +272,84 @@ struct LoopMachineTests {
                 == .tooLate(remaining: .milliseconds(15), finish: true))
     }
 
-    @Test("the loop waits the poll interval, less for a watchdog (a quarter of its interval), never under 1 ms")
+    @Test("an idle loop sleeps until woken: nothing waits, no deadline, nothing owed to the status file")
+    func idleSleeps() {
+        let loop = machine()
+        #expect(loop.decide(seen(pending: 0)) == .hold)
+        #expect(loop.statusDue(at: clock.now))
+        loop.statusWritten(at: clock.now)
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: nil) == nil)
+        // A turn that changes nothing (woken by the agent's own store delete) owes the status nothing.
+        clock.advance(by: .seconds(5))
+        #expect(loop.decide(seen(pending: 0)) == .hold)
+        #expect(!loop.statusDue(at: clock.now))
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: nil) == nil)
+    }
+
+    @Test("events waiting below the bulk size: the loop sleeps until the flush interval ends, then uploads")
+    func sleepsUntilInterval() {
+        let loop = machine(flushInterval: .seconds(15))
+        clock.advance(by: .seconds(3))
+        #expect(loop.decide(seen(pending: 5)) == .hold)
+        loop.statusWritten(at: clock.now)
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: nil) == .seconds(12))
+        clock.advance(by: .seconds(12))
+        #expect(loop.decide(seen(pending: 5)) == Self.fullBatch)
+    }
+
+    @Test("a change owed to the status file wakes the loop a second after the last write, once")
+    func statusOwedWakes() {
+        let loop = machine()
+        #expect(loop.decide(seen(pending: 0)) == .hold)
+        loop.statusWritten(at: clock.now)
+        clock.advance(by: .milliseconds(300))
+        _ = loop.adopt(
+            EffectiveSettings(serverURL: "http://d", format: .sensors, bulkSize: 100, flushInterval: .seconds(15)),
+            at: clock.now)
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: nil) == .milliseconds(700))
+        clock.advance(by: .milliseconds(700))
+        #expect(loop.statusDue(at: clock.now))
+        // A checkpoint a reader kept from completing: again a second later.
+        loop.statusWritten(at: clock.now, completed: false)
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: nil) == .seconds(1))
+        clock.advance(by: .seconds(1))
+        loop.statusWritten(at: clock.now)
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: nil) == nil)
+    }
+
+    @Test(
+        "the loop polls every poll interval where nothing would wake it: no store watch, a one-shot run, a stop, a full outbox, the driver's say"
+    )
+    func pollsWhereUnwatched() {
+        let unwatched = machine(storeWatched: false)
+        _ = unwatched.decide(seen(pending: 0))
+        unwatched.statusWritten(at: clock.now)
+        #expect(unwatched.waitTimeout(at: clock.now, expiresAt: nil) == .milliseconds(200))
+        let once = machine(once: true)
+        _ = once.decide(seen(pending: 0))
+        once.statusWritten(at: clock.now)
+        #expect(once.waitTimeout(at: clock.now, expiresAt: nil) == .milliseconds(200))
+        let stopping = machine(serverURL: nil)
+        _ = stopping.decide(seen(pending: 0, stopping: true))
+        stopping.statusWritten(at: clock.now)
+        #expect(stopping.waitTimeout(at: clock.now, expiresAt: nil) == .milliseconds(200))
+        let full = machine(serverURL: nil)
+        _ = full.decide(seen(pending: 3, heldBytes: 1000))
+        full.statusWritten(at: clock.now)
+        #expect(full.waitTimeout(at: clock.now, expiresAt: nil) == .milliseconds(200))
+        let idle = machine()
+        _ = idle.decide(seen(pending: 0))
+        idle.statusWritten(at: clock.now)
+        #expect(idle.waitTimeout(at: clock.now, expiresAt: nil, mustPoll: true) == .milliseconds(200))
+    }
+
+    @Test("a deadline bounds the wait, never under 1 ms; systemd's watchdog does not")
     func waitTimeout() {
-        #expect(machine().waitTimeout(at: clock.now, expiresAt: nil) == .milliseconds(200))
-        #expect(machine(watchdog: .milliseconds(400)).waitTimeout(at: clock.now, expiresAt: nil) == .milliseconds(100))
-        #expect(machine().waitTimeout(at: clock.now, expiresAt: clock.now) == .milliseconds(1))
+        let loop = machine()
+        _ = loop.decide(seen(pending: 0))
+        loop.statusWritten(at: clock.now)
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: clock.now.advanced(by: .seconds(7))) == .seconds(7))
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: clock.now) == .milliseconds(1))
     }
 
     @Test("a full batch waiting uploads before the drain, when an upload may start")
@@ -305,14 +382,19 @@ struct LoopMachineTests {
         #expect(loop.decide(seen(pending: 1)) == Self.fullBatch)
     }
 
-    @Test("the status file is due once a second")
+    @Test("the status file is due when a turn changed what it says, at most once a second")
     func statusDue() {
         let loop = machine()
         #expect(loop.statusDue(at: clock.now))
         loop.statusWritten(at: clock.now)
+        #expect(loop.decide(seen(pending: 3)) == .hold)
         clock.advance(by: .milliseconds(999))
         #expect(!loop.statusDue(at: clock.now))
         clock.advance(by: .milliseconds(1))
         #expect(loop.statusDue(at: clock.now))
+        loop.statusWritten(at: clock.now)
+        clock.advance(by: .seconds(1))
+        #expect(loop.decide(seen(pending: 3)) == .hold)
+        #expect(!loop.statusDue(at: clock.now))
     }
 }

@@ -50,7 +50,7 @@ extension Agent {
             heartbeat.beat()
             // Not while a store delete waits for the writer lock: a read that had to adopt a map another
             // process grew would wait for that delete (up to ``StoreError/Code/busy``'s bound, every turn).
-            if !deletes.isWaiting { applyGroupSettings(session: session, loop: &loop) }
+            if !deletes.isWaiting && settingsMayHaveChanged(loop) { applyGroupSettings(session: session, loop: &loop) }
             if let stallAfter, loop.clock.now - started > .milliseconds(stallAfter) {
                 // Test hook: freeze the main loop (as a deadlock would) so the watchdog stops.
                 while true { usleep(1_000_000) }
@@ -138,9 +138,9 @@ extension Agent {
                 // WAL is also cut back (a reader, `tributary status`, may keep that from completing: the
                 // next second tries again).
                 let truncate = pending == 0 && outbox.walFileBytes > configuration.idleWALBytes
-                try outbox.checkpoint(truncate: truncate, patience: truncate ? .milliseconds(200) : nil)
+                let completed = try outbox.checkpoint(truncate: truncate, patience: truncate ? .milliseconds(200) : nil)
                 writeStatus(session: session, state: loop.machine.activity.rawValue, loop: loop)
-                loop.machine.statusWritten(at: loop.clock.now)
+                loop.machine.statusWritten(at: loop.clock.now, completed: completed || !truncate)
             }
             switch loop.machine.finish(at: loop.clock.now, pending: pending, stopping: isStopping) {
             case .stopped: return loop.report
@@ -158,7 +158,12 @@ extension Agent {
                 break
             }
             if progressed { continue }
-            await wakeup.wait(timeout: loop.machine.waitTimeout(at: loop.clock.now, expiresAt: budget.current?.expiresAt))
+            var timeout = loop.machine.waitTimeout(
+                at: loop.clock.now, expiresAt: budget.current?.expiresAt,
+                mustPoll: deletes.isWaiting || loop.drain.storeBusyLogged)
+            // The test hook's freeze comes at its time, whether or not anything wakes the loop then.
+            if let stallAfter { timeout = min(timeout ?? .seconds(1), started + .milliseconds(stallAfter) - loop.clock.now) }
+            await heartbeat.sleeping { await wakeup.wait(timeout: timeout) }
         }
         return loop.report
     }

@@ -27,16 +27,19 @@ extension Agent {
         let session = UploadSession(
             outbox: outbox, client: client, configuration: configuration.upload, logger: logger, unsettledEvents: unsettledEvents)
         session.defersAcknowledgements = true
-        var limits = LoopMachine<ContinuousClock>.Limits(configuration, watchdogInterval: notifier.watchdogInterval)
+        var limits = LoopMachine<ContinuousClock>.Limits(configuration)
         limits.once = once
         var loop = LoopRun(limits: limits, settings: configuration.effective(AgentSettings()))
-        var listener: FlushListener?
+        var listener: WakeSources?
         // The watchdog's pinger is a child task of the run: it pings from the start of the loop until the
         // run's closing steps are over.
         let result = await withTaskGroup(of: Void.self) { group -> Result<Report, any Error> in
             defer { group.cancelAll() }
             do {
-                listener = try FlushListener(groupDirectory: store.groupDirectory) { [weak self] in self?.requestFlush() }
+                listener = try WakeSources(
+                    groupDirectory: store.groupDirectory, coalesce: configuration.pollInterval,
+                    onFlush: { [weak self] in self?.requestFlush() }, onStoreChange: { [weak self] in self?.storeChanged() })
+                loop.machine.storeWatched = listener?.watchesStore ?? false
                 applyGroupSettings(session: session, loop: &loop)
                 let pending = try outbox.pending().count
                 // Nothing to send needs no URL: a fetch timer's run on a device whose app has not set one yet.
@@ -180,18 +183,18 @@ extension Agent {
         return max(.zero, min(configuration.grace, task.deadline - .now))
     }
 
-    /// Pings systemd's watchdog, but only while the main loop shows progress: its heartbeat is recent,
-    /// or a request it started is still within its timeout and answer time.
+    /// Pings systemd's watchdog, but only while the main loop shows progress: it is asleep between turns,
+    /// its heartbeat is recent, or a request it started is still within its timeout and answer time.
     ///
-    /// It looks every quarter interval for a beat within the last half: a look that finds none skips
-    /// one ping, and the next look a quarter later may ping again, so a loop slow for a moment (a turn
-    /// of drain commits on a slow disk) leaves a gap of at most three quarters of the interval. Looking
-    /// every half interval, one skipped ping made a gap of a whole interval, which systemd may take for
-    /// a hang.
+    /// It pings every half interval (`WATCHDOG_USEC`/2, as sd_watchdog_enabled(3) advises, and no
+    /// faster: an idle agent wakes for nothing else). A look that finds the loop in a slow turn (drain
+    /// commits on a slow disk) looks again every eighth of the interval, and pings as soon as the loop
+    /// beats: the gap stays under the interval unless the loop is stuck for most of it.
     func pingWatchdog(every interval: Duration) async {
         while !Task.isCancelled {
-            if heartbeat.isAlive(within: interval / 2) { notifier.watchdog() }
-            try? await Task.sleep(for: interval / 4)
+            let alive = heartbeat.isAlive(within: interval / 2)
+            if alive { notifier.watchdog() }
+            try? await Task.sleep(for: alive ? interval / 2 : interval / 8)
         }
     }
 }

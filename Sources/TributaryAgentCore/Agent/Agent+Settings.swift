@@ -4,6 +4,20 @@ import Logging
 import TributaryStore
 
 extension Agent {
+    /// The shared store changed (a producer's commit, the app's settings, the file deleted or replaced):
+    /// the loop reads the settings again and drains, at its next turn, which comes at once.
+    func storeChanged() {
+        flags.storeChanged.store(true, ordering: .releasing)
+        wakeup.signal()
+    }
+
+    /// Whether the group's settings may have changed since the loop last read them: the store changed
+    /// since, or nothing tells the loop when it does (no inotify: it reads them every turn, as it polls).
+    /// Takes the change.
+    func settingsMayHaveChanged(_ loop: LoopRun) -> Bool {
+        flags.storeChanged.exchange(false, ordering: .acquiringAndReleasing) || !loop.machine.storeWatched
+    }
+
     /// Reads the group's agent settings (``AgentSettings``, written by the main app) and applies what
     /// changed: where batches go, their format, the bulk size, the flush interval. Settings that are not
     /// valid are logged once, shown in the status, and leave what is in force.
@@ -21,9 +35,11 @@ extension Agent {
         let settings: AgentSettings
         do throws(StoreError) {
             settings = try text.map { json throws(StoreError) in try AgentSettings(json: json) } ?? AgentSettings()
+            if loop.settingsProblem != nil { loop.machine.statusChanged() }
             loop.settingsProblem = nil
         } catch {
             loop.settingsProblem = error.message
+            loop.machine.statusChanged()
             logger.error("the group's agent settings are not valid; the settings in force stay", metadata: [
                 "tributary.reason": "\(error.message)", "tributary.group": "\(store.groupDirectory)",
             ])

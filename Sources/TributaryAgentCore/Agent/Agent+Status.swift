@@ -1,7 +1,28 @@
 import AsyncHTTPClient
 import Foundation
 import Logging
+import Synchronization
 import TributaryStore
+
+/// What the agent last wrote to its status file, but for the time it was written: a report that would
+/// say the same again is not written (an idle agent writes nothing to disk).
+final class LastStatus: Sendable {
+    private let written = Mutex<AgentStatus?>(nil)
+
+    /// Whether `status` says something the last report did not; records it as written if so.
+    func isNews(_ status: AgentStatus) -> Bool {
+        var timeless = status
+        timeless.updatedMillis = 0
+        return written.withLock { last in
+            guard last != timeless else { return false }
+            last = timeless
+            return true
+        }
+    }
+
+    /// The next report is written whatever it says (one that failed to be written).
+    func forget() { written.withLock { $0 = nil } }
+}
 
 extension Agent {
     /// What the status file says besides the outbox's figures, as the loop knows it now.
@@ -27,10 +48,11 @@ extension Agent {
         writeStatus(statusFields(session: session, state: state, loop: loop, error: error))
     }
 
-    /// Rewrites the status file once a second (the first time a second after `lastWrite`) until
-    /// cancelled, with `fields` (read before the request started: the upload changes the session's;
-    /// `stopping` once a stop is asked for) and the outbox's figures as they are then: while the loop
-    /// awaits a request, which only its timeout bounds. Cancelled, it returns at once.
+    /// Rewrites the status file once a second (the first time a second after `lastWrite`), when it
+    /// would say something new, until cancelled, with `fields` (read before the request started: the
+    /// upload changes the session's; `stopping` once a stop is asked for) and the outbox's figures as
+    /// they are then: while the loop awaits a request, which only its timeout bounds. Cancelled, it
+    /// returns at once.
     func keepStatusFresh(_ fields: StatusFields, lastWrite: ContinuousClock.Instant) async {
         var next = lastWrite.advanced(by: .seconds(1))
         var fields = fields
@@ -63,7 +85,13 @@ extension Agent {
             status.outboxQuota = configuration.outboxQuotaBytes
             status.serverURL = fields.serverURL
             status.settingsProblem = fields.settingsProblem
-            try status.write(groupDirectory: store.groupDirectory)
+            guard lastStatus.isNews(status) else { return }
+            do {
+                try status.write(groupDirectory: store.groupDirectory)
+            } catch {
+                lastStatus.forget()
+                throw error
+            }
             var line = "\(state): \(status.outboxPending) events queued, \(status.delivered) delivered"
             if status.deadLetters > 0 { line += ", \(status.deadLetters) dead letters" }
             if let halt = status.haltReason { line += "; halted: \(halt)" }

@@ -33,6 +33,7 @@ public final class Agent: Service, Sendable {
     let flags = RunFlags()
     let budget = BudgetSlot()
     let heartbeat = Heartbeat()
+    let lastStatus = LastStatus()
     /// The events of a delivered batch whose rows are still in the outbox (the upload session's).
     let unsettledEvents = UnsettledEvents()
     let notifier = SystemdNotifier()

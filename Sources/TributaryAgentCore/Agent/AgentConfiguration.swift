@@ -14,11 +14,13 @@ public struct AgentConfiguration: Sendable {
     public var bulkSize = 100
     /// Upload at least this often when anything is pending. Default 15 s.
     public var flushInterval: Duration = .seconds(15)
-    /// How often the store is checked for new events. Default 200 ms.
+    /// The shortest time between two drains woken by store changes (a producer committing steadily is
+    /// drained once per interval, not once per commit); also how often the store is polled where no
+    /// change would wake the agent (docs/agent-core.md, "When the loop sleeps"). Default 200 ms.
     public var pollInterval: Duration = .milliseconds(200)
     /// Events per drain transaction. Default 2,000: each chunk costs an SQLite and an LMDB commit,
     /// with an fsync each, and a read of the store's last record; with 1,000 the pipeline benchmark
-    /// moved about 9 % fewer events per second (docs/performance.md, "Eighteenth round"). The chunk is
+    /// moved about 9 % fewer events per second (docs/performance-history.md, "Eighteenth round"). The chunk is
     /// held in memory while it is inserted.
     public var drainChunk = 2000
     /// Stop draining while the outbox holds this many bytes of events, pending and dead letters

@@ -1,5 +1,6 @@
 import Dispatch
 import Logging
+import Metrics
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,6 +20,10 @@ import TributaryStore
 ///
 /// The delete's closure holds the store, so the store's environment is never closed under a
 /// transaction still waiting to begin; the process's exit ends that wait.
+///
+/// A delete holds the writer lock every producer's append needs, for one chunk's records (at most
+/// `AgentConfiguration.drainChunk`, 2,000) and its commit's two fsyncs: how long, each time, goes to
+/// the `tributary_store_lock_hold_seconds` metric and ``holdTimes()`` (docs/performance.md).
 public final class StoreDeletes: Sendable {
     /// How long the drain waits for a delete before leaving it to finish on its own. An ordinary
     /// delete (one commit, one fsync) takes milliseconds; a longer wait is what a deadline can afford
@@ -33,6 +38,26 @@ public final class StoreDeletes: Sendable {
     private let onFinished: @Sendable () -> Void
     /// The agent's fail-stop latch: once tripped, no delete runs; a delete's I/O error trips it.
     let fatalIO: FatalIO.Latch
+    private let holds = Mutex(HoldRecord())
+    private let holdMetric = Metrics.Timer(label: "tributary_store_lock_hold_seconds", preferredDisplayUnit: .seconds)
+
+    /// The latest hold times, oldest first, at most ``HoldRecord/capacity`` of them.
+    struct HoldRecord {
+        static let capacity = 4096
+        var times: [Duration] = []
+        var next = 0
+
+        mutating func add(_ time: Duration) {
+            if times.count < Self.capacity {
+                times.append(time)
+            } else {
+                times[next] = time
+                next = (next + 1) % Self.capacity
+            }
+        }
+
+        var ordered: [Duration] { Array(times[next...] + times[..<next]) }
+    }
 
     private struct State {
         /// The delete in flight: the last seq it deletes through, and when it started.
@@ -95,6 +120,9 @@ public final class StoreDeletes: Sendable {
         return waiting
     }
 
+    /// How long the latest deletes (up to 4,096) held the store's writer lock, oldest first.
+    public func holdTimes() -> [Duration] { holds.withLock { $0.ordered } }
+
     /// Throws the failure of a delete that ended after the drain stopped waiting for it, once.
     public func rethrowLateFailure() throws {
         if let failure = state.withLock({ state in
@@ -121,7 +149,10 @@ public final class StoreDeletes: Sendable {
             let result = Result { () throws -> Int in
                 try fatalIO.check()
                 do {
-                    return try store.deleteEvents(through: seq)
+                    return try store.deleteEvents(through: seq) { held in
+                        self.holds.withLock { $0.add(held) }
+                        self.holdMetric.recordNanoseconds(Int64(held.seconds * 1e9))
+                    }
                 } catch where FatalIO.matches(error) {
                     throw fatalIO.trip(error, keeping: store)
                 }

@@ -13,8 +13,8 @@
 ///    with what timeout), or not, or finish.
 /// 4. After an upload, ``uploaded(_:answer:at:)``, then ``endFlushIfBelowBulk(waiting:)``.
 /// 5. ``finish(at:pending:stopping:)`` and, in a one-shot run, ``sentEverything(drainedThrough:waiting:)``;
-///    otherwise the loop waits at most ``waitTimeout(at:expiresAt:)``, or comes round at once when
-///    the turn made progress.
+///    otherwise the loop waits at most ``waitTimeout(at:expiresAt:mustPoll:)`` (idle: until woken),
+///    or comes round at once when the turn made progress.
 ///
 /// Generic over the clock so that tests move time by hand; the agent runs it on `ContinuousClock`
 /// (`CLOCK_BOOTTIME`), so a wall-clock jump neither starts nor delays a flush.
@@ -36,19 +36,16 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
         var backgroundBudget: Duration = .seconds(30)
         var pollInterval: Duration = .milliseconds(200)
         var outboxQuotaBytes = 512 << 20
-        /// systemd's watchdog interval, when it asks for pings.
-        var watchdogInterval: Duration?
 
         init() {}
 
-        init(_ configuration: AgentConfiguration, watchdogInterval: Duration?) {
+        init(_ configuration: AgentConfiguration) {
             once = configuration.once
             batchSize = configuration.upload.batchSize
             requestTimeout = configuration.upload.requestTimeout
             backgroundBudget = configuration.backgroundBudget
             pollInterval = configuration.pollInterval
             outboxQuotaBytes = configuration.outboxQuotaBytes
-            self.watchdogInterval = watchdogInterval
         }
 
         /// How many events the next request may carry and how long it may take, with `remaining` left
@@ -153,6 +150,15 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
     private(set) var onceMark: (waiting: Int, sentBefore: Int)?
     /// When the status file was last written.
     private(set) var lastStatusWrite: Instant
+    /// Whether a turn changed what the status file says (or a checkpoint did not complete) since the
+    /// status was last written: the loop then comes round to write it, within a second.
+    private(set) var statusOwed = true
+    /// Whether the driver is told of every change to the store (``WakeSources``): the loop then sleeps
+    /// until woken while nothing is due; without, it polls the store every poll interval.
+    var storeWatched = false
+    /// What the last turn saw: the outbox's pending events, and whether it was at its quota.
+    private(set) var seenPending = 0
+    private(set) var seenOutboxFull = false
 
     init(limits: Limits, settings: EffectiveSettings, now: Instant) {
         self.limits = limits
@@ -190,6 +196,16 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
     /// The turn after its drain: takes the flush triggers and the stop, and says whether to upload.
     mutating func decide(_ seen: Observation) -> Action {
         let now = seen.now
+        let activityBefore = activity
+        defer {
+            if activity != activityBefore { statusOwed = true }
+        }
+        let outboxFull = seen.heldBytes >= limits.outboxQuotaBytes
+        if seen.pending != seenPending || outboxFull != seenOutboxFull || seen.flushRequested || seen.stopping {
+            statusOwed = true
+        }
+        seenPending = seen.pending
+        seenOutboxFull = outboxFull
         if seen.pending > 0 && settings.serverURL == nil {
             if seen.stopping { return .finishWithoutURL }
             if limits.once { return .failWithoutURL }
@@ -217,7 +233,6 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
             if !(seen.pending >= settings.bulkSize || limits.once || seen.stopping) { flushing = false }
         }
         // An outbox at its quota drains no more, so a bulk size it cannot hold would never be reached.
-        let outboxFull = seen.heldBytes >= limits.outboxQuotaBytes
         if seen.pending >= settings.bulkSize || (seen.pending > 0 && (now >= nextIntervalFlush || outboxFull))
             || seen.stopping
         {
@@ -248,6 +263,7 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
     mutating func uploaded(
         _ steps: [(step: UploadSession.Step, took: Duration)], answer: Answer, at now: Instant
     ) -> UploadVerdict {
+        statusOwed = true
         if answer.stoppedMeanwhile {
             stopSeen = true
             activity = .stopping
@@ -291,11 +307,21 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
         if try waiting() < settings.bulkSize { flushing = false }
     }
 
-    /// Whether the status file (and the outbox's periodic checkpoint) is due: once a second.
-    func statusDue(at now: Instant) -> Bool { lastStatusWrite.duration(to: now) >= .seconds(1) }
+    /// Whether the status file (and the outbox's checkpoint) is due: a turn changed what it says, and
+    /// it was last written a second ago or more. Nothing changed, nothing is written: an idle agent
+    /// writes nothing to disk.
+    func statusDue(at now: Instant) -> Bool { statusOwed && lastStatusWrite.duration(to: now) >= .seconds(1) }
 
-    /// The status file was written at `now`.
-    mutating func statusWritten(at now: Instant) { lastStatusWrite = now }
+    /// The status file was written at `now`, and the checkpoint beside it `completed` (false: a reader
+    /// kept it from completing, and the loop comes round in a second to try again).
+    mutating func statusWritten(at now: Instant, completed: Bool = true) {
+        lastStatusWrite = now
+        statusOwed = !completed
+    }
+
+    /// Something the status file says changed outside a turn's decisions (the group's settings found
+    /// not valid).
+    mutating func statusChanged() { statusOwed = true }
 
     /// Whether a stop ends the run at the end of this turn: nothing waits, or an upload failed (the
     /// collector down, refusing us, or asking us to wait). A stop does not wait to try again: with the
@@ -326,15 +352,37 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
         return rowsSent - mark.sentBefore >= mark.waiting
     }
 
-    /// Wait until: how long the loop may sleep before its next turn, unless woken (a flush request, a
-    /// stop, a delete ending): the poll interval, or less when a retry is due while flushing, when the
-    /// deadline comes sooner, or when systemd's watchdog wants the loop to beat four times an interval.
-    func waitTimeout(at now: Instant, expiresAt: Instant?) -> Duration {
-        var timeout = limits.pollInterval
-        if let notBefore, flushing { timeout = min(timeout, now.duration(to: notBefore)) }
-        if let expiresAt { timeout = min(timeout, now.duration(to: expiresAt)) }
-        if let watchdog = limits.watchdogInterval { timeout = min(timeout, watchdog / 4) }
-        return max(timeout, .milliseconds(1))
+    /// Wait until: how long the loop may sleep before its next turn unless woken (a store change, a
+    /// flush request, a stop, a delete ending), or nil: until woken. An idle loop sleeps: nothing waits
+    /// in the outbox, no deadline, nothing owed to the status file. Otherwise until the first of
+    ///
+    /// - the flush interval's end, when events wait in the outbox;
+    /// - the end of a wait (a backoff, the collector's `Retry-After`, a halt) while flushing;
+    /// - the deadline;
+    /// - a second after the last status write, while a change is owed to it;
+    /// - the poll interval, where nothing would wake the loop in time: no store watch, a one-shot run
+    ///   or a stop (both short), an outbox at its quota (an operator's discarding of dead letters
+    ///   makes room without a signal), `mustPoll` (the driver's store delete is waiting, or the store
+    ///   could not be read), or a flush that may go and did not.
+    ///
+    /// systemd's watchdog is no cause: the pinger counts a sleeping loop as alive
+    /// (``Heartbeat/sleeping(_:)``).
+    func waitTimeout(at now: Instant, expiresAt: Instant?, mustPoll: Bool = false) -> Duration? {
+        var until: Instant?
+        func wake(at instant: Instant) { until = until.map { min($0, instant) } ?? instant }
+        if !storeWatched || limits.once || stopSeen || seenOutboxFull || mustPoll {
+            wake(at: now.advanced(by: limits.pollInterval))
+        }
+        if seenPending > 0 && !flushing {
+            wake(at: nextIntervalFlush)
+        } else if seenPending > 0, let notBefore, notBefore > now {
+            wake(at: notBefore)
+        } else if seenPending > 0 && settings.serverURL != nil {
+            wake(at: now.advanced(by: limits.pollInterval))
+        }
+        if let expiresAt { wake(at: expiresAt) }
+        if statusOwed { wake(at: lastStatusWrite.advanced(by: .seconds(1))) }
+        return until.map { max(now.duration(to: $0), .milliseconds(1)) }
     }
 
     /// The group's settings changed to `effective`. Another collector, or another format: the old
@@ -343,6 +391,7 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
     mutating func adopt(_ effective: EffectiveSettings, at now: Instant) -> Bool {
         let old = settings
         settings = effective
+        statusOwed = true
         if effective.flushInterval != old.flushInterval {
             nextIntervalFlush = min(nextIntervalFlush, now.advanced(by: effective.flushInterval))
         }

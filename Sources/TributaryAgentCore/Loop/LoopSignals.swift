@@ -14,6 +14,8 @@ final class RunFlags: Sendable {
     let flushRequested = Atomic<Bool>(false)
     /// A stop was asked for.
     let stopping = Atomic<Bool>(false)
+    /// The shared store changed (``WakeSources``) and the loop has not read its settings since.
+    let storeChanged = Atomic<Bool>(false)
     /// Set by the first run: an agent releases its locks when its run ends, so it runs once.
     let started = Atomic<Bool>(false)
 }

@@ -43,9 +43,15 @@ final class Wakeup: Sendable {
         }?.resume()
     }
 
-    /// Waits for a signal, the timeout or cancellation. The timer is a child task of the wait: the
+    /// Waits for a signal, the timeout or cancellation; with no timeout, for a signal or cancellation
+    /// only (no timer: nothing wakes the process meanwhile). The timer is a child task of the wait: the
     /// first of the two to end ends the other.
-    func wait(timeout: Duration) async {
+    func wait(timeout: Duration?) async {
+        guard let timeout else {
+            guard !Task.isCancelled else { return }
+            await park(begin())
+            return
+        }
         guard timeout > .zero, !Task.isCancelled else { return }
         let id = begin()
         await withTaskGroup(of: Void.self) { group in

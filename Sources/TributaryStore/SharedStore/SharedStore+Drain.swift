@@ -55,13 +55,22 @@ extension SharedStore {
     /// is left in it), but not beside a lock file replaced since: they are refused with
     /// ``StoreError/Code/storeReplaced`` then, since the processes that opened the store after that
     /// write the same file under another writer lock.
+    ///
+    /// `held`, when given, is told how long the transaction held the store's writer lock: from the
+    /// moment it had it to its commit's end (the last attempt's, when a full map made it run again).
+    /// Every producer's append waits that long at most behind it.
     @discardableResult
-    public func deleteEvents(through last: UInt64) throws -> Int {
+    public func deleteEvents(through last: UInt64, held: ((Duration) -> Void)? = nil) throws -> Int {
         let dbi = environment.tables.events
-        return try environment.write { txn in
+        let clock = ContinuousClock()
+        var since = clock.now
+        let deleted = try environment.write { txn in
+            since = clock.now
             try environment.checkNotReplaced(drainingOldFile: true)
             return try txn.deleteThrough(dbi, last)
         }
+        held?(clock.now - since)
+        return deleted
     }
 
     /// The stored bytes of event `seq` as they are (the record's header and body), nil when the store

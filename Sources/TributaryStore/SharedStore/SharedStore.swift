@@ -127,7 +127,7 @@ public final class SharedStore: Sendable {
     /// or created anew under this process, since nobody would ever read what it wrote there (and a full
     /// store that was deleted is not the agent's to drain: that error comes before `storeFull`). The
     /// agent's own writes (its deletes) go on in the old file, whose events it drains to the end, unless
-    /// only the lock file was replaced (``deleteEvents(through:)``).
+    /// only the lock file was replaced (``deleteEvents(through:held:)``).
     func producerWrite<T>(_ body: (Transaction) throws -> T) throws -> T {
         try environment.write { txn in
             try environment.checkNotReplaced()
