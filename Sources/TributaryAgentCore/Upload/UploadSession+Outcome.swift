@@ -19,7 +19,7 @@ extension UploadSession {
             CrashPoint.hit("upload.after-ack")
             if defersAcknowledgements, suspect == nil, let next {
                 (unsettled, ready) = ((batchID, next.batch), next)
-                unsettledEvents.set(count)
+                unsettledEvents.set(count, batch: batchID)
             } else if try outbox.acknowledge(batchID, then: next?.batch) {
                 // (The acknowledgement's transaction sets the outbox's count of dead letters in a row back to 0.)
                 ready = next
@@ -113,6 +113,7 @@ extension UploadSession {
             + "refuse every event: check the collector URL, --format and the collector's limits. The next refused "
             + "event stays in the outbox and is sent again every \(interval) s; the refused ones are dead letters "
             + "(tributary dead-letters; --replay once fixed)"
+        haltedAfterDeadLetters = deadLettersInARow
         lastError = reason
         logger.error(
             "collector refuses event after event; halting uploads instead of dead-lettering the backlog",
