@@ -54,33 +54,23 @@ extension CLITests {
             let app = try DatabaseQueue(path: foreign)
             try await app.write { db in try db.execute(sql: "CREATE TABLE accounts (id INTEGER PRIMARY KEY); INSERT INTO accounts VALUES (1)") }
             let before = try Data(contentsOf: URL(fileURLWithPath: foreign))
-            func holdLock(for seconds: Double) async throws -> Task<Void, any Error> {
-                let taken = AsyncStream<Void>.makeStream()
-                let holder = Task.detached {
-                    try app.inTransaction(.exclusive) { _ in
-                        taken.continuation.yield()
-                        Thread.sleep(forTimeInterval: seconds)
-                        return .commit
-                    }
-                }
-                for await _ in taken.stream { break }
-                return holder
-            }
             let arguments = ["--group", group, "--outbox", foreign, "--server", "http://127.0.0.1:9/sa", "--once", "--deadline", "2"]
-            // Held for a second: the read-only look failed at once (busy) and let the file through; the
-            // outbox's open then waited for the lock and made the app's database an outbox.
-            var holder = try await holdLock(for: 1)
-            let checked = try await ChildProcess.run("tributary-agent", arguments)
-            try await holder.value
+            // Held for 2 s after the agent starts: the read-only look failed at once (busy) and let the
+            // file through; the outbox's open then waited for the lock and made the app's database an outbox.
+            var holder = await LockHolder.take(app)
+            let agent = try ChildProcess("tributary-agent", arguments)
+            try await Task.sleep(for: .seconds(2))
+            await holder.release()
+            let checked = await agent.finish()
             #expect(checked.status == 78 && checked.stderr.contains("not a Tributary outbox"), "\(checked.stderr)")
-            // Held past the check's patience: refused as locked, not let through.
-            holder = try await holdLock(for: ForeignDatabaseCheck.patience + 3)
+            // Held until the agent ends: refused as locked once the check's patience is out, not let through.
+            holder = await LockHolder.take(app)
             let started = ContinuousClock.now
             let locked = try await ChildProcess.run("tributary-agent", arguments)
             let took = ContinuousClock.now - started
-            try await holder.value
+            await holder.release()
             #expect(locked.status == 78 && locked.stderr.contains("is locked by another process"), "\(locked.stderr)")
-            #expect(took < .seconds(ForeignDatabaseCheck.patience + 3), "\(took)")
+            #expect(took >= .seconds(ForeignDatabaseCheck.patience), "\(took)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: foreign)) == before, "the app's database was changed")
             #expect(!FileManager.default.fileExists(atPath: foreign + "-wal"))
         }
@@ -222,6 +212,45 @@ extension CLITests {
             #expect(agent.status == 78, "\(agent.stderr)")
             #expect(agent.stderr.contains("Upgrade Tributary"), "\(agent.stderr)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+        }
+    }
+}
+
+/// A database's write lock (`BEGIN EXCLUSIVE`), held by a thread of its own until released.
+final class LockHolder: Sendable {
+    private let released = DispatchSemaphore(value: 0)
+    private let ended = DispatchSemaphore(value: 0)
+
+    /// Takes `database`'s lock; returns once it is held.
+    static func take(_ database: DatabaseQueue) async -> LockHolder {
+        let holder = LockHolder()
+        let taken = DispatchSemaphore(value: 0)
+        Thread {
+            try? database.inTransaction(.exclusive) { _ in
+                taken.signal()
+                holder.released.wait()
+                return .commit
+            }
+            taken.signal()  // (had the lock not been taken)
+            holder.ended.signal()
+        }.start()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Thread {
+                taken.wait()
+                done.resume()
+            }.start()
+        }
+        return holder
+    }
+
+    /// Lets the lock go; returns once it is.
+    func release() async {
+        released.signal()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Thread { [ended] in
+                ended.wait()
+                done.resume()
+            }.start()
         }
     }
 }
