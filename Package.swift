@@ -141,6 +141,7 @@ let package = Package(
             dependencies: [
                 "Tributary", "TributaryAutoTrack", "TributaryBridge", "TributaryErrors", "TributaryExitStatus",
                 "TributaryOracle", "TributaryCollector",
+                "TributaryAgentCore",  // the demo reads the outbox it would remove (read-only)
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"), .product(name: "Logging", package: "swift-log"),
             ],
@@ -224,6 +225,8 @@ let package = Package(
                 "tributary-agent", "tributary-collector",
                 // A lost wake-up made by hand (MultiProcessTests): the futex wake that ends it if the watch did not.
                 "CLMDB",
+                // Another program's database held locked (CLITests+StoreFiles).
+                "TributarySQLite", .product(name: "GRDB", package: "GRDB.swift"),
             ],
             path: "Integration/Tests",
             swiftSettings: strict

@@ -52,6 +52,33 @@ extension CLITests {
         }
     }
 
+    @Test("an outbox with a hard link is refused (exit 78) by either name, and the agent of another group no longer takes it beside the first; with one name again it is used")
+    func hardLinkedOutboxRefused() async throws {
+        try await withTemporaryGroup { group in
+            let other = group + "-other"
+            let outbox = group + "-state/outbox.sqlite"
+            let link = group + "-other-outbox.sqlite"
+            defer { for path in [other, link] { try? FileManager.default.removeItem(atPath: path) } }
+            let server = ["--server", "http://127.0.0.1:9/sa", "--log-level", "warning"]
+            let made = try await ChildProcess.run(
+                "tributary-agent", ["--group", group, "--once", "--deadline", "1", "--outbox", outbox] + server)
+            #expect(made.status == 0, "stderr: \(made.stderr)")
+            try FileManager.default.linkItem(atPath: outbox, toPath: link)
+            // Locked by path, each name had a lock of its own: two agents drained into one outbox.
+            for (groupDirectory, name) in [(group, outbox), (other, link)] {
+                let refused = try await ChildProcess.run(
+                    "tributary-agent", ["--group", groupDirectory, "--once", "--deadline", "1", "--outbox", name] + server)
+                #expect(refused.status == 78, "stderr: \(refused.stderr)")
+                #expect(refused.stderr.contains("has 2 names (hard links)"), "\(refused.stderr)")
+            }
+            #expect(!FileManager.default.fileExists(atPath: link + "-wal"), "refused before SQLite opened it by the other name")
+            try FileManager.default.removeItem(atPath: link)
+            let alone = try await ChildProcess.run(
+                "tributary-agent", ["--group", group, "--once", "--deadline", "1", "--outbox", outbox] + server)
+            #expect(alone.status == 0, "stderr: \(alone.stderr)")
+        }
+    }
+
     @Test("--group and --outbox may be relative to the working directory, the outbox a bare file name")
     func relativePaths() async throws {
         try await withTemporaryGroup { group in
@@ -59,7 +86,7 @@ extension CLITests {
             let relative = (group as NSString).lastPathComponent
             for index in 0..<3 {
                 let track = try await ChildProcess.run(
-                    "tributary", ["track", "--group", relative, "Relative\(index)"], directory: directory)
+                    "tributary", ["track", "--create", "--group", relative, "Relative\(index)"], directory: directory)
                 #expect(track.status == 0, "\(track.stderr)")
             }
             try await Collector.withRunning(CollectorConfiguration()) { collector in
@@ -87,7 +114,7 @@ extension CLITests {
     func otherOutboxNamed() async throws {
         try await withTemporaryGroup { group in
             for index in 0..<20 {
-                let track = try await ChildProcess.run("tributary", ["track", "--group", group, "Event\(index)"])
+                let track = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "Event\(index)"])
                 #expect(track.status == 0, "\(track.stderr)")
             }
             let manual = group + "-manual/outbox.sqlite"

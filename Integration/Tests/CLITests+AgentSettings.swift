@@ -40,6 +40,19 @@ extension CLITests {
         }
     }
 
+    @Test("--help right after an option that takes any value shows the help instead of being refused as the value", arguments: [
+        ("tributary-agent", ["--deadline", "--help"], "--deadline <deadline>"),
+        ("tributary-agent", ["--once", "--batch-size", "-h"], "--batch-size"),
+        ("tributary", ["inspect", "--limit", "--help"], "--limit <limit>"),
+        ("tributary-collector", ["--port", "--help"], "--port"),
+        ("tributary-sim", ["load", "--events", "--help"], "--events"),
+    ])
+    func helpAfterOption(tool: String, arguments: [String], usage: String) async throws {
+        let result = try await ChildProcess.run(tool, arguments)
+        #expect(result.status == 0, "stderr: \(result.stderr)")
+        #expect(result.stdout.contains("USAGE") && result.stdout.contains(usage), "\(result.stdout)")
+    }
+
     @Test("tributary-agent --auth-token-file: an unreadable file or a refused token exits 78 keeping every event; the right token delivers them")
     func agentTokenFile() async throws {
         try await withTemporaryGroup { group in
@@ -83,7 +96,7 @@ extension CLITests {
     @Test("tributary config sets, shows and removes the agent settings; a refused change leaves them; the agent uses them")
     func agentSettings() async throws {
         try await withTemporaryGroup { group in
-            #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "Ordinary"]).status == 0)
+            #expect(try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "Ordinary"]).status == 0)
             #expect(try await ChildProcess.run("tributary", ["config", "--group", group]).stdout == "none\n")
             try await Collector.withRunning(CollectorConfiguration()) { collector in
                 let set = try await ChildProcess.run(
@@ -106,7 +119,7 @@ extension CLITests {
 
                 // The systemd units' environment files: TRIBUTARY_SERVER and TRIBUTARY_FORMAT win over the group's.
                 try await Collector.withRunning(CollectorConfiguration()) { operators in
-                    #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "Ordinary"]).status == 0)
+                    #expect(try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "Ordinary"]).status == 0)
                     let arguments = ["--group", group, "--outbox", group + "-state/outbox.sqlite", "--once"]
                     let badFormat = try await ChildProcess.run("tributary-agent", arguments, environment: ["TRIBUTARY_FORMAT": "xml"])
                     #expect(badFormat.status == 64 && badFormat.stderr.contains("TRIBUTARY_FORMAT must be sensors or ndjson"), "\(badFormat.stderr)")
@@ -138,7 +151,7 @@ extension CLITests {
             let arguments = ["--group", group, "--outbox", group + "-state/outbox.sqlite", "--once"]
             let nothing = try await Self.runAgent(arguments)
             #expect(nothing.status == 0, "\(nothing.stderr)")
-            #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "Ordinary"]).status == 0)
+            #expect(try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "Ordinary"]).status == 0)
             let nowhere = try await Self.runAgent(arguments)
             #expect(nowhere.status == 78, "\(nowhere.stderr)")
             #expect(nowhere.stderr.contains("No collector URL: give --server"), "\(nowhere.stderr)")

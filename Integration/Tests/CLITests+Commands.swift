@@ -10,7 +10,7 @@ extension CLITests {
     func trackStatusInspect() async throws {
         try await withTemporaryGroup { group in
             let track = try await ChildProcess.run(
-                "tributary", ["track", "--group", group, "BuyProduct", "--properties", #"{"price": 9.99}"#,
+                "tributary", ["track", "--create", "--group", group, "BuyProduct", "--properties", #"{"price": 9.99}"#,
                               "--producer", "extension", "--producer-id", "share"])
             #expect(track.status == 0, "\(track.stderr)")
             let eventID = track.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -18,7 +18,10 @@ extension CLITests {
             let status = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
             let json = try #require(try JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [String: Any])
             #expect(json["pending_events"] as? Int == 1)
-            #expect(json["quota"] as? Int == 1 << 30)
+            // The tool's own quota (1 GiB by default) is not the store's: each producer has its own.
+            #expect(json["quota"] == nil && json["map_size"] as? Int != nil, "\(status.stdout)")
+            let text = try await ChildProcess.run("tributary", ["status", "--group", group])
+            #expect(!text.stdout.contains("quota 1024.0 MiB") && text.stdout.contains("up to its own quota"), "\(text.stdout)")
             let inspect = try await ChildProcess.run("tributary", ["inspect", "--group", group, "--json"])
             #expect(inspect.stdout.contains(eventID))
             #expect(inspect.stdout.contains(#""producer":"share""#))
@@ -27,18 +30,18 @@ extension CLITests {
     }
 
     @Test("exit codes", arguments: [
-        (["track", "--group", "{g}", "bad name"], Int32(65), "character"),
-        (["track", "--group", "{g}", "X", "--properties", "{\"a\": null}"], 65, "null"),
-        (["track", "--group", "{g}", "X", "--producer", "robot"], 64, "--producer"),
+        (["track", "--create", "--group", "{g}", "bad name"], Int32(65), "character"),
+        (["track", "--create", "--group", "{g}", "X", "--properties", "{\"a\": null}"], 65, "null"),
+        (["track", "--create", "--group", "{g}", "X", "--producer", "robot"], 64, "--producer"),
         (["status", "--group", "{g}/missing"], 66, "cannot be used"),
         (["login", "--group", "{g}", ""], 65, "login id"),
         (["login", "--group", "{g}/missing", "user-1"], 66, "missing"),
         (["logout", "--group", "{g}/missing"], 66, "missing"),
-        (["track", "--group", "{g}", "X", "--properties", #"{"p": 1e400}"#], 65, "not finite as a Double"),
+        (["track", "--create", "--group", "{g}", "X", "--properties", #"{"p": 1e400}"#], 65, "not finite as a Double"),
         // JSONDecoder takes a trailing comma for JSON; the collector's scanner, which checks typed JSON, does not.
-        (["track", "--group", "{g}", "X", "--properties", #"{"p": 1,}"#], 65, "a ',' before the end of the container at byte 8"),
-        (["track", "--group", "{g}", "X", "--properties", #"{"p": "\ud800"}"#], 65, "a high surrogate escape"),
-        (["track", "--group", "{g}", "X", "--properties", #"{"p": 18446744073709551615}"#], 65, "send it as a string"),
+        (["track", "--create", "--group", "{g}", "X", "--properties", #"{"p": 1,}"#], 65, "a ',' before the end of the container at byte 8"),
+        (["track", "--create", "--group", "{g}", "X", "--properties", #"{"p": "\ud800"}"#], 65, "a high surrogate escape"),
+        (["track", "--create", "--group", "{g}", "X", "--properties", #"{"p": 18446744073709551615}"#], 65, "send it as a string"),
         (["inspect", "--group", "{g}", "--limit", "0"], 64, "--limit"),
         (["dead-letters", "--group", "{g}", "--id", "3"], 64, "--replay"),
         (["dead-letters", "--outbox", "{g}-junk"], 74, "cannot be read"),
@@ -47,16 +50,16 @@ extension CLITests {
         (["dead-letters", "--group", "{g}/missing"], 66, "cannot be used"),
         (["flush", "--group", "{g}/missing"], 66, "cannot be used"),
         (["status", "--group", "{g}-junk"], 64, "is not a directory"),
-        (["track", "--group", "{g}-junk", "X"], 64, "is not a directory"),
+        (["track", "--create", "--group", "{g}-junk", "X"], 64, "is not a directory"),
         (["flush", "--group", "{g}-junk"], 64, "is not a directory"),
         (["status", "--group", "{g}-junk/group"], 64, "is not a directory"),
-        (["track", "--group", "", "X"], 64, "--group must name"),
+        (["track", "--create", "--group", "", "X"], 64, "--group must name"),
         (["status", "--group", ""], 64, "--group must name"),
         (["dead-letters", "--group", ""], 64, "must not be empty"),
         (["dead-letters", "--group", "{g}", "--limit", "0"], 64, "--limit"),
-        (["track", "--group", "{g}", "X", "--app-version", ""], 64, "--app-version"),
-        (["track", "--group", "{g}", "X", "--app-version", "1.0\t2"], 64, "--app-version"),
-        (["track", "--group", "{g}", "X", "--app-version", String(repeating: "9", count: 9000)], 64, "--app-version"),
+        (["track", "--create", "--group", "{g}", "X", "--app-version", ""], 64, "--app-version"),
+        (["track", "--create", "--group", "{g}", "X", "--app-version", "1.0\t2"], 64, "--app-version"),
+        (["track", "--create", "--group", "{g}", "X", "--app-version", String(repeating: "9", count: 9000)], 64, "--app-version"),
         (["config", "set", "--group", "{g}", "retries=3"], 64, #"Unknown setting "retries""#),
         (["config", "set", "--group", "{g}", "server_url"], 64, "is not KEY=VALUE"),
         (["config", "set", "--group", "{g}", "flush_bulk_size=5"], 65, "from 50 to 1000000"),
@@ -77,14 +80,35 @@ extension CLITests {
         }
     }
 
+    @Test("track uses only an existing group directory unless --create is given: a mistyped --group makes no group nobody drains")
+    func trackNeedsExistingGroup() async throws {
+        try await withTemporaryGroup { group in
+            let typo = group + "x"
+            let refused = try await ChildProcess.run("tributary", ["track", "--group", typo, "Lost"])
+            #expect(refused.status == 66, "\(refused.stderr)")
+            #expect(refused.stderr.contains("does not exist; nothing was created") && refused.stderr.contains("--create"), "\(refused.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: typo), "the refused track created the directory")
+            // An existing directory (made by an installer, say) gets its store without --create.
+            try FileManager.default.createDirectory(atPath: group, withIntermediateDirectories: false)
+            let first = try await ChildProcess.run("tributary", ["track", "--group", group, "First"])
+            #expect(first.status == 0, "\(first.stderr)")
+            #expect(FileManager.default.fileExists(atPath: group + "/" + SharedStore.fileName))
+            // --create makes a missing one.
+            let created = try await ChildProcess.run("tributary", ["track", "--create", "--group", typo, "New"])
+            #expect(created.status == 0, "\(created.stderr)")
+            #expect(FileManager.default.fileExists(atPath: typo + "/" + SharedStore.fileName))
+            try? FileManager.default.removeItem(atPath: typo)
+        }
+    }
+
     @Test("a refused event leaves the app's published presets as they were; the next extension event carries the version before")
     func refusedEventPublishesNothing() async throws {
         try await withTemporaryGroup { group in
-            #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "Ok", "--app-version", "1.0.0"]).status == 0)
-            let refused = try await ChildProcess.run("tributary", ["track", "--group", group, "bad name", "--app-version", "9.9.9"])
+            #expect(try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "Ok", "--app-version", "1.0.0"]).status == 0)
+            let refused = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "bad name", "--app-version", "9.9.9"])
             #expect(refused.status == 65, "\(refused.stderr)")
             let badProperty = try await ChildProcess.run(
-                "tributary", ["track", "--group", group, "Ok", "--app-version", "9.9.9", "--properties", #"{"a": null}"#])
+                "tributary", ["track", "--create", "--group", group, "Ok", "--app-version", "9.9.9", "--properties", #"{"a": null}"#])
             #expect(badProperty.status == 65, "\(badProperty.stderr)")
             let presets = try #require(try openExistingStore(group).configuration()[ConfigurationKey.appPresets])
             #expect(presets.contains(#""$app_version":"1.0.0""#), "\(presets)")
@@ -97,7 +121,7 @@ extension CLITests {
             let tributary = productsDirectory.appendingPathComponent("tributary").path
             // FileHandle.write trapped here (exit 132) after the event was stored: a script retrying on the
             // failure stored it twice, under two event ids.
-            let full = try await ChildProcess(path: "/bin/sh", ["-c", #""$0" track --group "$1" Paid > /dev/full"#, tributary, group]).finish()
+            let full = try await ChildProcess(path: "/bin/sh", ["-c", #""$0" track --create --group "$1" Paid > /dev/full"#, tributary, group]).finish()
             #expect(full.status == 74, "\(full.stderr)")
             #expect(full.stderr.contains("is stored: do not do it again"), "\(full.stderr)")
             #expect(try openExistingStore(group).status().pendingEvents == 1)
@@ -133,7 +157,7 @@ extension CLITests {
     func closedStandardDescriptors(command: String) async throws {
         try await withTemporaryGroup { group in
             for name in ["A", "B", "C"] {
-                #expect(try await ChildProcess.run("tributary", ["track", name, "--group", group]).status == 0)
+                #expect(try await ChildProcess.run("tributary", ["track", "--create", name, "--group", group]).status == 0)
             }
             // The LMDB file took descriptor 1, and what the command printed went into it.
             let tool = productsDirectory.path + "/" + command.replacingOccurrences(of: "{g}", with: group)
@@ -183,10 +207,10 @@ extension CLITests {
                 let text = try store.configuration()[ConfigurationKey.appPresets] ?? "{}"
                 return (try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])?["$app_version"] as? String
             }
-            let plain = try await ChildProcess.run("tributary", ["track", "--group", group, "ScriptPing"])
+            let plain = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "ScriptPing"])
             #expect(plain.status == 0, "\(plain.stderr)")
             #expect(try publishedVersion() == "2.3.4")
-            let versioned = try await ChildProcess.run("tributary", ["track", "--group", group, "ScriptPing", "--app-version", "2.4.0"])
+            let versioned = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "ScriptPing", "--app-version", "2.4.0"])
             #expect(versioned.status == 0, "\(versioned.stderr)")
             #expect(try publishedVersion() == "2.4.0")
         }

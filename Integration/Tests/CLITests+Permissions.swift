@@ -16,7 +16,7 @@ extension CLITests {
             chmod(file, 0o640)
             chmod(file + "-lock", 0o640)
             #expect(try await ChildProcess.run("tributary", ["status", "--group", group]).status == 0)
-            #expect(try await ChildProcess.run("tributary", ["track", "Y", "--group", group]).status == 0)
+            #expect(try await ChildProcess.run("tributary", ["track", "--create", "Y", "--group", group]).status == 0)
             for path in [file, file + "-lock"] {
                 var st = stat()
                 #expect(stat(path, &st) == 0 && st.st_mode & 0o777 == 0o640, "\(path): \(String(st.st_mode & 0o777, radix: 8))")
@@ -26,7 +26,7 @@ extension CLITests {
 
     @Test("every tool refuses a world-writable group with exit 77, and leaves the directory's mode as it was", arguments: [
         ("tributary", ["status", "--group", "{g}"]),
-        ("tributary", ["track", "Refused", "--group", "{g}"]),
+        ("tributary", ["track", "--create", "Refused", "--group", "{g}"]),
         ("tributary-sim", ["load", "--count", "1", "--group", "{g}"]),
         ("tributary-sim", ["app", "--events", "1", "--group", "{g}"]),
         ("tributary-agent", ["--group", "{g}", "--once"]),
@@ -85,12 +85,34 @@ extension CLITests {
         #expect(result.stderr.contains("\(top)/state"), "stderr: \(result.stderr)")
     }
 
+    @Test("dead-letters lists an outbox its user may only read (an operator's look at the agent's outbox): read-only, nothing written",
+          .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
+                   "needs root, to give the outbox to another user read-only, and setpriv"))
+    func deadLettersListReadOnly() async throws {
+        let top = "/var/tmp/tributary-readonly-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: top) }
+        try FileManager.default.createDirectory(atPath: top, withIntermediateDirectories: true)
+        let path = top + "/outbox.sqlite"
+        do { _ = try Self.outboxWithDeadLetters(path, count: 3) }  // closed again: no -wal, no -shm
+        chmod(top, 0o755)
+        chmod(path, 0o644)
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        // It was opened for reading and writing (and refused with 77 for want of the right to write).
+        let listed = try await Self.runAsNobody(["dead-letters", "--outbox", path])
+        #expect(listed.status == 0, "stderr: \(listed.stderr)")
+        #expect(listed.stdout.split(separator: "\n").count == 3, "\(listed.stdout)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+        // Replaying changes the outbox: that still needs the right to write it.
+        let replay = try await Self.runAsNobody(["dead-letters", "--outbox", path, "--replay"])
+        #expect(replay.status == 77, "stderr: \(replay.stderr)")
+    }
+
     @Test("a user who may not use the group directory is told so (exit 77), not that there is no store",
           .enabled(if: getuid() != 0 || FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
                    "as root only another user meets EACCES, and setpriv (util-linux) is not installed"),
           arguments: [
             ["status", "--group", "{g}"],
-            ["track", "--group", "{g}", "X"],
+            ["track", "--create", "--group", "{g}", "X"],
             ["login", "--group", "{g}", "user-1"],
             ["flush", "--group", "{g}"],
             ["status", "--group", "{g}/nested"],
@@ -135,7 +157,7 @@ extension CLITests {
         }
     }
 
-    @Test("dead-letters on an outbox its user may see but not write is refused as permission denied (exit 77), not as unreadable (74)",
+    @Test("dead-letters --discard on an outbox its user may see but not write is refused as permission denied (exit 77), not as unreadable (74)",
           .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"),
                    "needs root, to run as another user, and setpriv (util-linux)"))
     func outboxNotWritable() async throws {
@@ -146,7 +168,8 @@ extension CLITests {
             let path = directory + "/outbox.sqlite"
             _ = try Outbox(path: path)
             chmod(path, 0o644)
-            let result = try await Self.runAsNobody(["dead-letters", "--outbox", path])
+            // (Listing it is allowed: it only reads. deadLettersListReadOnly.)
+            let result = try await Self.runAsNobody(["dead-letters", "--outbox", path, "--discard"])
             #expect(result.status == 77, "stderr: \(result.stderr)")
             #expect(result.stderr.contains("permission denied") && result.stderr.contains(path), "\(result.stderr)")
             #expect(result.stderr.contains("\(path) belongs to user root and group root, mode 644"), "\(result.stderr)")
@@ -158,7 +181,7 @@ extension CLITests {
         try await withTemporaryGroup { group in
             try FileManager.default.createDirectory(atPath: group, withIntermediateDirectories: true)
             chmod(group, 0o777)
-            let result = try await ChildProcess.run("tributary", ["track", "--group", group, "X"])
+            let result = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "X"])
             #expect(result.status == 77)
             #expect(result.stderr.contains("chmod o-w"))
             let agent = try await ChildProcess.run(

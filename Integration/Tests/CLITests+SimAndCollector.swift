@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TributaryStore
 import TributaryTestSupport
 
 // tributary-sim (its demo, durations and ledger) and tributary-collector: bad options and run-time failures.
@@ -59,12 +60,23 @@ extension CLITests {
     func demoKeepsRealGroup() async throws {
         try await withTemporaryGroup { group in
             // An app's group: the same file names as a demo's, and an event waiting for the agent.
-            #expect(try await ChildProcess.run("tributary", ["track", "Real", "--group", group]).status == 0)
+            #expect(try await ChildProcess.run("tributary", ["track", "--create", "Real", "--group", group]).status == 0)
             let refused = try await ChildProcess.run("tributary-sim", ["demo", "--group", group])
             #expect(refused.status == 64, "stderr: \(refused.stderr)")
             #expect(refused.stderr.contains("holds a Tributary store with 1 events not yet delivered"), "\(refused.stderr)")
             let status = try await ChildProcess.run("tributary", ["status", "--group", group])
             #expect(status.stdout.contains("pending events: 1"), "\(status.stdout)")
+            // Its store delivered, but an outbox at <group>-state holding what an agent drained and did not send:
+            // the demo removed it unchecked.
+            let delivered = try await ChildProcess.run(
+                "tributary-agent", ["--group", group, "--outbox", group + "-state/outbox.sqlite", "--server", "http://127.0.0.1:9/sa",
+                                    "--once", "--deadline", "3"])
+            #expect(delivered.status == 0, "\(delivered.stderr)")
+            try? FileManager.default.removeItem(atPath: group + "/" + AgentChannel.socketFile)
+            let kept = try await ChildProcess.run("tributary-sim", ["demo", "--group", group])
+            #expect(kept.status == 64 && kept.stderr.contains("outbox.sqlite holds 1 events not yet delivered"), "\(kept.stderr)")
+            #expect(FileManager.default.fileExists(atPath: group + "-state/outbox.sqlite"))
+            try FileManager.default.removeItem(atPath: group + "-state")
 
             // Started by name from PATH, in another directory (it looked for its siblings there).
             let demo = group + "-demo"

@@ -1,5 +1,7 @@
 import Foundation
+import GRDB
 import Testing
+import TributarySQLite
 import TributaryStore
 import TributaryTestSupport
 
@@ -43,7 +45,38 @@ extension CLITests {
         }
     }
 
-    @Test("a store file cut short is refused as unreadable (74) by every tool, never read into a bus error, and left as it is")
+    @Test("another program's database that another process keeps locked is checked once the lock goes, or refused as locked (78), and left as it was")
+    func foreignDatabaseLocked() async throws {
+        try await withTemporaryGroup { group in
+            try FileManager.default.createDirectory(atPath: group, withIntermediateDirectories: true)
+            // An app's database in rollback-journal mode, whose writer holds its lock (EXCLUSIVE) for a while.
+            let foreign = group + "/app.sqlite"
+            let app = try DatabaseQueue(path: foreign)
+            try await app.write { db in try db.execute(sql: "CREATE TABLE accounts (id INTEGER PRIMARY KEY); INSERT INTO accounts VALUES (1)") }
+            let before = try Data(contentsOf: URL(fileURLWithPath: foreign))
+            let arguments = ["--group", group, "--outbox", foreign, "--server", "http://127.0.0.1:9/sa", "--once", "--deadline", "2"]
+            // Held for 2 s after the agent starts: the read-only look failed at once (busy) and let the
+            // file through; the outbox's open then waited for the lock and made the app's database an outbox.
+            var holder = await LockHolder.take(app)
+            let agent = try ChildProcess("tributary-agent", arguments)
+            try await Task.sleep(for: .seconds(2))
+            await holder.release()
+            let checked = await agent.finish()
+            #expect(checked.status == 78 && checked.stderr.contains("not a Tributary outbox"), "\(checked.stderr)")
+            // Held until the agent ends: refused as locked once the check's patience is out, not let through.
+            holder = await LockHolder.take(app)
+            let started = ContinuousClock.now
+            let locked = try await ChildProcess.run("tributary-agent", arguments)
+            let took = ContinuousClock.now - started
+            await holder.release()
+            #expect(locked.status == 78 && locked.stderr.contains("is locked by another process"), "\(locked.stderr)")
+            #expect(took >= .seconds(ForeignDatabaseCheck.patience), "\(took)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: foreign)) == before, "the app's database was changed")
+            #expect(!FileManager.default.fileExists(atPath: foreign + "-wal"))
+        }
+    }
+
+    @Test("a store file cut short is refused as unreadable (74) by every tool, never read into a bus error, and left as it is; the agent moves it aside whole")
     func truncatedStore() async throws {
         try await withTemporaryGroup { group in
             let load = try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "3000"])
@@ -56,8 +89,7 @@ extension CLITests {
             chmod(group, 0o770)
             for (tool, arguments) in [
                 ("tributary", ["status", "--group", group]), ("tributary", ["inspect", "--group", group]),
-                ("tributary", ["track", "X", "--group", group]), ("tributary-sim", ["extension", "--events", "1", "--group", group]),
-                ("tributary-agent", ["--group", group, "--outbox", group + "-outbox.sqlite", "--server", "http://127.0.0.1:9/sa", "--once"]),
+                ("tributary", ["track", "--create", "X", "--group", group]), ("tributary-sim", ["extension", "--events", "1", "--group", group]),
             ] {
                 let result = try await ChildProcess.run(tool, arguments)
                 #expect(result.status == 74, "\(tool) \(arguments[0]): \(result.stderr)")
@@ -67,6 +99,55 @@ extension CLITests {
             #expect(after == whole.prefix(100_000))
             var st = stat()
             #expect(stat(group, &st) == 0 && st.st_mode & 0o7777 == 0o770, "mode \(String(st.st_mode & 0o7777, radix: 8))")
+            // The agent's walk finds it cut short: moved aside whole (it exited 74 at every start, and every
+            // producer with it), a new store made, the run goes on.
+            let verify = try await ChildProcess.run("tributary", ["verify", "--group", group])
+            #expect(verify.status == 65 && verify.stderr.contains("shorter than the"), "\(verify.stderr)")
+            let agent = try await ChildProcess.run(
+                "tributary-agent", ["--group", group, "--outbox", group + "-outbox.sqlite", "--server", "http://127.0.0.1:9/sa", "--once"])
+            #expect(agent.status == 0, "\(agent.stderr)")
+            let aside = StoreCheck.setAsideStores(groupDirectory: group)
+            #expect(aside.count == 1 && aside.first?.reason.contains("shorter than the") == true, "\(aside)")
+            if let directory = aside.first?.directory {
+                #expect(try Data(contentsOf: URL(fileURLWithPath: directory + "/" + SharedStore.fileName)) == whole.prefix(100_000))
+            }
+        }
+    }
+
+    @Test("a store whose tree pages are garbage: verify says so (65) without crashing, the agent moves it aside whole, makes a new store and says so in its status, and producers go on in the new store")
+    func garbagePagesSetAside() async throws {
+        try await withTemporaryGroup { group in
+            let load = try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "2000"])
+            #expect(load.status == 0)
+            let file = group + "/" + SharedStore.fileName
+            // Every page after the two meta pages overwritten with the same garbage (a bad disk, a tool).
+            var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: file)))
+            let pageSize = Int(getpagesize())
+            var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+            for index in (2 * pageSize)..<bytes.count {
+                state = state &* 6_364_136_223_846_793_005 &+ 1
+                bytes[index] = UInt8(truncatingIfNeeded: state >> 33)
+            }
+            try Data(bytes).write(to: URL(fileURLWithPath: file))
+            let verify = try await ChildProcess.run("tributary", ["verify", "--group", group])
+            #expect(verify.status == 65 && verify.stderr.contains("DAMAGED"), "\(verify.status): \(verify.stderr)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: file)) == Data(bytes), "verify writes nothing")
+            let agent = try await ChildProcess.run("tributary-agent", [
+                "--group", group, "--outbox", group + "-outbox.sqlite", "--server", "http://127.0.0.1:9/sa", "--once", "--deadline", "2",
+            ])
+            #expect(agent.status == 0, "\(agent.stderr)")
+            #expect(agent.stderr.contains("the shared store is damaged: moved aside whole"), "\(agent.stderr)")
+            let aside = try #require(StoreCheck.setAsideStores(groupDirectory: group).first)
+            #expect(try Data(contentsOf: URL(fileURLWithPath: aside.directory + "/" + SharedStore.fileName)) == Data(bytes))
+            #expect(FileManager.default.fileExists(atPath: aside.directory + "/" + SharedStore.fileName + "-lock"))
+            #expect(AgentChannel.readStatus(groupDirectory: group)?.damagedStore?.hasPrefix(aside.directory) == true)
+            // The loss is said by every status until the directory is removed; producers use the new store.
+            let track = try await ChildProcess.run("tributary", ["track", "--group", group, "AfterDamage"])
+            #expect(track.status == 0, "\(track.stderr)")
+            let status = try await ChildProcess.run("tributary", ["status", "--group", group])
+            #expect(status.status == 0 && status.stdout.contains("DAMAGED STORE:  set aside in \(aside.directory)"), "\(status.stdout)")
+            #expect(status.stdout.contains("pending events: 1"), "\(status.stdout)")
+            #expect(try await ChildProcess.run("tributary", ["verify", "--group", group]).status == 0)
         }
     }
 
@@ -79,7 +160,7 @@ extension CLITests {
             let tributary = productsDirectory.path + "/tributary"
             let result = try await ChildProcess(
                 path: ReliabilityScenarios.DiskFaultScenarios.strace,
-                ["-f", "-qq", "-y", "-o", log, "-e", "trace=fsync", tributary, "track", "X", "--group", group]
+                ["-f", "-qq", "-y", "-o", log, "-e", "trace=fsync", tributary, "track", "--create", "X", "--group", group]
             ).finish()
             #expect(result.status == 0, "\(result.stderr)")
             let trace = try String(contentsOfFile: log, encoding: .utf8)
@@ -102,7 +183,7 @@ extension CLITests {
         }
         for (root, memory) in [(inMemory, true), (onDisk, false)] {
             let group = root + "/group"
-            #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "X"]).status == 0)
+            #expect(try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "X"]).status == 0)
             let text = try await ChildProcess.run("tributary", ["status", "--group", group])
             #expect(text.stdout.contains("is on tmpfs (memory)") == memory, "\(root): \(text.stdout)")
             let json = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
@@ -131,6 +212,45 @@ extension CLITests {
             #expect(agent.status == 78, "\(agent.stderr)")
             #expect(agent.stderr.contains("Upgrade Tributary"), "\(agent.stderr)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+        }
+    }
+}
+
+/// A database's write lock (`BEGIN EXCLUSIVE`), held by a thread of its own until released.
+final class LockHolder: Sendable {
+    private let released = DispatchSemaphore(value: 0)
+    private let ended = DispatchSemaphore(value: 0)
+
+    /// Takes `database`'s lock; returns once it is held.
+    static func take(_ database: DatabaseQueue) async -> LockHolder {
+        let holder = LockHolder()
+        let taken = DispatchSemaphore(value: 0)
+        Thread {
+            try? database.inTransaction(.exclusive) { _ in
+                taken.signal()
+                holder.released.wait()
+                return .commit
+            }
+            taken.signal()  // (had the lock not been taken)
+            holder.ended.signal()
+        }.start()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Thread {
+                taken.wait()
+                done.resume()
+            }.start()
+        }
+        return holder
+    }
+
+    /// Lets the lock go; returns once it is.
+    func release() async {
+        released.signal()
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Thread { [ended] in
+                ended.wait()
+                done.resume()
+            }.start()
         }
     }
 }

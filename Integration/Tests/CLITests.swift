@@ -19,7 +19,7 @@ struct CLITests {
 
     /// Stores one event `X` in `group` (creating the group and its store) with `tributary track`.
     static func trackOne(_ group: String) async throws {
-        let track = try await ChildProcess.run("tributary", ["track", "X", "--group", group])
+        let track = try await ChildProcess.run("tributary", ["track", "--create", "X", "--group", group])
         #expect(track.status == 0, "\(track.stderr)")
     }
 }

@@ -101,7 +101,7 @@ struct DeadlineTests {
                 #expect(run.status == 0, "\(run.stderr)")
                 #expect(readyToExit < 3 + Self.exitSlack, "READY=1 to exit took \(readyToExit) s")
                 #expect(Self.groupLockIsFree(group))
-                let track = try await ChildProcess.run("tributary", ["track", "--group", group, "AfterDeadline"])
+                let track = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "AfterDeadline"])
                 #expect(track.status == 0, "a producer must be able to write at once: \(track.stderr)")
                 let delivered = try await collector.stats().unique
                 // 8 batches of 50, each answered after 300 ms at best, cannot all fit in the 2 s the run plans.

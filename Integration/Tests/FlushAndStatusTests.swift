@@ -350,7 +350,7 @@ struct FlushAndStatusTests {
                 seed: 7, failureRate: 0.3, failureStatus: 503, retryAfter: "0", poisonPattern: "^Poison$", poisonStatus: 422)
             try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
                 #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "40"]).status == 0)
-                #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "Poison"]).status == 0)
+                #expect(try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "Poison"]).status == 0)
                 let metricsPort = Self.freePort()
                 let notify = try NotifySocket(path: group + "-notify")
                 let agent = try ChildProcess(
@@ -393,7 +393,7 @@ struct FlushAndStatusTests {
                 // those waits are no retries: the metric counted one per halted request.
                 let retried = Self.sample(metrics, "tributary_upload_retries_total")
                 try await collector.setFaults(FaultConfiguration(forcedStatus: 401))
-                #expect(try await ChildProcess.run("tributary", ["track", "--group", group, "AfterHalt"]).status == 0)
+                #expect(try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "AfterHalt"]).status == 0)
                 let requestsBefore = try await collector.stats().requests
                 let haltBegan = Date()
                 while try await collector.stats().requests < requestsBefore + 3, Date().timeIntervalSince(haltBegan) < 30 {

@@ -10,6 +10,7 @@
 // by its file system's magic number.
 #include <sys/vfs.h>
 // FUTEX_WAKE on a word of LMDB's lock file (LockWordWatch): syscall(2) is variadic, which Swift cannot call.
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -19,5 +20,10 @@
 /// -1 with errno (EFAULT for an address not mapped).
 static inline long tributary_futex_wake_all(const void *word) {
     return syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+/// pipe2(fds, O_CLOEXEC) (a GNU extension that <unistd.h> declares only with _GNU_SOURCE): the pipe a
+/// store walk's child writes its verdicts into (StoreCheck), never inherited by another child.
+static inline int tributary_pipe_cloexec(int fds[2]) {
+    return (int)syscall(SYS_pipe2, fds, O_CLOEXEC);
 }
 #endif

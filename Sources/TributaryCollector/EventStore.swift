@@ -56,24 +56,19 @@ final class EventStore: Sendable {
 
     /// Throws if `path` is another program's SQLite database (an agent's outbox, say): the migrator
     /// would take its `v1` for this one's and every upload would then fail. Read through a read-only
-    /// connection: nothing is written. A file it cannot read so is left to the open, which says why.
+    /// connection: nothing is written. A file it cannot read so is left to the open, which says why; one
+    /// another process keeps locked is refused (it could not be checked).
     private static func refuseForeignDatabase(at path: String) throws(CollectorError) {
-        guard let size = (try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int, size > 0 else { return }
-        var configuration = Configuration()
-        configuration.readonly = true
-        let (tables, ours): (Int, Bool)
-        do {
-            (tables, ours) = try DatabaseQueue(path: path, configuration: configuration).read { db in
-                (try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'") ?? 0,
-                 try db.tableExists("events") && db.tableExists("batches"))
-            }
-        } catch {
-            return
+        let tables: [String]
+        switch ForeignDatabaseCheck.look(at: path) {
+        case .nothing, .unreadable: return
+        case .locked: throw CollectorError(.database, ForeignDatabaseCheck.lockedMessage(path, what: "a collector's database"))
+        case .tables(let found): tables = found
         }
-        guard tables > 0, !ours else { return }
+        guard !tables.isEmpty, !(tables.contains("events") && tables.contains("batches")) else { return }
         throw CollectorError(
             .database,
-            "\(path) is an SQLite database but not a collector's (its \(tables) tables include no events and batches); "
+            "\(path) is an SQLite database but not a collector's (its \(tables.count) tables include no events and batches); "
                 + "nothing was changed. Give --db a file of its own.")
     }
 

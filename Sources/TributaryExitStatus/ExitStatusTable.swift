@@ -41,6 +41,7 @@ extension ExitStatus {
         case (.notADirectory, .service), (.unsupportedSchema, .service): return .configuration
         case (.notADirectory, .command): return .usage
         case (.storeFull, .command): return .tempFail  // try again once the agent has drained it
+        case (.busy, .command): return .tempFail  // another process holds the store's writer lock: try again
         case (.directoryUnavailable, .command): return .noInput
         case (.valueTooLarge, .command), (.invalidSettings, .command): return .dataError
         default: return .ioError

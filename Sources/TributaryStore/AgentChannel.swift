@@ -94,8 +94,12 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     /// `idle`, `uploading`, `backoff`, `halted`, `waiting` (events, and no collector URL to send them
     /// to), `stopping`, `stopped`, or `failed` (the run ended in an error: ``lastError``).
     public var state: String
-    /// Why uploads are halted (401/403/404…), when they are.
+    /// Why uploads are halted (401/403/404…, or the dead-letter halt), when they are.
     public var haltReason: String?
+    /// When the halt is the one after `--halt-after-dead-letters` events in a row were dead-lettered
+    /// (the collector refuses event after event): how many were; nil for any other halt, and when
+    /// uploads are not halted.
+    public var haltedAfterDeadLetters: Int?
     /// The last error seen (upload or drain); once `failed`, the error the run ended in.
     public var lastError: String?
     /// The outbox file.
@@ -118,6 +122,9 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var serverURL: String?
     /// Why the group's agent settings are not used, while they are not.
     public var settingsProblem: String?
+    /// The damaged store this agent moved aside at its start (its directory, then why), if it did
+    /// (`StoreCheck`): its events are not drained.
+    public var damagedStore: String?
     /// When the last batch was acknowledged (wall clock ms), if ever.
     public var lastUploadMillis: Int64?
     /// When this report was written (wall clock ms): the agent writes one only when it says something

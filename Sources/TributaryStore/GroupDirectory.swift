@@ -4,17 +4,24 @@ import Glibc
 
 /// The app group directory: where the shared store lives.
 enum GroupDirectory {
-    /// Creates the directory (owner and group only, set-group-ID: mode 2770) if needed and checks it is
-    /// safe to use.
+    /// Creates the directory (owner and group only, set-group-ID: mode 2770) if needed (`create`, and
+    /// `creatingDirectory`: without it a missing directory is refused as such) and checks it is safe to use.
     ///
     /// A directory writable by other users is refused: anyone could then replace the store files or
     /// plant a lock file that blocks every producer. Returns the directory's `stat`.
-    static func prepare(_ path: String, create: Bool) throws(StoreError) -> stat {
+    static func prepare(_ path: String, create: Bool, creatingDirectory: Bool = true) throws(StoreError) -> stat {
         var st = stat()
         if let found = try examine(path) {
             st = found
         } else {
             guard create else { throw unavailable(path, ENOENT) }
+            guard creatingDirectory else {
+                throw StoreError(
+                    .directoryUnavailable,
+                    "The group directory \(path) does not exist; nothing was created. Check the path (a mistyped one "
+                        + "would make a group nobody drains), or create the group (`tributary track --create`).",
+                    lmdbCode: ENOENT)
+            }
             try makeDirectories(path)
             guard stat(path, &st) == 0 else {
                 throw StoreError(.directoryUnavailable, "The group directory \(path) vanished after it was created.")

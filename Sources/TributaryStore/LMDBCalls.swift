@@ -104,6 +104,10 @@ struct MDB {
 
     // MARK: Tables
 
+    /// `mdb_dbi_open` of the main database (a NULL name), whose keys name the others.
+    @inline(__always)
+    static func dbiOpenMain(_ txn: OpaquePointer?, _ dbi: inout MDB_dbi) -> Int32 { mdb_dbi_open(txn, nil, 0, &dbi) }
+
     @inline(__always)
     static func dbiOpen(_ txn: OpaquePointer?, _ name: String, _ flags: UInt32, _ dbi: inout MDB_dbi) -> Int32 {
         mdb_dbi_open(txn, name, flags, &dbi)

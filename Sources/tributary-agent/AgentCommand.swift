@@ -30,12 +30,15 @@ struct AgentCommand: AsyncParsableCommand {
             error; 74 I/O error on the store or outbox (a full disk too); 75 the group's store was \
             deleted or created anew while running (a restart drains the new one); 77 the group directory is \
             world-writable, or the agent's user may not use it (permission denied: join the group that owns it); \
-            78 configuration error (--metrics-address not servable, --outbox used by another agent or not an outbox, \
+            78 configuration error (--metrics-address not servable, --outbox used by another agent, with hard \
+            links, locked by another process, or not an outbox, \
             an agent.sock that is not a socket, a --group that \
             is not a directory, --once with events and no collector URL, a store written by a newer Tributary, \
             too), or in --once mode the collector refuses uploads (401/403/404, or event after event: \
             --halt-after-dead-letters) or dead letters fill the outbox quota; 130 or 143 a second SIGINT or \
-            SIGTERM ended it at once.
+            SIGTERM ended it at once. Before it opens the store, the agent walks its pages in a child process; \
+            a damaged store is moved aside whole into damaged-store-<time>/ in the group directory and a new one \
+            made (logged as critical, and said by tributary status).
             """
     )
 
@@ -233,6 +236,8 @@ struct AgentCommand: AsyncParsableCommand {
         // working directory, and the outbox's lock is taken by this path.
         let outboxPath = outbox.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
         var config = AgentConfiguration(groupDirectory: group, serverURL: server, outboxPath: outboxPath)
+        // Before the store is opened, this binary walks it in a child of its own (StoreCheck).
+        config.storeWalker = [resolvedPath("/proc/self/exe") ?? CommandLine.arguments[0]]
         // What the command line and the environment leave out, the group's settings (written by the app) may set.
         if server == nil { config.settingsFromGroup.insert(.serverURL) }
         if format == nil { config.settingsFromGroup.insert(.format) }
@@ -331,10 +336,11 @@ private final class StopSignals: Sendable {
 enum AgentCommandMain {
     static func main() async {
         StandardDescriptors.takeClosed()
+        StoreCheck.walkerMain(Array(CommandLine.arguments.dropFirst()))  // a child walking a store: exits here
         // Before any other thread allocates: an arena a thread already has stays its own. (Run after the
         // command's first `await`, the pool's threads had arenas of their own, each keeping a drain
         // chunk's buffer resident: peak anon 31 MiB instead of 21 at a 1,000,000-event backlog.)
         MallocPolicy.reuseLargeBuffers(singleArena: true)
-        await AgentCommand.main()
+        await AgentCommand.main(CommandLineArguments.helpFirst(Array(CommandLine.arguments.dropFirst())))
     }
 }

@@ -177,6 +177,6 @@ extension Logger.Level: @retroactive ExpressibleByArgument {}
 enum CollectorCommandMain {
     static func main() async {
         StandardDescriptors.takeClosed()
-        await CollectorCommand.main()
+        await CollectorCommand.main(CommandLineArguments.helpFirst(Array(CommandLine.arguments.dropFirst())))
     }
 }

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import TributaryAgentCore
 import TributaryStore
 
 #if canImport(FoundationNetworking)
@@ -46,6 +47,26 @@ struct Demo: AsyncParsableCommand {
         let groupEntries = try Self.checkRemovable(group, keeping: Self.groupFiles)
         try Self.checkRemovable(group + "-state", keeping: Self.stateFiles)
         try Self.checkNoUndelivered(group, entries: groupEntries)
+        try Self.checkOutboxDelivered(group, entries: groupEntries)
+    }
+
+    /// Throws if `<group>-state/outbox.sqlite` holds events not yet sent, or dead letters, and no demo made
+    /// the group: an agent may have been given that outbox. Read through a read-only connection.
+    static func checkOutboxDelivered(_ group: String, entries: [String]) throws {
+        let outbox = group + "-state/outbox.sqlite"
+        guard !entries.contains(marker), FileManager.default.fileExists(atPath: outbox) else { return }
+        let held: Int
+        do {
+            let box = try Outbox(readingAt: outbox)
+            held = try box.pending().count + box.deadLetterCount()
+        } catch {
+            throw ValidationError("\(outbox) cannot be read (\(error)); the demo removes it first, so give --group a new path.")
+        }
+        guard held == 0 else {
+            throw ValidationError(
+                "\(outbox) holds \(held) events not yet delivered (or dead letters), which no demo made; the demo removes "
+                    + "it first, so give --group a new path (or remove \(group)-state yourself).")
+        }
     }
 
     /// The file a demo leaves in the group it made, so that the next demo knows the group for its own.

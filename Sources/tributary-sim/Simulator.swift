@@ -44,6 +44,6 @@ func runFailure(_ message: String, exitCode: Int32 = 1) -> ExitCode {
 enum SimulatorMain {
     static func main() async {
         StandardDescriptors.takeClosed()
-        await Simulator.main()
+        await Simulator.main(CommandLineArguments.helpFirst(Array(CommandLine.arguments.dropFirst())))
     }
 }

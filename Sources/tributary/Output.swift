@@ -82,11 +82,16 @@ struct StatusReport: Encodable {
     var lastAssignedSeq: UInt64
     var fileSize: Int
     var mapSize: Int
-    var quota: Int
+    // No quota: a store has none of its own. Each writer grows the map up to the quota it opened the
+    // store with (`SharedStore.Options.quota`); this tool's own (the default, 1 GiB) said nothing of the
+    // producers' and was shown as the store's.
     var staleReadersCleared: Int
     var memoryBacked: Bool
     var identity: Identity?
     var producers: [Producer]
+    var damagedProducers: [String]
+    /// Damaged stores the agent moved aside in the group directory: each one's directory and reason.
+    var damagedStores: [[String: String]] = []
     var agent: AgentStatus?
     /// The group's agent settings, as the app wrote them, or why they are not valid.
     var agentSettings: AgentSettings?
@@ -101,10 +106,10 @@ struct StatusReport: Encodable {
         lastAssignedSeq = s.lastAssignedSeq
         fileSize = s.fileSize
         mapSize = s.mapSize
-        quota = s.quota
         staleReadersCleared = s.staleReadersCleared
         memoryBacked = s.isMemoryBacked
         identity = s.identity
+        damagedProducers = s.damagedProducers
         producers = s.producers.map {
             Producer(id: $0.id, kind: $0.kind.description, lastSeq: $0.lastSeq, pid: $0.pid, lastSeenMillis: $0.lastSeenMillis)
         }
@@ -116,12 +121,15 @@ struct StatusReport: Encodable {
             "pending events: \(pendingEvents)"
                 + (oldestSeq.map { " (seq \($0)…\(newestSeq ?? $0))" } ?? ""),
             "last seq:       \(lastAssignedSeq)",
-            "store size:     \(mib(fileSize)) on disk, map \(mib(mapSize)), quota \(mib(quota))",
+            "store size:     \(mib(fileSize)) on disk, map \(mib(mapSize)) (each producer grows it up to its own quota)",
         ]
         if memoryBacked {
             lines.append(
                 "warning:        the group directory is on tmpfs (memory): every event in the store is lost at the next "
                     + "reboot; put it on a disk")
+        }
+        for damaged in damagedStores {
+            lines.append("DAMAGED STORE:  set aside in \(damaged["directory"] ?? "?") (its events are not drained): \(damaged["reason"] ?? "?")")
         }
         if let identity {
             lines.append("distinct id:    \(identity.distinctID)")
@@ -131,6 +139,9 @@ struct StatusReport: Encodable {
         lines.append("producers:      \(producers.isEmpty ? "none" : "")")
         for p in producers.sorted(by: { $0.id < $1.id }) {
             lines.append("  \(p.id) (\(p.kind)): last seq \(p.lastSeq), pid \(p.pid)")
+        }
+        for id in damagedProducers.sorted() {
+            lines.append("  \(id): DAMAGED registration; its next event goes on above every seq handed out")
         }
         if let settings = agentSettings {
             lines.append("agent settings: " + (settings.isEmpty ? "none" : settingsText(settings, separator: ", ")))
@@ -154,7 +165,10 @@ struct StatusReport: Encodable {
             lines.append("  dead letters: \(a.deadLetters)\(a.corruptRecords > 0 ? " (\(a.corruptRecords) corrupt store records)" : "")")
             // One line each, whatever the collector answered (reports written before the agent made its
             // reasons one line hold them as it sent them).
-            if let halt = a.haltReason { lines.append("  HALTED:       \(oneLine(halt))") }
+            if let count = a.haltedAfterDeadLetters {
+                lines.append("  HALTED:       after \(count) dead letters in a row (tributary dead-letters --group DIR)")
+            }
+            if let halt = a.haltReason { lines.append((a.haltedAfterDeadLetters == nil ? "  HALTED:       " : "  why:          ") + oneLine(halt)) }
             if let error = a.lastError { lines.append("  last error:   \(oneLine(error))") }
         } else {
             lines.append("agent:          no report (tributary-agent has not run on this group)")

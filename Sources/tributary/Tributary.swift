@@ -4,6 +4,7 @@ import Tributary
 import TributaryAgentCore
 import TributaryStore
 import TributaryErrors
+import TributaryExitStatus
 
 @main
 struct TributaryCLI: ParsableCommand {
@@ -16,15 +17,17 @@ struct TributaryCLI: ParsableCommand {
 
             Exit codes: 0 success; 64 bad usage; 65 the event, id or setting was rejected, or the stored \
             settings are not valid (nothing written); \
-            66 no store in the group directory; 69 no agent is listening (flush); 74 store or outbox \
-            I/O error, corrupt data, or a stdout that cannot be written (stderr says what was done); 75 the store is full (retry once the agent has drained it) or \
-            was deleted or created anew during the call (retry); 77 the group directory is unsafe \
+            66 no store in the group directory (for track: no group directory, unless --create); 69 no agent \
+            is listening (flush); 74 store or outbox I/O error, corrupt data, or a stdout that cannot be written \
+            (stderr says what was done); 75 the store is full (retry once the agent has drained it), was deleted or \
+            created anew during the call, or is busy (every reader slot taken and its writer lock held) (retry); \
+            verify: 65 the store is damaged; 77 the group directory is unsafe \
             (world-writable), or this user may not use it or the outbox (permission denied: join the group \
             that owns it, or run as its owner). A --group path that is not a directory is bad usage (64).
             """,
         subcommands: [
             Track.self, Status.self, Inspect.self, Flush.self, DeadLetters.self, Login.self, Logout.self, Identify.self,
-            Config.self,
+            Config.self, Verify.self,
         ]
     )
 
@@ -34,6 +37,7 @@ struct TributaryCLI: ParsableCommand {
         // event was stored.
         signal(SIGPIPE, SIG_IGN)
         StandardDescriptors.takeClosed()
+        StoreCheck.walkerMain(Array(CommandLine.arguments.dropFirst()))  // a child walking a store: exits here
         // Swift reads the command line with U+FFFD in place of bytes that are not UTF-8: an id, a
         // property or a name given so would be stored as something else than what was given.
         for index in stride(from: 1, to: Int(CommandLine.argc), by: 1) {  // none when exec'd with an empty argv
@@ -43,7 +47,7 @@ struct TributaryCLI: ParsableCommand {
             warn("argument \(index) is not valid UTF-8 (\(String(decoding: bytes, as: UTF8.self))); nothing was done.")
             Glibc.exit(ExitStatus.dataError.rawValue)
         }
-        main(nil)
+        main(CommandLineArguments.helpFirst(Array(CommandLine.arguments.dropFirst())))
     }
 }
 
@@ -59,9 +63,17 @@ struct GroupOption: ParsableArguments {
 
 struct Track: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Record one event; prints its event id once it is durably stored.")
+        abstract: "Record one event; prints its event id once it is durably stored.",
+        discussion: """
+            The group directory must exist (exit 66 otherwise): a mistyped --group would make a new group \
+            and a store no agent drains. --create makes a missing one (mode 2770), as an app's first run does. \
+            An existing directory without a store gets one.
+            """)
 
     @OptionGroup var options: GroupOption
+
+    @Flag(help: "Create the group directory when it does not exist (an app's first run); without it, a missing one is exit 66.")
+    var create = false
 
     @Argument(help: "The event name, e.g. BuyProduct (Sensors rules: ^[a-zA-Z_$][a-zA-Z0-9_$]{0,99}$).")
     var name: String
@@ -106,6 +118,7 @@ struct Track: ParsableCommand {
             try EventRules.validateProperties(props)
             var config = Tracker.Configuration(
                 groupDirectory: options.group, producerKind: ProducerKind(name: producer)!, producerID: producerID)
+            config.store.createDirectory = create
             config.appVersion = appVersion ?? config.appVersion
             config.publishesAppPresets = appVersion != nil
             let receipt = try Tracker(configuration: config).track(name, properties: props)
@@ -129,6 +142,9 @@ struct Status: ParsableCommand {
             let status = try store.status()
             var report = StatusReport(
                 status, group: store.groupDirectory, agent: AgentChannel.readStatus(groupDirectory: store.groupDirectory))
+            report.damagedStores = StoreCheck.setAsideStores(groupDirectory: store.groupDirectory).map {
+                ["directory": $0.directory, "reason": $0.reason]
+            }
             do {
                 report.agentSettings = try store.agentSettings()
             } catch let error as StoreError where error.code == .invalidSettings {
@@ -303,16 +319,18 @@ struct DeadLetters: ParsableCommand {
             guard let path, info.st_size > 0 else {
                 throw StoreError(.directoryUnavailable, "There is no outbox at \(path ?? "?"); give --outbox.")
             }
-            // One it may see but not read and write (the agent's, mode 0600 or 0644): refused as such, not
-            // as an outbox that "cannot be read".
-            if faccessat(AT_FDCWD, path, R_OK | W_OK, AT_EACCESS) != 0, errno == EACCES {
+            // One it may see but not read (or, to replay or discard, write: the agent's, mode 0600 or 0644):
+            // refused as such, not as an outbox that "cannot be read".
+            let changes = replay || discard
+            if faccessat(AT_FDCWD, path, changes ? R_OK | W_OK : R_OK, AT_EACCESS) != 0, errno == EACCES {
                 // Named with the file's own owner and mode, which refuse it.
                 throw StoreError.permissionDenied("the outbox \(path)", directory: path)
             }
             let letters: [Outbox.DeadLetter]
             let total: Int
             do {
-                let box = try Outbox(path: path)
+                // Listing only reads: a read-only connection, which writes nothing (not even a migration).
+                let box = changes ? try Outbox(path: path) : try Outbox(readingAt: path)
                 if replay {
                     let count = try box.replayDeadLetters(ids: id.isEmpty ? nil : id)
                     say("replayed \(count) dead letter(s)", done: "\(count) dead letter(s) replayed")
@@ -326,6 +344,8 @@ struct DeadLetters: ParsableCommand {
                 letters = try box.deadLetters(limit: limit)
                 total = try box.deadLetterCount()
             } catch let error as Outbox.UnknownDeadLetters {
+                throw error
+            } catch let error as AgentError where error.code == .configuration {
                 throw error
             } catch let error as Outbox.ReplayInterrupted {
                 throw AgentError(.outboxIO, "The replay into the outbox \(path) stopped: \(error).")

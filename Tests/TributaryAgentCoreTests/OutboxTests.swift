@@ -173,6 +173,25 @@ struct OutboxTests {
         }
     }
 
+    @Test("the status file's figures count a delivered batch whose acknowledgement is not recorded yet once: before the acknowledgement commits, and after it")
+    func statusFiguresCountASettlingBatchOnce() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            try outbox.insertDrained((1...10).map { .event(Self.row($0)) })
+            let batch = try outbox.nextBatch(maxCount: 4, maxBytes: .max)
+            let settling = (batchID: try #require(batch.first?.batchID), count: batch.count)
+            // The collector acknowledged it; the outbox does not know yet: delivered, not waiting.
+            let before = try outbox.statusFigures(settling: settling)
+            #expect(before.counters.delivered == 4 && before.counters.batches == 1 && before.pending.count == 6)
+            // The acknowledgement commits while the status writer still holds the batch it read before:
+            // the figures were read apart, and the batch counted twice (delivered 8 in 2 batches, 2 waiting).
+            try outbox.acknowledge(settling.batchID)
+            let after = try outbox.statusFigures(settling: settling)
+            #expect(after.counters.delivered == 4 && after.counters.batches == 1 && after.pending.count == 6, "\(after)")
+            #expect(try outbox.statusFigures(settling: nil).counters == after.counters)
+        }
+    }
+
     @Test("batches: oldest first, stable id until acknowledged, bounded by count and bytes")
     func batches() throws {
         try withTemporaryGroup { dir in

@@ -277,6 +277,7 @@ struct UploadMachineTests {
         #expect(upload.answer(.halt(status: 401, reason: "HTTP 401"), batchID: "b1", count: 5, at: clock.now)
             == .halt(status: 401, reason: "HTTP 401", wait: .seconds(60)))
         #expect(upload.haltReason == "HTTP 401")
+        #expect(upload.haltedAfterDeadLetters == nil, "the collector's answer, not the dead letters")
         #expect(upload.start(at: clock.now) == .read(limit: 500), "the same batch in flight, read again")
         _ = upload.answer(.retry(reason: "HTTP 503", retryAfter: nil), batchID: "b1", count: 5, at: clock.now)
         #expect(upload.haltReason == nil)
@@ -293,6 +294,7 @@ struct UploadMachineTests {
         #expect(upload.haltCheck(refused, inARow: 10, heldSeq: nil) == .hold(seq: 42, wait: .seconds(60)))
         #expect(upload.haltReason?.contains("refused the last 10 events one by one") == true)
         #expect(upload.haltReason?.contains("every 60 s") == true)
+        #expect(upload.haltedAfterDeadLetters == 10, "the status says the dead letters caused this halt")
         #expect(upload.haltCheck(refused, inARow: 10, heldSeq: 42) == .deadLetter, "the event the halt held back")
         #expect(!machine(haltAfter: 0).mayHalt, "0: never halt")
     }

@@ -36,6 +36,8 @@ extension UploadTests {
                 #expect(letters.allSatisfy { $0.status == status })
                 #expect(try agent.outbox.pending().count == 290, "the 11th refused event was kept, and every one after it")
                 #expect(try await collector.stats().unique == 0)
+                let reported = AgentChannel.readStatus(groupDirectory: group)
+                #expect(reported?.haltedAfterDeadLetters == 10, "\(String(describing: reported))")
                 // The next runs (a timer's --once, restarts) go on counting: each sends the event held back
                 // alone, dead-letters it when it is refused again, and halts at the next one.
                 for run in 1...2 {
@@ -72,12 +74,18 @@ extension UploadTests {
                     let session = UploadSession(outbox: outbox, client: client, configuration: configuration, logger: Self.logger)
                     var steps: [UploadSession.Step] = []
                     var halts: [String] = []
+                    var counts: [Int?] = []
                     while steps.count < 200 {
                         let step = try await session.step()
                         if step == .empty { break }
                         steps.append(step)
-                        if case .wait = step, let reason = session.haltReason { halts.append(reason) }
+                        if case .wait = step, let reason = session.haltReason {
+                            halts.append(reason)
+                            counts.append(session.haltedAfterDeadLetters)
+                        }
                     }
+                    #expect(counts == [2, 3], "the dead-letter halt is told apart, with its count")
+                    #expect(session.haltReason == nil && session.haltedAfterDeadLetters == nil, "delivered since: not halted")
                     return (steps, halts)
                 }
                 // Poison 1 and 2 are dead-lettered at once; 3 and 4 each wait for one halt, are sent alone
@@ -111,6 +119,7 @@ extension UploadTests {
                 }
                 #expect(status?.state == "halted")
                 #expect(status?.haltReason?.contains("401") == true)
+                #expect(status?.haltedAfterDeadLetters == nil, "a 401 is not the dead-letter halt")
                 #expect(try agent.outbox.pending().count == 300)
                 #expect(try await collector.stats().unique == 0)
 

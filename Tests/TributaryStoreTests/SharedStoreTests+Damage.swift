@@ -96,4 +96,48 @@ extension SharedStoreTests {
             #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == garbage)
         }
     }
+
+    @Test("a damaged producer registration is reported, and the producer's numbers go on above every seq handed out, never again from 1", arguments: [
+        "short", "crc", "legacy",
+    ])
+    func damagedRegistration(damage: String) throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            let p = SharedStore.Producer(kind: .app, id: "p")
+            _ = try Self.append(store, 5, producer: p)
+            _ = try Self.append(store, 3, producer: SharedStore.Producer(kind: .extension, id: "q"))
+            // The 29 bytes of the fields, as releases before the CRC wrote them: lastSeq 5.
+            var legacy = [UInt8](repeating: 0, count: 29)
+            legacy[7] = 5
+            switch damage {
+            case "short": try store.overwriteRegistration(producerID: "p", bytes: [1, 2, 3])
+            case "crc":  // lastSeq's high byte changed under the CRC (a bad page)
+                var bytes = legacy + [0, 0, 0, 0]
+                bytes[0] = 0x40
+                try store.overwriteRegistration(producerID: "p", bytes: bytes)
+            default: try store.overwriteRegistration(producerID: "p", bytes: legacy)
+            }
+            let next = try Self.append(store, 1, producer: p)
+            if damage == "legacy" {
+                #expect(try store.damagedProducers().isEmpty)
+                #expect(next.map(\.producerSeq) == [6], "a registration of an earlier release is read as it is")
+            } else {
+                // The numbers restarted at 1, repeating those the first events carry.
+                #expect(next.map(\.producerSeq) == [9], "above the 8 seqs handed out")
+            }
+            #expect(try store.damagedProducers().isEmpty, "the append wrote the registration anew")
+            #expect(try store.producers().first { $0.id == "p" }?.lastSeq == next.first?.producerSeq)
+        }
+    }
+
+    @Test("a damaged producer registration is listed by status until that producer's next append")
+    func damagedRegistrationListed() throws {
+        try withTemporaryGroup { group in
+            let store = try SharedStore(groupDirectory: group)
+            _ = try Self.append(store, 2, producer: SharedStore.Producer(kind: .app, id: "p"))
+            try store.overwriteRegistration(producerID: "p", bytes: Array(repeating: 0xFF, count: 33))
+            let status = try store.status()
+            #expect(status.damagedProducers == ["p"] && status.producers.isEmpty)
+        }
+    }
 }

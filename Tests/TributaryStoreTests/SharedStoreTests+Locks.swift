@@ -11,30 +11,15 @@ extension SharedStoreTests {
     @Test("every reader slot held by a live process: producers still open the store and write, and readers read, in a write transaction")
     func readerTableFull() async throws {
         try await withTemporaryGroup { group in
-            let created = try await ChildProcess.run("tributary", ["track", "--group", group, "Before"])
+            let created = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "Before"])
             #expect(created.status == 0, "\(created.stderr)")
-            // A lock file of 2 reader slots (LMDB's default is 126; the process that creates the lock file
-            // sizes it, the next ones adopt its size): the one the first process made is removed, with no
-            // process having the store open, and this process opens the store with 2 slots and holds both.
-            let path = group + "/" + SharedStore.fileName
-            try FileManager.default.removeItem(atPath: path + "-lock")
-            var env: OpaquePointer?
-            try #require(mdb_env_create(&env) == MDB_SUCCESS)
-            defer { mdb_env_close(env) }
-            try #require(mdb_env_set_maxreaders(env, 2) == MDB_SUCCESS)
-            try #require(mdb_env_set_maxdbs(env, 8) == MDB_SUCCESS)
-            try #require(mdb_env_open(env, path, UInt32(MDB_NOSUBDIR | MDB_NOTLS), 0o660) == MDB_SUCCESS)
-            var readers: [OpaquePointer?] = [nil, nil]
-            for index in readers.indices {
-                try #require(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &readers[index]) == MDB_SUCCESS)
-            }
-            defer { for reader in readers { mdb_txn_abort(reader) } }
-            var third: OpaquePointer?
-            #expect(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &third) == MDB_READERS_FULL)
+            let table = try FullReaderTable(group)
+            defer { table.close() }
+            #expect(table.isFull)
 
             // No slot is stale (this process is alive): a producer's open and its reads (its identity) ran
             // into MDB_READERS_FULL, and `track` exited 74 ("All LMDB reader slots ... are in use").
-            let track = try await ChildProcess.run("tributary", ["track", "--group", group, "WhileFull"])
+            let track = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "WhileFull"])
             #expect(track.status == 0, "\(track.stderr)")
             let status = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
             #expect(status.status == 0, "\(status.stderr)")
@@ -44,7 +29,40 @@ extension SharedStoreTests {
             #expect(inspect.status == 0, "\(inspect.stderr)")
             #expect(inspect.stdout.contains("Before") && inspect.stdout.contains("WhileFull"), "\(inspect.stdout)")
             // Still full: what ran in write transactions took no slot and left none behind.
-            #expect(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &third) == MDB_READERS_FULL)
+            #expect(table.isFull)
+        }
+    }
+
+    @Test("every reader slot held by a live process and the writer lock by a stopped one: a read fails as busy (75) within its bound instead of waiting for ever")
+    func readerTableFullWriterStopped() async throws {
+        try await withTemporaryGroup { group in
+            let created = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "Before"])
+            #expect(created.status == 0, "\(created.stderr)")
+            let table = try FullReaderTable(group)
+            defer { table.close() }
+            // A producer takes the writer lock and is stopped in its transaction.
+            let holder = try ChildProcess(
+                "tributary", ["track", "--group", group, "Held"], environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.append"])
+            defer { holder.send(SIGKILL) }
+            #expect(await holder.waitForLine(startingWith: "PAUSED") == "PAUSED store.append")
+            holder.send(SIGSTOP)
+            // The read's write transaction waited for that lock with no end: `status` hung.
+            let started = ContinuousClock.now
+            let status = try ChildProcess("tributary", ["status", "--group", group])
+            while status.process.isRunning && ContinuousClock.now - started < .seconds(20) {
+                try await Task.sleep(for: .milliseconds(20))
+            }
+            let took = ContinuousClock.now - started
+            if status.process.isRunning { status.send(SIGKILL) }
+            let result = await status.finish()
+            #expect(took < .seconds(15), "status still waited after \(took)")
+            #expect(result.status == 75, "\(result.stderr)")
+            #expect(result.stderr.contains("reader slot") && result.stderr.contains("try again"), "\(result.stderr)")
+            // Once the writer is gone (its transaction aborted), reads go on in write transactions again.
+            holder.send(SIGKILL)
+            _ = await holder.finish()
+            let after = try await ChildProcess.run("tributary", ["inspect", "--group", group])
+            #expect(after.status == 0 && after.stdout.contains("Before") && !after.stdout.contains("Held"), "\(after)")
         }
     }
 
@@ -55,7 +73,7 @@ extension SharedStoreTests {
             try Self.append(store, 3)
             // Another process takes the writer lock and keeps it (a producer stopped in its transaction).
             let holder = try ChildProcess(
-                "tributary", ["track", "--group", group, "Held"], environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.append"])
+                "tributary", ["track", "--create", "--group", group, "Held"], environment: ["TRIBUTARY_TEST_PAUSE_AT": "store.append"])
             defer { holder.send(SIGKILL) }
             #expect(await holder.waitForLine(startingWith: "PAUSED") == "PAUSED store.append")
             // This process's delete waits for it (as the agent's delete thread does), holding the resize lock shared.
@@ -116,5 +134,41 @@ extension SharedStoreTests {
             #expect(try deleted.withLock { $0 }?.get() == 1)
             #expect(try store.status().pendingEvents == 2)
         }
+    }
+}
+
+/// A lock file of 2 reader slots, both held by this process (LMDB's default is 126; the process that
+/// creates the lock file sizes it, the next ones adopt its size): the one the store's first process made
+/// is removed, with no process having the store open, and this process opens the store with 2 slots.
+/// ``close()`` it, even when the test fails.
+final class FullReaderTable {
+    private var env: OpaquePointer?
+    private var readers: [OpaquePointer?] = [nil, nil]
+
+    init(_ group: String) throws {
+        let path = group + "/" + SharedStore.fileName
+        try FileManager.default.removeItem(atPath: path + "-lock")
+        try #require(mdb_env_create(&env) == MDB_SUCCESS)
+        try #require(mdb_env_set_maxreaders(env, 2) == MDB_SUCCESS)
+        try #require(mdb_env_set_maxdbs(env, 8) == MDB_SUCCESS)
+        try #require(mdb_env_open(env, path, UInt32(MDB_NOSUBDIR | MDB_NOTLS), 0o660) == MDB_SUCCESS)
+        for index in readers.indices {
+            try #require(mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &readers[index]) == MDB_SUCCESS)
+        }
+    }
+
+    /// Whether a third read finds no slot.
+    var isFull: Bool {
+        var third: OpaquePointer?
+        let rc = mdb_txn_begin(env, nil, UInt32(MDB_RDONLY), &third)
+        if rc == MDB_SUCCESS { mdb_txn_abort(third) }
+        return rc == MDB_READERS_FULL
+    }
+
+    func close() {
+        for reader in readers { mdb_txn_abort(reader) }
+        readers = []
+        mdb_env_close(env)
+        env = nil
     }
 }

@@ -28,7 +28,7 @@ extension SharedStoreTests {
             let deleted = #expect(throws: StoreError.self) { try Self.append(old, 1) }
             #expect(deleted?.code == .storeReplaced)
             // Another process creates the store again (an app reinstalled) and writes one event.
-            let track = try await ChildProcess.run("tributary", ["track", "--group", group, "--producer-id", "cli", "Fresh"])
+            let track = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "--producer-id", "cli", "Fresh"])
             #expect(track.status == 0, "\(track.stderr)")
             for write in [{ _ = try Self.append(old, 1) }, { _ = try old.login("u") }, { try old.setConfiguration("k", json: "1") }] {
                 let error = #expect(throws: StoreError.self) { try write() }
@@ -85,7 +85,7 @@ extension SharedStoreTests {
                 try FileManager.default.removeItem(atPath: path + "-lock")
                 #expect(old.isReplaced, "the lock file is gone: the next process to open the store takes another lock")
                 // Another process opens the store: a new lock file, the same data file, and writes to it.
-                let track = try await ChildProcess.run("tributary", ["track", "--group", group, "--producer-id", "cli", "Fresh"])
+                let track = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "--producer-id", "cli", "Fresh"])
                 #expect(track.status == 0, "\(track.stderr)")
                 #expect(old.isReplaced)
                 let before = old.lastTransactionID

@@ -31,7 +31,7 @@ extension ReliabilityScenarios {
                         let events = (point.hasPrefix("upload") ? 300 : 150) + Int(rng.next() % 100)
                         oracle.ledgers += try await Scenario.produce(group, [("load-\(round)", events)])
                         if point.hasPrefix("deadletter") {
-                            let track = try await ChildProcess.run("tributary", ["track", "--group", group, "--producer-id", "cli", "Poison"])
+                            let track = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "--producer-id", "cli", "Poison"])
                             #expect(track.status == 0, "\(track.stderr)")
                             poisoned += 1
                         }

@@ -76,7 +76,7 @@ extension ReliabilityScenarios {
                     for round in 0..<rounds {
                         oracle.ledgers += try await Scenario.produce(group, [("load-\(round)", 120)])
                         if faults.poisonPattern != nil {
-                            let poison = try await ChildProcess.run("tributary", ["track", "--group", group, "--producer-id", "poison", "Poison"])
+                            let poison = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "--producer-id", "poison", "Poison"])
                             poisonIDs.insert(poison.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
                             oracle.ledgers += try await Scenario.produce(group, [("after-poison-\(round)", 30)])
                         }
@@ -170,7 +170,7 @@ extension ReliabilityScenarios {
                     let value = String(repeating: "x", count: 5000)
                     let properties = "{" + (0..<8).map { #""p\#($0)":"\#(value)""# }.joined(separator: ",") + "}"
                     let big = try await ChildProcess.run(
-                        "tributary", ["track", "--group", group, "--producer-id", "big", "Big", "--properties", properties])
+                        "tributary", ["track", "--create", "--group", group, "--producer-id", "big", "Big", "--properties", properties])
                     #expect(big.status == 0, "\(big.stderr)")
                     let bigID = big.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
                     oracle.ledgers += try await Scenario.produce(group, [("after", 60)])

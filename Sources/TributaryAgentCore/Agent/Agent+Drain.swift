@@ -33,11 +33,11 @@ extension Agent {
     /// The outbox's events still to be sent and their bytes, and its dead letters' bytes: the outbox's
     /// own counts, less a delivered batch recorded so while the next request is out
     /// (``UploadSession/settle()``). Its bytes stay counted until then, against the quota as all that
-    /// waits. `unsettled`: that batch's events as the caller read them (default: read now).
-    func waiting(unsettled: Int? = nil) throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
+    /// waits. (The status file reads its figures in one transaction: ``Outbox/statusFigures(settling:)``.)
+    func waiting() throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
         let pending = try outbox.pending()
         // Not below 0: that batch's rows may have gone by another hand (the outbox edited).
-        let count = max(0, pending.count - (unsettled ?? unsettledEvents.value))
+        let count = max(0, pending.count - unsettledEvents.value)
         return (count, pending.bytes, pending.deadLetterBytes)
     }
 

@@ -29,6 +29,7 @@ extension Agent {
     struct StatusFields: Sendable {
         var state: String
         var haltReason: String?
+        var haltedAfterDeadLetters: Int?
         var lastError: String?
         var lastUploadMillis: Int64?
         var serverURL: String?
@@ -38,7 +39,7 @@ extension Agent {
     /// What the loop knows for the status file now; `error`, when the run ended in one, is its last error.
     func statusFields(session: UploadSession, state: String, loop: LoopRun, error: String? = nil) -> StatusFields {
         StatusFields(
-            state: state, haltReason: session.haltReason, lastError: error ?? session.lastError,
+            state: state, haltReason: session.haltReason, haltedAfterDeadLetters: session.haltedAfterDeadLetters, lastError: error ?? session.lastError,
             lastUploadMillis: loop.lastUploadMillis, serverURL: loop.machine.settings.serverURL,
             settingsProblem: loop.settingsProblem)
     }
@@ -69,15 +70,13 @@ extension Agent {
         // Past a fail-stop error the agent writes nothing more (FatalIO).
         guard outbox.fatalIO.error == nil else { return }
         do {
-            // A delivered batch not yet recorded so counts as delivered, not as pending.
-            let unsettled = unsettledEvents.value
-            let counters = try outbox.counters()
-            let pending = try waiting(unsettled: unsettled)
+            // A delivered batch not yet recorded so counts as delivered, not as pending (one read of the outbox).
+            let (counters, pending) = try outbox.statusFigures(settling: unsettledEvents.batch)
             var status = AgentStatus(
                 pid: getpid(), state: state, haltReason: fields.haltReason, lastError: fields.lastError,
                 outboxPath: outbox.path, outboxPending: pending.count,
-                delivered: counters.delivered + Int64(unsettled), deadLetters: counters.deadLetters,
-                batches: counters.batches + (unsettled > 0 ? 1 : 0), retries: counters.retries,
+                delivered: counters.delivered, deadLetters: counters.deadLetters,
+                batches: counters.batches, retries: counters.retries,
                 corruptRecords: counters.corruptRecords, lastUploadMillis: fields.lastUploadMillis,
                 updatedMillis: BootClock.wallMillis())
             status.outboxBytes = pending.bytes
@@ -85,6 +84,8 @@ extension Agent {
             status.outboxQuota = configuration.outboxQuotaBytes
             status.serverURL = fields.serverURL
             status.settingsProblem = fields.settingsProblem
+            status.haltedAfterDeadLetters = fields.haltedAfterDeadLetters
+            status.damagedStore = damagedStore.map { "\($0.directory): \($0.reason)" }
             guard lastStatus.isNews(status) else { return }
             do {
                 try status.write(groupDirectory: store.groupDirectory)

@@ -42,6 +42,9 @@ public final class Agent: Service, Sendable {
     /// transaction pauses the drain instead of holding the loop.
     let deletes: StoreDeletes
 
+    /// The damaged store this agent moved aside at its start, and why (``StoreCheck``), if it did.
+    let damagedStore: (directory: String, reason: String)?
+
     /// When this agent was created: ``AgentConfiguration/deadline`` counts from here, so the time its
     /// creation took (opening the store, migrating the outbox) is part of the run's budget.
     let createdAt = ContinuousClock.now
@@ -62,7 +65,16 @@ public final class Agent: Service, Sendable {
         deletes = StoreDeletes(logger: logger, fatalIO: fatalIO, onFinished: { wakeup.signal() })
         let storeFile = configuration.groupDirectory + "/" + SharedStore.fileName
         let storeExisted = access(storeFile, F_OK) == 0
-        store = try SharedStore(groupDirectory: configuration.groupDirectory)
+        // A store already there is walked by a child first, holding the group's lock (no other agent moves
+        // it meanwhile): a damaged one crashed this process at every start.
+        let earlyLock = storeExisted && configuration.storeWalker != nil ? try AgentLock.group(configuration.groupDirectory) : nil
+        do {
+            damagedStore = try earlyLock.flatMap { _ in try Self.setAsideIfDamaged(configuration, logger: logger) }
+            store = try SharedStore(groupDirectory: configuration.groupDirectory)
+        } catch {
+            earlyLock?.release()
+            throw error
+        }
         if !storeExisted {
             // Intended when the agent starts before the app; a mistyped --group looks the same, and the
             // agent would wait on it for ever, quietly.
@@ -70,7 +82,7 @@ public final class Agent: Service, Sendable {
                 "no shared store in the group directory: created an empty one, which producers will fill (check --group if events were expected here)",
                 metadata: ["tributary.group": "\(store.groupDirectory)"])
         }
-        lock = try AgentLock.group(store.groupDirectory)
+        lock = try earlyLock ?? AgentLock.group(store.groupDirectory)
         do {
             outboxLock = try AgentLock.outbox(configuration.outboxPath, groupDirectory: store.groupDirectory)
         } catch {
@@ -113,6 +125,7 @@ public final class Agent: Service, Sendable {
             if error is StoreError || error is AgentError { throw error }
             throw AgentError(.outboxIO, "Cannot check the drain position in the outbox \(configuration.outboxPath): \(error).")
         }
+        if damagedStore != nil { metrics.damagedStores.increment() }
     }
 
     /// Checks, at the start, where the drain goes on: the outbox that drained the group last, and the

@@ -51,6 +51,11 @@ public struct AgentConfiguration: Sendable {
     public var backgroundBudget: Duration = .seconds(30)
     /// A file holding the bearer token; re-read after a 401/403 so a fixed token takes effect.
     public var authTokenFile: String?
+    /// How to start a child that walks the store's pages before the agent opens it (an executable that
+    /// calls `StoreCheck.walkerMain`, and its arguments; `tributary-agent` gives itself): a damaged store
+    /// (the walk fails, or crashes inside liblmdb) is moved aside whole and a new one made. Default nil:
+    /// no walk (an agent in a test process, which has no such executable).
+    public var storeWalker: [String]?
     /// The size of the outbox's WAL file above which the agent, with nothing pending, empties it and
     /// cuts it back (a `TRUNCATE` checkpoint instead of its usual `PASSIVE` one). Under load the WAL
     /// grows to what is written between two checkpoints (about 170 MB in the pipeline benchmark);

@@ -30,7 +30,8 @@ final class AgentLock: Sendable {
     /// Claims the outbox at `outboxPath` for the agent of `groupDirectory`: one agent per outbox.
     ///
     /// The lock is named after the outbox's real path: another agent given the same outbox through a
-    /// symbolic link (to the file or to a directory on the way) claims the same lock. An outbox (or its
+    /// symbolic link (to the file or to a directory on the way) claims the same lock. An outbox with hard
+    /// links (more than one name) is refused (``AgentError/Code/configuration``). An outbox (or its
     /// directory) this user may not write is refused as such (``StoreError/Code/permissionDenied``).
     static func outbox(_ outboxPath: String, groupDirectory: String) throws -> AgentLock {
         try? Outbox.createDirectory(of: outboxPath)  // the lock lives beside the outbox
@@ -39,6 +40,18 @@ final class AgentLock: Sendable {
         for (subject, path) in [("the outbox's directory \(directory)", directory), ("the outbox \(real)", real)]
         where access(path, F_OK) == 0 && faccessat(AT_FDCWD, path, R_OK | W_OK, AT_EACCESS) != 0 && errno == EACCES {
             throw StoreError.permissionDenied(subject, directory: path)
+        }
+        // A lock named after a path cannot see a hard link: two agents could drain into one outbox by two
+        // names. And SQLite keeps its -wal and -shm beside the name it was given, so one database opened by
+        // two names has two WALs: "multiple links to the same file" is one of sqlite.org's ways to corrupt
+        // a database (howtocorrupt.html, 2.5). An outbox has one name.
+        var info = stat()
+        if stat(real, &info) == 0, info.st_mode & S_IFMT == S_IFREG, info.st_nlink > 1 {
+            throw AgentError(
+                .configuration,
+                "The outbox \(outboxPath) has \(info.st_nlink) names (hard links): SQLite keeps a WAL beside each name, "
+                    + "and another agent could use it by another name. Remove the other links (find / -samefile "
+                    + "\(real)), keeping one; nothing was changed.")
         }
         return try AgentLock(path: real + ".lock", groupDirectory: groupDirectory) { holder in
             AgentError(

@@ -8,6 +8,8 @@ struct AgentMetrics: Sendable {
     let retries = Counter(label: "tributary_upload_retries_total")
     let deadLetters = Counter(label: "tributary_dead_letters_total")
     let deadlineExpirations = Counter(label: "tributary_deadline_expirations_total")
+    /// Damaged shared stores moved aside at the start (``StoreCheck``): each one's events are not drained.
+    let damagedStores = Counter(label: "tributary_damaged_stores_total")
     let backlog = Gauge(label: "tributary_backlog_events")
     let batchLatency = Metrics.Timer(label: "tributary_batch_latency_seconds", preferredDisplayUnit: .seconds)
 }

@@ -365,6 +365,9 @@ extension Outbox {
         var bytes: Int?
     }
 
+    /// The id of the batch in flight, if any.
+    static func inFlightBatchID(_ db: Database) throws -> String? { try inFlight(db)?.id }
+
     private static func inFlight(_ db: Database) throws -> InFlight? {
         try GRDB.Row.fetchOne(
             db.cachedStatement(

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import TributarySQLite
 import TributaryStore
 
 /// The agent's private SQLite outbox: events drained from the shared store, waiting for upload.
@@ -123,25 +124,41 @@ public final class Outbox: Sendable {
         }
     }
 
+    /// Opens the outbox at `path` for reading only (`tributary dead-letters` listing them): every connection
+    /// read-only, so nothing is written, not a migration, not a pragma, not the switch to WAL; a user who
+    /// may only read it can (``ReadOnlyDatabase``). An outbox of
+    /// an earlier release (one that needs a migration) is refused, saying how to migrate it.
+    public init(readingAt path: String) throws {
+        self.path = path
+        turnRows = Self.defaultTurnRows
+        fatalIO = FatalIO.Latch()  // never tripped: nothing here writes
+        try Self.refuseForeignDatabase(at: path)
+        var config = Configuration()
+        config.busyMode = .timeout(Self.busyTimeout)
+        let migrator = Self.migrator
+        let migrated: Bool
+        (writer, migrated) = try ReadOnlyDatabase.open(path, configuration: config, as: DatabasePool.init) { db in
+            try migrator.hasCompletedMigrations(db)
+        }
+        guard migrated else {
+            throw AgentError(
+                .configuration,
+                "The outbox \(path) was written by an earlier release and needs a migration, which a read does not make: "
+                    + "run tributary-agent on it once (or tributary dead-letters --replay), then list again.")
+        }
+    }
+
     /// Throws if `path` is another program's SQLite database (a collector's, an app's): given as an
     /// outbox, it was switched to WAL and migrated into an outbox beside its own tables, or failed half
     /// way. Read through a read-only connection: nothing is written. A file it cannot read so is left to
-    /// the outbox's own open, which says why.
+    /// the outbox's own open, which says why; one another process keeps locked is refused (it could not
+    /// be checked).
     private static func refuseForeignDatabase(at path: String) throws(AgentError) {
-        var info = stat()
-        guard stat(path, &info) == 0, info.st_size > 0 else { return }
-        var configuration = Configuration()
-        configuration.readonly = true
         let tables: [String]
-        do {
-            tables = try DatabaseQueue(path: path, configuration: configuration).read { db in
-                try String.fetchAll(
-                    db,
-                    sql: "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
-                        + "AND name != 'grdb_migrations' ORDER BY name")
-            }
-        } catch {
-            return
+        switch ForeignDatabaseCheck.look(at: path) {
+        case .nothing, .unreadable: return
+        case .locked: throw AgentError(.configuration, ForeignDatabaseCheck.lockedMessage(path, what: "a Tributary outbox"))
+        case .tables(let found): tables = found
         }
         guard !tables.isEmpty, !tables.contains("agent_state") else { return }
         throw AgentError(

@@ -61,14 +61,37 @@ extension Outbox {
     /// Number of events waiting and their total body size, and the dead letters' bytes (with the
     /// pending bytes, what the outbox quota bounds): one read of the counters.
     public func pending() throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
+        try writer.read { db in try pending(db) }
+    }
+
+    private func pending(_ db: Database) throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
+        let select = try db.cachedStatement(sql: """
+            SELECT (SELECT value FROM agent_state WHERE key = 'pending_count'),
+                   (SELECT value FROM agent_state WHERE key = 'pending_bytes'),
+                   (SELECT value FROM agent_state WHERE key = 'dead_letter_body_bytes')
+            """)
+        let row = try GRDB.Row.fetchOne(select)
+        return (Int(row?[0] as Int64? ?? 0), Int(row?[1] as Int64? ?? 0), Int(row?[2] as Int64? ?? 0))
+    }
+
+    /// The counters and what waits, as the status file reports them, read in one transaction: the
+    /// events of `settling` (a batch the collector acknowledged whose acknowledgement is not recorded
+    /// yet: ``UploadSession/settle()``) count as delivered, not waiting, while that batch is still the
+    /// one in flight, and are left as the outbox says once its acknowledgement has committed. Read apart
+    /// (the batch's count, then the outbox), a write at the instant the acknowledgement committed
+    /// counted the batch twice.
+    public func statusFigures(
+        settling: (batchID: String, count: Int)?
+    ) throws -> (counters: Counters, pending: (count: Int, bytes: Int, deadLetterBytes: Int)) {
         try writer.read { db in
-            let select = try db.cachedStatement(sql: """
-                SELECT (SELECT value FROM agent_state WHERE key = 'pending_count'),
-                       (SELECT value FROM agent_state WHERE key = 'pending_bytes'),
-                       (SELECT value FROM agent_state WHERE key = 'dead_letter_body_bytes')
-                """)
-            let row = try GRDB.Row.fetchOne(select)
-            return (Int(row?[0] as Int64? ?? 0), Int(row?[1] as Int64? ?? 0), Int(row?[2] as Int64? ?? 0))
+            var counters = try counters(db)
+            var pending = try pending(db)
+            if let settling, try Self.inFlightBatchID(db) == settling.batchID {
+                counters.delivered += Int64(settling.count)
+                counters.batches += 1
+                pending.count = max(0, pending.count - settling.count)
+            }
+            return (counters, pending)
         }
     }
 
@@ -79,13 +102,15 @@ extension Outbox {
 
     /// The persistent counters.
     public func counters() throws -> Counters {
-        try writer.read { db in
-            Counters(
-                drained: try Self.state(db, .drained), delivered: try Self.state(db, .delivered),
-                batches: try Self.state(db, .batches), retries: try Self.state(db, .retries),
-                deadLetters: try Self.state(db, .deadLetters), corruptRecords: try Self.state(db, .corruptRecords),
-                duplicatesSkipped: try Self.state(db, .duplicatesSkipped))
-        }
+        try writer.read { db in try counters(db) }
+    }
+
+    private func counters(_ db: Database) throws -> Counters {
+        Counters(
+            drained: try Self.state(db, .drained), delivered: try Self.state(db, .delivered),
+            batches: try Self.state(db, .batches), retries: try Self.state(db, .retries),
+            deadLetters: try Self.state(db, .deadLetters), corruptRecords: try Self.state(db, .corruptRecords),
+            duplicatesSkipped: try Self.state(db, .duplicatesSkipped))
     }
 
     // The statements below run several times per drained chunk and per batch, and on every turn of the

@@ -132,7 +132,11 @@ struct UploadMachine<C: Clock, Ahead: UploadAhead> where C.Duration == Duration 
     /// The last thing that went wrong, for status.
     private(set) var lastError: String?
     /// Set while the collector refuses us (401/403/404…, or event after event).
-    private(set) var haltReason: String?
+    private(set) var haltReason: String? { didSet { haltedAfterDeadLetters = nil } }
+    /// Set with ``haltReason`` when the halt is the one after ``Policy/haltAfterDeadLetters`` events in
+    /// a row were dead-lettered: how many were (for status: a halt the dead letters explain, not the
+    /// collector's answer).
+    private(set) var haltedAfterDeadLetters: Int?
     /// The wait the collector asked for with the last retry's `Retry-After` (clamped as the backoff
     /// clamps it), or nil when it asked for none (or for 0).
     private(set) var waitAskedByCollector: Duration?
@@ -312,6 +316,7 @@ struct UploadMachine<C: Clock, Ahead: UploadAhead> where C.Duration == Duration 
             + "refuse every event: check the collector URL, --format and the collector's limits. The next refused "
             + "event stays in the outbox and is sent again every \(interval) s; the refused ones are dead letters "
             + "(tributary dead-letters; --replay once fixed)"
+        haltedAfterDeadLetters = inARow
         lastError = refused.reason
         if refused.cause == .rejected { suspect?.refusedAlone = false }  // sent alone again after the wait
         return .hold(seq: refused.row.seq, wait: cap)

@@ -16,7 +16,7 @@ extension UploadSession {
             return .progressed(delivered: count)
 
         case .acknowledgeLater(let events):
-            unsettledEvents.set(events)
+            unsettledEvents.set(events, batch: batchID)
             logger.debug("batch delivered", metadata: ["tributary.batch.id": "\(batchID)", "tributary.batch.events": "\(count)"])
             return .progressed(delivered: count)
 

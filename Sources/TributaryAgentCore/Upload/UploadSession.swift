@@ -39,6 +39,8 @@ final class UploadSession {
     var lastError: String? { machine.lastError }
     /// Set while the collector refuses us (401/403/404…, or event after event).
     var haltReason: String? { machine.haltReason }
+    /// How many events in a row were dead-lettered, when the halt is the one they caused.
+    var haltedAfterDeadLetters: Int? { machine.haltedAfterDeadLetters }
     /// The wait the collector asked for with the last retry's `Retry-After`, clamped; nil for none.
     var waitAskedByCollector: Duration? { machine.waitAskedByCollector }
     /// The events of a delivered batch whose rows are still in the outbox (``settle(patience:)``), or 0.
@@ -257,7 +259,7 @@ final class UploadSession {
         patience: Duration? = nil
     ) throws -> Bool {
         let madeInFlight = try outbox.acknowledge(unsettled.batchID, then: unsettled.next, patience: patience)
-        unsettledEvents.set(0)
+        unsettledEvents.set(0, batch: nil)
         return madeInFlight
     }
 
@@ -297,9 +299,16 @@ final class UploadSession {
 /// How many events of delivered batches still have their rows in the outbox (``UploadSession/settle()``),
 /// readable from any thread: the agent's counts of events waiting to be sent leave them out.
 final class UnsettledEvents: Sendable {
-    private let count = Atomic<Int>(0)
+    private let state = Mutex<(batchID: String?, count: Int)>((nil, 0))
 
-    var value: Int { count.load(ordering: .acquiring) }
+    var value: Int { state.withLock { $0.count } }
 
-    func set(_ value: Int) { count.store(value, ordering: .releasing) }
+    /// The delivered batch whose rows still wait, and its events (nil when there is none): the status
+    /// file checks in its own read of the outbox whether that batch is still the one in flight.
+    var batch: (batchID: String, count: Int)? {
+        state.withLock { current in current.batchID.map { ($0, current.count) } }
+    }
+
+    /// Sets the batch (nil and 0 once its acknowledgement has committed).
+    func set(_ count: Int, batch batchID: String?) { state.withLock { $0 = (batchID, count) } }
 }

@@ -21,20 +21,31 @@ extension Environment {
     /// (every `Tracker`, `tributary status`, the agent) never waits for the writer lock, which another
     /// process may hold for as long as it likes (stopped with SIGSTOP in a transaction, or in a debugger).
     /// Only a store that lacks a table (a new one) is opened in a write transaction, which creates it.
-    static func openTables(_ env: OpaquePointer, path: String) throws(StoreError) -> Tables {
-        if let tables = try openTables(env, path: path, creating: false) { return tables }
-        return try openTables(env, path: path, creating: true)!
+    ///
+    /// With every reader slot taken by a live process, the tables are opened in the write transaction too,
+    /// which waits for the writer lock (`writerLockWord`: its mutex word) at most
+    /// ``readerFallbackWait``, as a read does; then the open fails with ``StoreError/Code/busy``.
+    static func openTables(_ env: OpaquePointer, path: String, writerLockWord: UInt?) throws(StoreError) -> Tables {
+        var readersFull = false
+        if let tables = try openTables(env, path: path, creating: false, readersFull: &readersFull) { return tables }
+        if readersFull, !writerLockFree(writerLockWord, within: readerFallbackWait) {
+            throw readersFullBusy(path)
+        }
+        return try openTables(env, path: path, creating: true, readersFull: &readersFull)!
     }
 
     /// The tables, opened in a write transaction that creates the missing ones when `creating`, else in
-    /// a read-only one; nil when not `creating` and a table is missing (or no reader slot is free).
+    /// a read-only one; nil when not `creating` and a table is missing (or no reader slot is free:
+    /// `readersFull` is then set).
     ///
     /// lmdb.h, `mdb_dbi_open`: "The database handle will be private to the current transaction until
     /// the transaction is successfully committed. If the transaction is aborted the handle will be
     /// closed automatically. After a successful commit the handle will reside in the shared environment,
     /// and may be used by other transactions." That holds for a read-only transaction too (its commit
     /// keeps the handles it opened), so the read-only one is committed, not aborted.
-    private static func openTables(_ env: OpaquePointer, path: String, creating: Bool) throws(StoreError) -> Tables? {
+    private static func openTables(
+        _ env: OpaquePointer, path: String, creating: Bool, readersFull: inout Bool
+    ) throws(StoreError) -> Tables? {
         let flags = creating ? 0 : UInt32(MDB_RDONLY)
         var txn: OpaquePointer?
         var rc = MDB.txnBegin(env, flags, &txn)
@@ -47,7 +58,10 @@ extension Environment {
         }
         // Every reader slot taken by a live process (stale ones were cleared at open): a write transaction
         // needs none, so open the tables as before this read-only path existed.
-        if rc == MDB_READERS_FULL && !creating { return nil }
+        if rc == MDB_READERS_FULL && !creating {
+            readersFull = true
+            return nil
+        }
         try mapError(rc, "mdb_txn_begin", path: path)
         // A store of a newer schema is refused before anything is created in it (a newer Tributary may
         // have other tables): only its meta table is read here, and the transaction is aborted.

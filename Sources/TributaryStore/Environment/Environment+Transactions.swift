@@ -8,9 +8,9 @@ extension Environment {
     /// Each one takes a slot of the lock file's reader table (126) while it runs. When none is free,
     /// `mdb_reader_check` frees those of dead processes and the read begins again; when every slot is
     /// held by a live process, `body` runs in a write transaction instead, which needs no slot, and that
-    /// transaction is aborted. It waits for the writer lock, but the read does not fail. So a read must
-    /// not be made on a thread in the middle of a write transaction (`append`'s `build`): that thread
-    /// would wait for its own lock.
+    /// transaction is aborted. It waits for the writer lock up to ``readerFallbackWait``, then fails with
+    /// ``StoreError/Code/busy``. So a read must not be made on a thread in the middle of a write
+    /// transaction (`append`'s `build`): that thread would wait for its own lock, and fail.
     func read<T>(_ body: (Transaction) throws -> T) throws -> T {
         while true {
             do {
@@ -25,6 +25,9 @@ extension Environment {
                 var dead: Int32 = 0
                 MDB.readerCheck(env, &dead)
                 if dead > 0 { continue }
+                // With the writer lock held by a stopped process, the write waited for ever (the agent's
+                // loop with it): bounded, as a map adoption is.
+                guard writerLockFree(within: Self.readerFallbackWait) else { throw Self.readersFullBusy(path) }
                 return try write(mayNudge: false, commit: false, body)
             } catch let failure as LMDBFailure where failure.rc == MDB_MAP_RESIZED {
                 try adoptMapSize(waitingAtMost: Self.adoptionWait)

@@ -125,6 +125,7 @@ final class Environment: @unchecked Sendable {
             throw StoreError(.lmdb, "Could not create an LMDB environment handle.", lmdbCode: rc)
         }
         let data: DataFile
+        let lockMapping: UInt?
         do throws(StoreError) {
             try Environment.mapError(MDB.envSetMaxDBs(handle, 8), "mdb_env_set_maxdbs", path: path)
             try Environment.mapError(
@@ -156,7 +157,9 @@ final class Environment: @unchecked Sendable {
             try Environment.mapError(MDB.readerCheck(handle, &dead), "mdb_reader_check", path: path)
             staleReadersCleared = dead
             TestPause.hit("store.open", wait: .untilContinued)
-            tables = try Environment.openTables(handle, path: path)
+            lockMapping = Self.lockMapping(path: path)
+            tables = try Environment.openTables(
+                handle, path: path, writerLockWord: lockMapping.flatMap { LockWordWatch.mutexWords(lockMapping: $0)?[1] })
         } catch {
             MDB.envClose(handle)
             throw error
@@ -176,15 +179,19 @@ final class Environment: @unchecked Sendable {
             dataFD = nil
         }
         lockFile = Self.identity(of: path + "-lock")
-        // LMDB's own mapping of the lock file: by inode and by path (two stores on two file systems may
-        // have lock files of the same inode number), and only if there is exactly one.
-        if let lockFile, let resolved = resolvedPath(path + "-lock") {
-            let mappings = Self.sharedMappings(ofInode: lockFile.inode, permissions: "rw-s")
-                .filter { $0.offset == 0 && $0.path == resolved }
-            if mappings.count == 1 {
-                watchedLockWords = LockWordWatch.shared.watch(self, lockMapping: mappings[0].start)
-            }
+        if let lockMapping {
+            watchedLockWords = LockWordWatch.shared.watch(self, lockMapping: lockMapping)
         }
+    }
+
+    /// Where LMDB mapped the lock file of the store at `path` in this process: found by inode and by path
+    /// (two stores on two file systems may have lock files of the same inode number), and only if there
+    /// is exactly one such mapping.
+    static func lockMapping(path: String) -> UInt? {
+        guard let lockFile = identity(of: path + "-lock"), let resolved = resolvedPath(path + "-lock") else { return nil }
+        let mappings = sharedMappings(ofInode: lockFile.inode, permissions: "rw-s")
+            .filter { $0.offset == 0 && $0.path == resolved }
+        return mappings.count == 1 ? mappings[0].start : nil
     }
 
     /// What to do when a store cannot be opened beside its replaced predecessor, or written after one of

@@ -17,9 +17,16 @@ public struct ProducerRegistration: Sendable, Hashable {
 
     init(id: String) { self.id = id }
 
-    /// Fixed 29-byte layout: lastSeq u64, kind u8, pid u32, firstSeen i64, lastSeen i64 (big-endian).
+    /// The stored layout: lastSeq u64, kind u8, pid u32, firstSeen i64, lastSeen i64 (29 bytes,
+    /// big-endian), then the CRC-32 of those 29 bytes (33 in all). A 29-byte value, as releases before
+    /// the CRC wrote, is read as it is. Nil for anything else: too short, or a CRC that does not match.
     init?(id: String, encoded: UnsafeRawBufferPointer) {
-        guard encoded.count >= 29 else { return nil }
+        guard encoded.count == Self.fieldsSize || encoded.count >= Self.encodedSize else { return nil }
+        if encoded.count >= Self.encodedSize {
+            let fields = UnsafeRawBufferPointer(rebasing: encoded[0..<Self.fieldsSize])
+            var r = ByteReader(UnsafeRawBufferPointer(rebasing: encoded[Self.fieldsSize...]))
+            guard r.u32() == crc32Of(fields) else { return nil }
+        }
         var r = ByteReader(encoded)
         self.id = id
         lastSeq = r.u64()
@@ -29,15 +36,20 @@ public struct ProducerRegistration: Sendable, Hashable {
         lastSeenMillis = Int64(bitPattern: r.u64())
     }
 
+    /// The fields' bytes, and with the CRC after them.
+    static let fieldsSize = 29
+    static let encodedSize = 33
+
     func encoded() -> [UInt8] {
-        [UInt8](unsafeUninitializedCapacity: 29) { buffer, count in
+        [UInt8](unsafeUninitializedCapacity: Self.encodedSize) { buffer, count in
             var w = ByteWriter(UnsafeMutableRawBufferPointer(buffer))
             w.u64(lastSeq)
             w.u8(kind.rawValue)
             w.u32(UInt32(bitPattern: pid))
             w.u64(UInt64(bitPattern: firstSeenMillis))
             w.u64(UInt64(bitPattern: lastSeenMillis))
-            count = 29
+            w.u32(crc32Of(UnsafeRawBufferPointer(rebasing: UnsafeRawBufferPointer(buffer)[0..<Self.fieldsSize])))
+            count = Self.encodedSize
         }
     }
 }
@@ -45,25 +57,54 @@ public struct ProducerRegistration: Sendable, Hashable {
 // MARK: Producers
 
 extension SharedStore {
-    /// Every producer that has appended to this store.
+    /// Every producer that has appended to this store (one whose registration is damaged: see
+    /// ``damagedProducers()``).
     public func producers() throws -> [ProducerRegistration] {
+        try registrations().valid
+    }
+
+    /// The ids of producers whose stored registration is damaged (too short, or its CRC does not match).
+    /// Each one's next append writes it anew, its `producer_seq` going on above every seq the store
+    /// handed out (``registration(in:producerID:)``).
+    public func damagedProducers() throws -> [String] {
+        try registrations().damaged
+    }
+
+    private func registrations() throws -> (valid: [ProducerRegistration], damaged: [String]) {
         let dbi = environment.tables.producers
         return try environment.read { txn in
-            var out: [ProducerRegistration] = []
+            var out: (valid: [ProducerRegistration], damaged: [String]) = ([], [])
             try txn.scan(dbi) { key, value in
                 let id = String(decoding: UnsafeRawBufferPointer(start: key.mv_data, count: key.mv_size), as: UTF8.self)
-                if let registration = ProducerRegistration(id: id, encoded: value) { out.append(registration) }
+                if let registration = ProducerRegistration(id: id, encoded: value) {
+                    out.valid.append(registration)
+                } else {
+                    out.damaged.append(id)
+                }
                 return true
             }
             return out
         }
     }
 
+    /// The registration of `producerID`: a new one when there is none. A damaged one (a bad page, a tool
+    /// that wrote over it) used to be taken for none, and the producer's `producer_seq` started again
+    /// at 1, handing out numbers its earlier events carry. It goes on instead above every global seq the
+    /// store handed out: each of the producer's events took one of those too, so no number of it can be
+    /// higher. (The collector sees a gap in that producer's numbers, not a repeat.)
     func registration(in txn: Transaction, producerID: String) throws -> ProducerRegistration {
         let dbi = environment.tables.producers
-        return try withKey(producerID) { key in
-            try txn.withValue(dbi, &key) { $0.flatMap { ProducerRegistration(id: producerID, encoded: $0) } }
-        } ?? ProducerRegistration(id: producerID)
+        let stored: ProducerRegistration?? = try withKey(producerID) { key in
+            try txn.withValue(dbi, &key) { $0.map { ProducerRegistration(id: producerID, encoded: $0) } }
+        }
+        switch stored {
+        case .some(.some(let registration)): return registration
+        case .none: return ProducerRegistration(id: producerID)
+        case .some(.none):
+            var recovered = ProducerRegistration(id: producerID)
+            recovered.lastSeq = max(try lastAssignedSeq(in: txn), try newestSeq(in: txn) ?? 0)
+            return recovered
+        }
     }
 
     func store(_ registration: ProducerRegistration, in txn: Transaction) throws {

@@ -29,6 +29,8 @@ extension SharedStore {
         public var identity: Identity?
         /// Producers that have appended.
         public var producers: [ProducerRegistration]
+        /// Producers whose registration is damaged (``SharedStore/damagedProducers()``).
+        public var damagedProducers: [String] = []
         /// Whether the group directory is on a file system held in memory (tmpfs, ramfs): the store's
         /// fsyncs then promise nothing, and every event in it is gone at the next reboot.
         public var isMemoryBacked = false
@@ -61,6 +63,7 @@ extension SharedStore {
             return status
         }
         status.producers = try producers()
+        status.damagedProducers = try damagedProducers()
         status.fileSize = environment.fileSize
         status.mapSize = environment.mapSize
         status.isMemoryBacked = isMemoryBacked

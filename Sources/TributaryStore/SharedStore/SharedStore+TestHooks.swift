@@ -33,4 +33,12 @@ extension SharedStore {
             try withKey(key) { key in try bytes.withUnsafeBytes { try txn.put(dbi, &key, $0) } }
         }
     }
+
+    /// Writes `bytes` as the registration of `producerID` (tests plant a damaged one).
+    package func overwriteRegistration(producerID: String, bytes: [UInt8]) throws {
+        let dbi = environment.tables.producers
+        try environment.write { txn in
+            try withKey(producerID) { key in try bytes.withUnsafeBytes { try txn.put(dbi, &key, $0) } }
+        }
+    }
 }

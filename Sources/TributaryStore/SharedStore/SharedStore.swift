@@ -20,8 +20,13 @@ public final class SharedStore: Sendable {
         public var quota: Int = 1 << 30
         /// Whether each commit is fsynced before it returns. Default true; only benchmarks turn it off.
         public var durable: Bool = true
-        /// Whether a missing group directory is created. Default true.
+        /// Whether a missing group directory and store are created. Default true; false opens only an
+        /// existing store.
         public var create: Bool = true
+        /// With ``create``: whether a missing group directory is created too. Default true; false (the
+        /// `tributary track` command without `--create`) refuses a missing directory, a mistyped path
+        /// that would otherwise become a group and a store no agent drains, and creates only the store.
+        public var createDirectory: Bool = true
 
         /// The defaults.
         public init() {}
@@ -69,7 +74,8 @@ public final class SharedStore: Sendable {
         StandardDescriptors.takeClosed()
         var directory = groupDirectory
         while directory.count > 1 && directory.hasSuffix("/") { directory.removeLast() }
-        let directoryStat = try GroupDirectory.prepare(directory, create: options.create)
+        let directoryStat = try GroupDirectory.prepare(
+            directory, create: options.create, creatingDirectory: options.createDirectory)
         self.groupDirectory = directory
         // One environment per file per process (see Environment): key it by the canonical path.
         let canonical = resolvedPath(directory) ?? directory
