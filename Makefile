@@ -9,7 +9,8 @@ RELEASE_DIR  := .build-release
 # systemd gives systemd-analyze (unit checks); chromium the hybrid-page browser. (The clock-jump tests shift
 # the wall clock through TRIBUTARY_TEST_WALL_CLOCK_OFFSET_FILE: libfaketime's LD_PRELOAD breaks Swift binaries.)
 # strace injects ENOSPC/EIO into the agent's writes and fsyncs (docs/reliability.md).
-DEB_PACKAGES := liblmdb-dev zlib1g-dev libdeflate-dev libsqlite3-dev libsystemd-dev pkg-config systemd chromium strace
+# tinyproxy (its binary alone) is the real HTTP proxy the proxy tests send through (docs/operations.md).
+DEB_PACKAGES := liblmdb-dev zlib1g-dev libdeflate-dev libsqlite3-dev libsystemd-dev pkg-config systemd chromium strace tinyproxy-bin
 SYSCONFDIR   ?= /etc
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 DOCDIR       ?= $(PREFIX)/share/doc/tributary

@@ -9,5 +9,7 @@ struct AgentMetrics: Sendable {
     let deadLetters = Counter(label: "tributary_dead_letters_total")
     let deadlineExpirations = Counter(label: "tributary_deadline_expirations_total")
     let backlog = Gauge(label: "tributary_backlog_events")
+    /// 1 while uploads are halted (401/403/404, a TLS problem, event after event refused), else 0.
+    let halted = Gauge(label: "tributary_uploads_halted")
     let batchLatency = Metrics.Timer(label: "tributary_batch_latency_seconds", preferredDisplayUnit: .seconds)
 }
