@@ -48,8 +48,9 @@ deps:
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "make: '$(SWIFT)' not found: install a Swift 6.2 or later toolchain (swift.org/install) or set SWIFT=/path/to/swift" >&2; exit 1; }
 
 # Tools only the benchmarks need, never `make test`: python3-venv for the Python SDKs of the loss
-# comparison; linux-perf and valgrind to profile (docs/performance.md, "Profiling").
-BENCH_DEB_PACKAGES := python3-venv linux-perf valgrind
+# comparison; linux-perf and valgrind to profile (docs/performance.md, "Profiling"); openssl makes the
+# certificates of the end-to-end runs over TLS, and curl reads their collector's /stats.
+BENCH_DEB_PACKAGES := python3-venv linux-perf valgrind openssl curl
 BENCH_DIR          := .build-bench
 # The Python SDKs the loss comparison runs, pinned so that reruns compare the same code.
 BENCH_PYPI         := segment-analytics-python==2.4.0 posthog==7.91.1
