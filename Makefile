@@ -10,7 +10,8 @@ RELEASE_DIR  := .build-release
 # the wall clock through TRIBUTARY_TEST_WALL_CLOCK_OFFSET_FILE: libfaketime's LD_PRELOAD breaks Swift binaries.)
 # strace injects ENOSPC/EIO into the agent's writes and fsyncs (docs/reliability.md).
 # libcurl4-openssl-dev: release binaries link Foundation statically, whose URLSession (tributary-sim's demo) needs libcurl.
-DEB_PACKAGES := liblmdb-dev zlib1g-dev libdeflate-dev libsqlite3-dev libsystemd-dev libcurl4-openssl-dev pkg-config systemd chromium strace
+# tinyproxy (its binary alone) is the real HTTP proxy the proxy tests send through (docs/operations.md).
+DEB_PACKAGES := liblmdb-dev zlib1g-dev libdeflate-dev libsqlite3-dev libsystemd-dev libcurl4-openssl-dev pkg-config systemd chromium strace tinyproxy-bin
 SYSCONFDIR   ?= /etc
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 DOCDIR       ?= $(PREFIX)/share/doc/tributary
@@ -62,8 +63,9 @@ deps:
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "make: '$(SWIFT)' not found: install a Swift 6.2 or later toolchain (swift.org/install) or set SWIFT=/path/to/swift" >&2; exit 1; }
 
 # Tools only the benchmarks need, never `make test`: python3-venv for the Python SDKs of the loss
-# comparison; linux-perf and valgrind to profile (docs/performance.md, "Profiling").
-BENCH_DEB_PACKAGES := python3-venv linux-perf valgrind
+# comparison; linux-perf and valgrind to profile (docs/performance.md, "Profiling"); openssl makes the
+# certificates of the end-to-end runs over TLS, and curl reads their collector's /stats.
+BENCH_DEB_PACKAGES := python3-venv linux-perf valgrind openssl curl
 BENCH_DIR          := .build-bench
 # The Python SDKs the loss comparison runs, pinned so that reruns compare the same code.
 BENCH_PYPI         := segment-analytics-python==2.4.0 posthog==7.91.1

@@ -143,7 +143,11 @@ struct AgentBench: ParsableCommand {
                 report.chunk = chunk
             }
             if parts.contains(.e2e) {
-                for rep in 1...reps { report.e2e.append(try session.endToEnd(rep, of: reps, events: e2eEvents)) }
+                // Plain and TLS runs alternate, so that both meet the same machine.
+                for rep in 1...reps {
+                    report.e2e.append(try session.endToEnd(rep, of: reps, events: e2eEvents))
+                    report.e2eTLS.append(try session.endToEnd(rep, of: reps, events: e2eEvents, overTLS: true))
+                }
                 report.e2eEvents = e2eEvents
             }
             if parts.contains(.rss) {
@@ -229,6 +233,8 @@ final class AgentSession {
     private(set) var recordSize: Double = 0
     private var backlogs: [Int: String] = [:]
     private var runs = 0
+    /// The CA and certificate of the runs over TLS, made on first use.
+    private var tls: BenchTLS?
 
     init(binDirectory: String, scratch: String, chunk: Int, quiet: Bool) {
         self.binDirectory = binDirectory
@@ -326,10 +332,10 @@ final class AgentSession {
 
     // MARK: Agent runs
 
-    func endToEnd(_ rep: Int, of reps: Int, events: Int) throws -> AgentRun {
-        let run = try agentRun(events: events, deadline: nil)
+    func endToEnd(_ rep: Int, of reps: Int, events: Int, overTLS: Bool = false) throws -> AgentRun {
+        let run = try agentRun(events: events, deadline: nil, overTLS: overTLS)
         progress(
-            "rep \(rep)/\(reps)  e2e \(Report.grouped(Double(events))) events: "
+            "rep \(rep)/\(reps)  e2e\(overTLS ? " over TLS" : "") \(Report.grouped(Double(events))) events: "
                 + "\(Report.grouped(run.eventsPerSecond)) ev/s in \(Report.decimal(run.exit.seconds, 1)) s, "
                 + "agent CPU \(Report.decimal(run.exit.cpuSeconds, 1)) s, "
                 + "collector CPU \(Report.decimal(run.collectorCPUSeconds, 1)) s, "
@@ -354,15 +360,18 @@ final class AgentSession {
 
     /// `tributary-agent --once` (with `--deadline` if given) on a copy of the backlog of `events`
     /// events, against a fresh reference collector; verified.
-    func agentRun(events: Int, deadline: Double?) throws -> AgentRun {
+    func agentRun(events: Int, deadline: Double?, overTLS: Bool = false) throws -> AgentRun {
         let run = try prepareRun(events: events)
         defer { try? FileManager.default.removeItem(atPath: run.directory) }
         let outbox = run.directory + "/outbox/outbox.sqlite"
-        let collector = try CollectorProcess(executable: binDirectory + "/tributary-collector")
+        if overTLS && tls == nil { tls = try BenchTLS.make(in: scratch) }
+        let tls = overTLS ? tls : nil
+        let collector = try CollectorProcess(executable: binDirectory + "/tributary-collector", tls: tls)
         var arguments = [
             "--group", run.group, "--server", collector.ingestURL, "--once", "--outbox", outbox, "--log-level",
             "warning",
         ]
+        if let tls { arguments += ["--ca-file", tls.caFile] }
         if let deadline { arguments += ["--deadline", "\(deadline)"] }
         let agent = try SpawnedProcess(
             name: "tributary-agent", executable: binDirectory + "/tributary-agent", arguments: arguments)
@@ -426,6 +435,8 @@ struct AgentReport {
     var recordSize = 0.0
     var drain: [DrainSample] = []
     var e2e: [AgentRun] = []
+    /// The same runs over TLS (``BenchTLS``), each right after its plain one.
+    var e2eTLS: [AgentRun] = []
     var rss: [AgentRun] = []
     var pipeline: [PipelineRun] = []
     var pipelineSpec: PipelineSpec?
@@ -483,16 +494,30 @@ struct AgentReport {
             var table = [
                 ["end to end", "ev/s", "wall s", "agent CPU s", "collector CPU s", "peak RSS MiB", "peak anon MiB"]
             ]
-            table.append([
-                "agent --once",
-                Report.grouped(Statistics.median(e2e.map(\.eventsPerSecond))),
-                Report.decimal(Statistics.median(e2e.map(\.exit.seconds)), 1),
-                Report.decimal(Statistics.median(e2e.map(\.exit.cpuSeconds)), 1),
-                Report.decimal(Statistics.median(e2e.map(\.collectorCPUSeconds)), 1),
-                Report.decimal(Statistics.median(e2e.map { Double($0.memory.hwmKB) / 1024 }), 1),
-                Report.decimal(Statistics.median(e2e.map { Double($0.memory.anonKB) / 1024 }), 1),
-            ])
+            func row(_ label: String, _ runs: [AgentRun]) -> [String] {
+                [
+                    label,
+                    Report.grouped(Statistics.median(runs.map(\.eventsPerSecond))),
+                    Report.decimal(Statistics.median(runs.map(\.exit.seconds)), 1),
+                    Report.decimal(Statistics.median(runs.map(\.exit.cpuSeconds)), 1),
+                    Report.decimal(Statistics.median(runs.map(\.collectorCPUSeconds)), 1),
+                    Report.decimal(Statistics.median(runs.map { Double($0.memory.hwmKB) / 1024 }), 1),
+                    Report.decimal(Statistics.median(runs.map { Double($0.memory.anonKB) / 1024 }), 1),
+                ]
+            }
+            table.append(row("agent --once", e2e))
+            if !e2eTLS.isEmpty { table.append(row("agent --once over TLS", e2eTLS)) }
             lines += Self.format(table)
+            if !e2eTLS.isEmpty {
+                let ratio = Statistics.median(zip(e2eTLS, e2e).map { $0.eventsPerSecond / $1.eventsPerSecond })
+                func cpuPerEvent(_ runs: [AgentRun]) -> Double {
+                    Statistics.median(runs.map { $0.exit.cpuSeconds * 1e6 / Double(max(1, $0.delivered)) })
+                }
+                lines.append(
+                    "TLS/plain: \(Report.decimal(ratio, 2)) of the plain rate (target ≥ 0.80; median of the per-rep ratios); "
+                        + "agent CPU per event \(Report.decimal(cpuPerEvent(e2eTLS), 1)) µs over TLS against "
+                        + "\(Report.decimal(cpuPerEvent(e2e), 1)) µs plain")
+            }
             lines.append("")
         }
         if !rss.isEmpty {

@@ -80,13 +80,19 @@ final class CollectorProcess {
     private let output = Pipe()
     /// The port it listens on (127.0.0.1).
     let port: UInt16
+    /// With TLS: its certificate, and the CA the agent and `/stats` trust.
+    let tls: BenchTLS?
     /// The ingest URL the agent posts to.
-    var ingestURL: String { "http://127.0.0.1:\(port)/sa" }
+    var ingestURL: String { tls == nil ? "http://127.0.0.1:\(port)/sa" : "https://localhost:\(port)/sa" }
 
-    /// Starts `executable --port 0 --log-level warning` followed by `arguments` (faults, for instance).
-    init(executable: String, arguments: [String] = []) throws {
+    /// Starts `executable --port 0 --log-level warning` followed by `arguments` (faults, for instance),
+    /// serving https with `tls`'s certificate when given.
+    init(executable: String, arguments: [String] = [], tls: BenchTLS? = nil) throws {
+        self.tls = tls
         process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["--port", "0", "--log-level", "warning"] + arguments
+        process.arguments =
+            ["--port", "0", "--log-level", "warning"] + arguments
+            + (tls.map { ["--tls-cert", $0.certificateFile, "--tls-key", $0.keyFile] } ?? [])
         process.standardOutput = output
         process.standardError = FileHandle.standardError
         try process.run()
@@ -126,7 +132,7 @@ final class CollectorProcess {
     }
 
     func stats() throws -> Stats {
-        let body = try HTTP.get(port: port, path: "/stats")
+        let body = try tls.map { try $0.get("https://localhost:\(port)/stats") } ?? HTTP.get(port: port, path: "/stats")
         guard let object = try JSONSerialization.jsonObject(with: body) as? [String: Any],
             let unique = object["unique"] as? Int, let received = object["received"] as? Int,
             let duplicates = object["duplicates"] as? Int, let seq = object["seq_violations"] as? Int

@@ -1,7 +1,10 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
 import Logging
 import NIOCore
+import NIOSSL
 import ServiceLifecycle
 import Synchronization
 
@@ -20,6 +23,8 @@ public final class Collector: Service, Sendable {
     private let hangs = HangingRequests()
     private let counting: CountingEndpoint
     private let onListening: @Sendable (_ url: String, _ port: Int) async -> Void
+    /// The server's TLS (``CollectorConfiguration/tls``, loaded), or nil for plain http.
+    private let serverTLS: TLSConfiguration?
 
     /// Creates a collector and opens its database; the server starts listening in ``run()``.
     ///
@@ -43,6 +48,7 @@ public final class Collector: Service, Sendable {
         onListening: @escaping @Sendable (_ url: String, _ port: Int) async -> Void
     ) throws(CollectorError) {
         try configuration.validate()
+        self.serverTLS = try configuration.tls?.serverConfiguration()
         self.configuration = configuration
         self.logger = logger
         self.store = try EventStore(path: configuration.databasePath)
@@ -56,8 +62,11 @@ public final class Collector: Service, Sendable {
     /// - Throws: ``CollectorError`` with code `serverNotStarted` when the address cannot be bound.
     public func run() async throws {
         let listening = Mutex(false)
+        let server: HTTPServerBuilder = try serverTLS.map { try .tls(.http1(), tlsConfiguration: $0) } ?? .http1()
+        let scheme = serverTLS == nil ? "http" : "https"
         let application = Application(
             router: makeRouter(),
+            server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(configuration.host, port: configuration.port),
                 serverName: "tributary-collector"
@@ -65,7 +74,7 @@ public final class Collector: Service, Sendable {
             onServerRunning: { [configuration, onListening, logger] channel in
                 listening.withLock { $0 = true }
                 let port = channel.localAddress?.port ?? configuration.port
-                let url = Self.baseURL(host: configuration.host, port: port)
+                let url = Self.baseURL(host: configuration.host, port: port, scheme: scheme)
                 logger.info("Collector listening", metadata: ["tributary.url": .string(url)])
                 await onListening(url, port)
             },
@@ -202,9 +211,9 @@ public final class Collector: Service, Sendable {
     // MARK: Helpers
 
     /// `http://HOST:PORT`, with an IPv6 host in brackets.
-    static func baseURL(host: String, port: Int) -> String {
+    static func baseURL(host: String, port: Int, scheme: String = "http") -> String {
         let shownHost = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
-        return "http://\(shownHost):\(port)"
+        return "\(scheme)://\(shownHost):\(port)"
     }
 
     /// A one-line description of a decoding error, naming the key or value at fault.

@@ -23,6 +23,8 @@ public struct CollectorConfiguration: Sendable {
     /// Faults to inject into ingest requests. Default: none. Replaceable at run time with
     /// ``Collector/setFaults(_:)`` or `POST /control/faults`.
     public var faults: FaultConfiguration
+    /// TLS (https), with or without client certificates. Default `nil`: plain http.
+    public var tls: CollectorTLS?
 
     /// The default ``maxBodyBytes``: 16 MiB.
     public static let defaultMaxBodyBytes = 16 << 20
@@ -81,5 +83,6 @@ public struct CollectorConfiguration: Sendable {
                 "--max-request-events (maxEventsPerRequest) must be positive, got \(maxEventsPerRequest).")
         }
         try faults.validate()
+        _ = try tls?.serverConfiguration()
     }
 }

@@ -30,11 +30,14 @@ struct AgentCommand: AsyncParsableCommand {
             error; 74 I/O error on the store or outbox (a full disk too); 75 the group's store was \
             deleted or created anew while running (a restart drains the new one); 77 the group directory is \
             world-writable, or the agent's user may not use it (permission denied: join the group that owns it); \
-            78 configuration error (--metrics-address not servable, --outbox used by another agent, with hard \
-            links, locked by another process, or not an outbox, \
+            78 configuration error (a --ca-file, --ca-file-append, --client-cert or --client-key that cannot be read or is \
+            not PEM, a key without its certificate or not its key, a --pin-sha256 that is not a base64 SHA-256, \
+            --metrics-address not servable, --outbox used by another agent, with hard links, locked by another \
+            process, or not an outbox, \
             an agent.sock that is not a socket, a --group that \
             is not a directory, --once with events and no collector URL, a store written by a newer Tributary, \
-            too), or in --once mode the collector refuses uploads (401/403/404, or event after event: \
+            too), or in --once mode the collector refuses uploads (401/403/404, a TLS problem: untrusted, expired or \
+            wrong-name certificate, pin mismatch, client certificate refused; or event after event: \
             --halt-after-dead-letters) or dead letters fill the outbox quota; 130 or 143 a second SIGINT or \
             SIGTERM ended it at once. Before it opens the store, the agent walks its pages in a child process; \
             a damaged store is moved aside whole into damaged-store-<time>/ in the group directory and a new one \
@@ -132,6 +135,9 @@ struct AgentCommand: AsyncParsableCommand {
 
     @Option(name: .customLong("auth-token-file"), help: ArgumentHelp("File with a bearer token for the collector.", valueName: "path"))
     var authTokenFile: String?
+
+    @OptionGroup(title: "TLS and proxies")
+    var network: NetworkOptions
 
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error or critical.")
     var logLevel: String = "info"
@@ -256,6 +262,7 @@ struct AgentCommand: AsyncParsableCommand {
         config.flushInterval = flushInterval.map { .seconds($0) } ?? config.flushInterval
         config.once = once
         config.authTokenFile = authTokenFile
+        network.apply(to: &config.upload)
         config.deadline = deadline.map { .seconds($0) }
         config.stopTimeout = .seconds(stopTimeout)
         config.grace = .seconds(grace)

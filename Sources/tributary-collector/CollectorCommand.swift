@@ -19,7 +19,7 @@ struct CollectorCommand: AsyncParsableCommand {
             is the Sensors form or gzip NDJSON), stores unique events \
             in SQLite, and serves GET /stats, GET /events and GET|POST /control/faults; POST /count/<name>/… \
             counts another SDK's batches by name without storing them (GET /count). Once listening it \
-            prints exactly one line to stdout: "LISTENING http://HOST:PORT". SIGTERM or SIGINT shut it down \
+            prints exactly one line to stdout: "LISTENING http://HOST:PORT" (https:// with --tls-cert). SIGTERM or SIGINT shut it down \
             gracefully (exit 0). Logs go to stderr. Exit codes: 0 after a graceful shutdown, 64 for bad \
             options, 1 when the database cannot be opened or the address cannot be bound. \
             See docs/collector.md.
@@ -100,10 +100,25 @@ struct CollectorCommand: AsyncParsableCommand {
     )
     var forcedStatus: Int?
 
+    @Option(name: .customLong("tls-cert"), help: ArgumentHelp("PEM file of the server certificate (and its chain): serve https (needs --tls-key).", valueName: "pem"))
+    var tlsCert: String?
+
+    @Option(name: .customLong("tls-key"), help: ArgumentHelp("PEM file of --tls-cert's private key.", valueName: "pem"))
+    var tlsKey: String?
+
+    @Option(
+        name: .customLong("client-ca"),
+        help: ArgumentHelp(
+            "PEM file of the CAs whose client certificates are required: a client without one cannot connect (mutual TLS; needs --tls-cert).",
+            valueName: "pem"))
+    var clientCA: String?
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error or critical.")
     var logLevel: Logger.Level = .info
 
     func validate() throws {
+        if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together.") }
+        if clientCA != nil && tlsCert == nil { throw ValidationError("--client-ca needs --tls-cert and --tls-key (it is mutual TLS).") }
         do {
             try collectorConfiguration().validate()
         } catch {
@@ -145,7 +160,7 @@ struct CollectorCommand: AsyncParsableCommand {
     }
 
     private func collectorConfiguration() -> CollectorConfiguration {
-        CollectorConfiguration(
+        var configuration = CollectorConfiguration(
             host: host,
             port: port,
             token: token ?? ProcessInfo.processInfo.environment["TRIBUTARY_COLLECTOR_TOKEN"],
@@ -167,6 +182,10 @@ struct CollectorCommand: AsyncParsableCommand {
                 forcedStatus: forcedStatus
             )
         )
+        if let tlsCert, let tlsKey {
+            configuration.tls = CollectorTLS(certificateFile: tlsCert, keyFile: tlsKey, clientCAFile: clientCA)
+        }
+        return configuration
     }
 }
 

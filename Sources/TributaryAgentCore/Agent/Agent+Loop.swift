@@ -223,6 +223,7 @@ extension Agent {
         let requests = session.requestsSent - requestsBefore
         loop.requests += requests
         metrics.requests.increment(by: requests)
+        metrics.halted.record(session.haltReason == nil ? 0 : 1)
         heartbeat.requestEnded()
         record(steps, session: session, loop: &loop)
         // A stop asked for while this request was out: it was the stop's one attempt, and its failure ends

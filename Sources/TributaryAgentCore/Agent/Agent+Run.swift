@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Logging
 import GRDB
+import Synchronization
 import TributaryStore
 
 extension Agent {
@@ -23,9 +24,9 @@ extension Agent {
                 if current == nil || run.expiresAt < current!.expiresAt { current = run }
             }
         }
-        let client = HTTPClientFactory.make(readTimeout: configuration.upload.requestTimeout)
+        let clients = HTTPClients(configuration.upload)
         let session = UploadSession(
-            outbox: outbox, client: client, configuration: configuration.upload, logger: logger, unsettledEvents: unsettledEvents)
+            outbox: outbox, clients: clients, configuration: configuration.upload, logger: logger, unsettledEvents: unsettledEvents)
         session.defersAcknowledgements = true
         var limits = LoopMachine<ContinuousClock>.Limits(configuration)
         limits.once = once
@@ -112,7 +113,7 @@ extension Agent {
         }
         outboxLock.release()
         lock.release()
-        await shutdown(client, within: closingTime() * 0.2)
+        await shutdown(clients.all, within: closingTime() * 0.2)
         let report = try result.get()
         logger.info("agent stopped", metadata: [
             "tributary.drained": "\(report.drained)", "tributary.delivered": "\(report.delivered)",
@@ -145,16 +146,25 @@ extension Agent {
             cause: error)
     }
 
-    /// Shuts the HTTP client down, waiting at most `limit`: a connection whose request was cancelled
+    /// Shuts the HTTP clients down, waiting at most `limit`: a connection whose request was cancelled
     /// against a collector that never answers can hold `shutdown()` open, and the process is stopping
     /// within its grace period anyway.
     ///
     /// No task waits on it: a child task would hold its group open as long as the shutdown hangs. The
     /// client calls back when it is done, and a timer on a dispatch queue ends the wait at `limit`.
-    func shutdown(_ client: HTTPClient, within limit: Duration) async {
+    func shutdown(_ clients: [HTTPClient], within limit: Duration) async {
+        guard !clients.isEmpty else { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let once = ResumeOnce(continuation)
-            client.shutdown(queue: .global()) { _ in once.resume() }
+            let left = Mutex(clients.count)
+            for client in clients {
+                client.shutdown(queue: .global()) { _ in
+                    if left.withLock({ left in
+                        left -= 1
+                        return left == 0
+                    }) { once.resume() }
+                }
+            }
             DispatchQueue.global().asyncAfter(deadline: .now() + max(0, limit.seconds)) { once.resume() }
         }
     }

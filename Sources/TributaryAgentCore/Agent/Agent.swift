@@ -56,6 +56,10 @@ public final class Agent: Service, Sendable {
         if let file = configuration.authTokenFile {
             configuration.upload.bearerToken = try Self.readToken(file)
         }
+        // Bad PEM files, a key without its certificate or not its key, a bad pin or proxy: exit 78 before
+        // anything is sent.
+        configuration.upload.loadedTLS = try configuration.upload.tls.loaded()
+        try configuration.upload.proxy.validate()
         self.configuration = configuration
         self.logger = logger
         let wakeup = Wakeup()

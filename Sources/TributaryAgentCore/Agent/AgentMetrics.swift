@@ -11,5 +11,7 @@ struct AgentMetrics: Sendable {
     /// Damaged shared stores moved aside at the start (``StoreCheck``): each one's events are not drained.
     let damagedStores = Counter(label: "tributary_damaged_stores_total")
     let backlog = Gauge(label: "tributary_backlog_events")
+    /// 1 while uploads are halted (401/403/404, a TLS problem, event after event refused), else 0.
+    let halted = Gauge(label: "tributary_uploads_halted")
     let batchLatency = Metrics.Timer(label: "tributary_batch_latency_seconds", preferredDisplayUnit: .seconds)
 }

@@ -27,6 +27,13 @@ public struct UploadConfiguration: Sendable {
     public var requestTimeout: Duration = .seconds(30)
     /// Sent as `Authorization: Bearer …` when set.
     public var bearerToken: String?
+    /// TLS for `https://` collectors: trusted roots, client certificate, pins. Default: the system's
+    /// roots, no client certificate, no pins (TLS 1.2 or later in every case).
+    public var tls = TLSSettings()
+    /// The HTTP proxies. Default none (`tributary-agent` reads the environment's `HTTPS_PROXY`…).
+    public var proxy = ProxySettings()
+    /// ``tls`` loaded from its files (the agent does so when it starts, refusing bad files with exit 78).
+    var loadedTLS: TLSSettings.Loaded?
     /// How old a batch read ahead may be when its turn comes: an older one is built again, so that
     /// its `_flush_time` and `Date` say when it was sent (it waits for the next upload, which may be
     /// a flush interval away). Default 1 s.

@@ -6,6 +6,7 @@ extension UploadSession {
     /// does what the machine answers.
     func apply(_ outcome: UploadOutcome, batchID: String, count: Int) throws -> Step {
         if case .delivered = outcome { CrashPoint.hit("upload.after-ack") }
+        let haltedBefore = machine.haltReason
         let refusedRows = Machine.needsRows(for: outcome, count: count) ? try outbox.rows(inBatch: batchID) : []
         var generator = SystemRandomNumberGenerator()
         switch machine.answered(outcome, batchID: batchID, count: count, refusedRows: refusedRows, using: &generator) {
@@ -42,9 +43,15 @@ extension UploadSession {
             return .progressed(delivered: 0)
 
         case .halt(let status, let reason, let wait):
-            logger.error("collector refuses uploads; keeping every event and retrying at the cap interval", metadata: [
-                "tributary.status": "\(status)", "tributary.reason": "\(reason)",
-            ])
+            // One error line when uploads halt (or halt for another reason); each retry after it, at the
+            // cap interval, that meets the same refusal is logged at info.
+            let level: Logger.Level = haltedBefore == reason ? .info : .error
+            // Status 0: no HTTP answer, a TLS problem (``TLSCheck``), whose reason names the cause and the fix.
+            let message: Logger.Message =
+                status == 0
+                ? "TLS problem with the collector; uploads halted, every event kept, retrying at the cap interval"
+                : "collector refuses uploads; keeping every event and retrying at the cap interval"
+            logger.log(level: level, message, metadata: ["tributary.status": "\(status)", "tributary.reason": "\(reason)"])
             return .wait(wait)
         }
     }

@@ -38,10 +38,11 @@ extension UploadSession {
         if let date = httpDate(nowWall) { request.headers.add(name: "Date", value: date) }
         if let token = configuration.bearerToken { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         request.body = .bytes(ByteBuffer(bytes: encoded.body))
+        if let refused = await checkPins(serverURL, timeout: timeout) { return (refused, whileWaiting()) }
         requestsSent += 1
-        let (client, sent) = (client, request)
-        return await withTaskGroup(of: UploadOutcome?.self) { group in
-            group.addTask { await Self.send(sent, with: client, timeout: timeout) }
+        let (client, sent, tls) = (clients.client(for: serverURL), request, tlsCheck)
+        let (outcome, aside) = await withTaskGroup(of: UploadOutcome?.self) { group in
+            group.addTask { await Self.send(sent, with: client, timeout: timeout, tls: tls, serverURL: serverURL) }
             async let aside = whileWaiting()
             if let cancelWhen {
                 group.addTask {
@@ -61,10 +62,33 @@ extension UploadSession {
             }
             return (outcome, await aside)
         }
+        if outcome != .delivered { pinnedAt = nil }
+        return (outcome, aside)
     }
 
-    /// Sends `request` and classifies its answer; a transport error or a cancellation is a retry.
-    static func send(_ request: HTTPClientRequest, with client: HTTPClient, timeout: Duration) async -> UploadOutcome {
+    /// How long a pin check holds while every answer is a delivery: a little under the HTTP client's
+    /// 60 s idle timeout, after which its next request opens a new connection.
+    static let pinCheckInterval: Duration = .seconds(50)
+
+    /// With pins: a halt when the collector's certificate key (on a handshake of the agent's own:
+    /// ``TLSProbe``) is none of them; nil when it matches, or the last check still holds.
+    private func checkPins(_ serverURL: String, timeout: Duration) async -> UploadOutcome? {
+        guard !tlsCheck.loaded.pins.isEmpty else { return nil }
+        let now = ContinuousClock.now
+        if let pinnedAt, pinnedAt.serverURL == serverURL, now - pinnedAt.at < Self.pinCheckInterval { return nil }
+        if let refused = await tlsCheck.verifyPins(serverURL: serverURL, timeout: min(timeout, .seconds(10))) {
+            pinnedAt = nil
+            return refused
+        }
+        pinnedAt = (serverURL, now)
+        return nil
+    }
+
+    /// Sends `request` and classifies its answer; a certificate problem halts (``TLSCheck``), any other
+    /// transport error or a cancellation is a retry.
+    static func send(
+        _ request: HTTPClientRequest, with client: HTTPClient, timeout: Duration, tls: TLSCheck, serverURL: String
+    ) async -> UploadOutcome {
         do {
             let response = try await client.execute(request, timeout: .init(timeout))
             CrashPoint.hit("upload.after-send")
@@ -81,6 +105,7 @@ extension UploadSession {
         } catch is CancellationError {
             return .retry(reason: "cancelled", retryAfter: nil)
         } catch {
+            if let halt = await tls.outcome(for: error, serverURL: serverURL) { return halt }
             return .retry(reason: "transport error: \(error)", retryAfter: nil)
         }
     }

@@ -21,7 +21,13 @@ final class UploadSession {
     typealias Step = UploadStep
 
     let outbox: Outbox
-    let client: HTTPClient
+    /// The HTTP clients (one per proxy in use).
+    let clients: HTTPClients
+    /// What TLS failures mean, and the pins.
+    let tlsCheck: TLSCheck
+    /// The collector URL whose certificate key last matched a pin, and when: checked again for another
+    /// URL, after any answer but a delivery, and after ``pinCheckInterval``.
+    var pinnedAt: (serverURL: String, at: ContinuousClock.Instant)?
     private(set) var configuration: UploadConfiguration
     let logger: Logger
     var machine: Machine
@@ -68,12 +74,24 @@ final class UploadSession {
         var builtAt: ContinuousClock.Instant
     }
 
-    init(
+    /// A session sending every request with `client`.
+    convenience init(
         outbox: Outbox, client: HTTPClient, configuration: UploadConfiguration, logger: Logger,
         unsettledEvents: UnsettledEvents = UnsettledEvents()
     ) {
+        self.init(
+            outbox: outbox, clients: HTTPClients(fixed: client), configuration: configuration, logger: logger,
+            unsettledEvents: unsettledEvents)
+    }
+
+    /// A session sending each request with the client `clients` gives for the collector URL.
+    init(
+        outbox: Outbox, clients: HTTPClients, configuration: UploadConfiguration, logger: Logger,
+        unsettledEvents: UnsettledEvents = UnsettledEvents()
+    ) {
         self.outbox = outbox
-        self.client = client
+        self.clients = clients
+        self.tlsCheck = TLSCheck(loaded: configuration.loadedTLS ?? TLSSettings.systemDefault, proxies: configuration.proxy)
         self.configuration = configuration
         self.logger = logger
         self.machine = Machine(
