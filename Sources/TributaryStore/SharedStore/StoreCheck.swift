@@ -134,8 +134,19 @@ public enum StoreCheck {
         posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { for pointer in argv { free(pointer) } }
+        // The walker is expected to crash on a damaged page: without Swift's backtracer, which would
+        // otherwise start for each crash (about 100 MB each) and outlive a walker killed for looping.
+        var inherited: [String] = []
+        var entry = environ
+        while let variable = entry.pointee {
+            let text = String(cString: variable)
+            if !text.hasPrefix("SWIFT_BACKTRACE=") { inherited.append(text) }
+            entry += 1
+        }
+        let envp = (inherited + ["SWIFT_BACKTRACE=enable=no"]).map { strdup($0) } + [nil]
+        defer { for pointer in envp { free(pointer) } }
         var pid: pid_t = 0
-        let rc = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+        let rc = posix_spawn(&pid, executable, &actions, nil, argv, envp)
         close(fds[1])
         guard rc == 0 else {
             close(fds[0])
