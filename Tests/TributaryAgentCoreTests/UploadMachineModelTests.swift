@@ -67,7 +67,7 @@ struct UploadMachineModelTests {
                     #expect(outbox.inFlight?.id == ready.batch.id, "a ready batch is the outbox's batch in flight (\(comment))")
                     sent = (ready.batch.id, outbox.rows(inBatch: ready.batch.id), limit)
                 case .settle(let unsettled):
-                    machine.settled(unsettled, madeInFlight: outbox.acknowledge(unsettled.batchID, then: unsettled.next))
+                    machine.settled(madeInFlight: outbox.acknowledge(unsettled.batchID, then: unsettled.next))
                     delivered += outbox.lastAcknowledged
                 case .refuse(let refused):
                     #expect(machine.haltCheck(refused, inARow: 0, heldSeq: nil) == .deadLetter, "\(comment)")

@@ -39,8 +39,8 @@ struct UploadMachineTests {
             return machine.answered(outcome, batchID: batchID, count: count, refusedRows: refusedRows, using: &generator)
         }
         func acknowledged(madeInFlight: Bool) { machine.acknowledged(madeInFlight: madeInFlight) }
-        func settled(_ unsettled: Machine.Unsettled, madeInFlight: Bool) {
-            machine.settled(unsettled, madeInFlight: madeInFlight)
+        func settled(madeInFlight: Bool) {
+            machine.settled(madeInFlight: madeInFlight)
         }
         func settledBeside(madeInFlight: Bool) -> Bool { machine.settledBeside(madeInFlight: madeInFlight) }
         func halfBatched(_ rows: [Outbox.Row]) { machine.halfBatched(rows) }
@@ -145,7 +145,7 @@ struct UploadMachineTests {
         clock.advance(by: .seconds(5))
         let unsettled = Machine.Unsettled(batchID: "b1", next: next.batch)
         #expect(upload.start(at: clock.now) == .settle(unsettled))
-        upload.settled(unsettled, madeInFlight: true)
+        upload.settled(madeInFlight: true)
         #expect(upload.start(at: clock.now) == .read(limit: 500))
     }
 

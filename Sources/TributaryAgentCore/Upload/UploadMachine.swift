@@ -83,7 +83,7 @@ struct UploadMachine<C: Clock, Ahead: UploadAhead> where C.Duration == Duration 
         /// acknowledgement of the batch before it: ``settledBeside(madeInFlight:)``), then read the
         /// batch after it ahead, at most `readAheadLimit` events.
         case sendReady(Ahead, acknowledging: Unsettled?, readAheadLimit: Int)
-        /// Record the deferred acknowledgement first (``settled(_:madeInFlight:)``), then ask again.
+        /// Record the deferred acknowledgement first (``settled(madeInFlight:)``), then ask again.
         case settle(Unsettled)
         /// The event refused alone: a dead letter, or a halt (``haltCheck(_:inARow:heldSeq:)``).
         case refuse(RefusedAlone)
@@ -184,7 +184,7 @@ struct UploadMachine<C: Clock, Ahead: UploadAhead> where C.Duration == Duration 
     /// The deferred acknowledgement ``Start/settle`` asked for was recorded: `madeInFlight` says
     /// whether its successor became the batch in flight (no: the outbox changed meanwhile, and the
     /// batch read ahead is not what the outbox holds).
-    mutating func settled(_ unsettled: Unsettled, madeInFlight: Bool) {
+    mutating func settled(madeInFlight: Bool) {
         if !madeInFlight { ready = nil }
     }
 
@@ -212,7 +212,7 @@ struct UploadMachine<C: Clock, Ahead: UploadAhead> where C.Duration == Duration 
     }
 
     /// The deferred acknowledgement, taken to be recorded now (a turn that sends nothing, the run's
-    /// end): then ``settled(_:madeInFlight:)`` or ``settleFailed(_:)``. Nil when there is none.
+    /// end): then ``settled(madeInFlight:)`` or ``settleFailed(_:)``. Nil when there is none.
     mutating func settleNow() -> Unsettled? { unsettled.take() }
 
     // MARK: An answer

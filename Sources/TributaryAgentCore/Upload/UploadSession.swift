@@ -255,7 +255,7 @@ final class UploadSession {
 
     private func settle(_ unsettled: Machine.Unsettled, patience: Duration?) throws {
         do {
-            machine.settled(unsettled, madeInFlight: try acknowledgeUnsettled(unsettled, patience: patience))
+            machine.settled(madeInFlight: try acknowledgeUnsettled(unsettled, patience: patience))
         } catch {
             machine.settleFailed(unsettled)  // still to do: a later settle() tries again
             throw error
