@@ -365,12 +365,19 @@ struct MultiProcessTests {
             #expect(try store.identity().anonymousID == anonymous)
             let status = try await ChildProcess.run("tributary", ["status", "--group", group, "--json"])
             #expect(status.stdout.contains(anonymous))
-            _ = try store.logout()
+            let logout = try await ChildProcess.run("tributary", ["logout", "--group", group, "--producer-id", "account"])
+            #expect(logout.status == 0, "\(logout.stderr)")
             let track = try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "AfterLogout"])
-            let stored = try Self.storedEvents(group)
-            let body = try #require(try JSONSerialization.jsonObject(with: Data(stored.last!.record.body)) as? [String: Any])
             #expect(track.status == 0)
-            #expect(body["distinct_id"] as? String == anonymous)
+            // As an app's login() and logout() do: $SignUp under the new login with original_id, $Logout
+            // under the login that ended, then events under the anonymous id.
+            let bodies = try Self.storedEvents(group).map {
+                try #require(try JSONSerialization.jsonObject(with: Data($0.record.body)) as? [String: Any])
+            }
+            #expect(bodies.map { "\($0["event"] ?? "?") \($0["distinct_id"] ?? "?")" }
+                == ["$SignUp user-42", "$Logout user-42", "AfterLogout \(anonymous)"])
+            #expect(bodies[0]["type"] as? String == "track_signup" && bodies[0]["original_id"] as? String == anonymous)
+            #expect(try Self.storedEvents(group).map(\.record.producerID) == ["app", "account", "app"])
         }
     }
 }

@@ -17,29 +17,31 @@ struct PreparedEvent: Sendable {
     var bootTimeNanos: UInt64
     /// The boot `bootTimeNanos` was read in (an event recorded for an earlier process may be older).
     var bootID: BootID = .current
-    /// A sign-up (`track_signup`): its body also carries `original_id`, the anonymous id the login
-    /// replaces, which a Sensors collector links to the new login id (as the iOS SDK sends it).
-    var isSignUp = false
+    /// Which identity change the event records, if any (see ``IdentityEvent``).
+    var identityEvent: IdentityEvent = .none
 
     /// The encoded bytes held for the event (what a queued event costs in memory, less its identity).
     var byteCount: Int { prefix.count + suffix.count }
 
-    /// The full body with `identity` spliced in.
-    func body(with identity: Identity) -> [UInt8] {
+    /// The full body with the identity spliced in: `identity` is the group's identity the event is
+    /// stored under, `previous` the one before the change stored in the same transaction (the same
+    /// identity when nothing changed).
+    func body(with identity: Identity, previous: Identity) -> [UInt8] {
+        let carried = identityEvent == .logout ? previous : identity  // a logout carries the login that ended
         var w = JSONWriter(capacity: prefix.count + suffix.count + 128)
         w.raw(prefix)
         w.key("distinct_id")
-        w.string(identity.distinctID)
+        w.string(carried.distinctID)
         w.raw(",")
         w.key("anonymous_id")
-        w.string(identity.anonymousID)
+        w.string(carried.anonymousID)
         w.raw(",")
-        if isSignUp {
+        if identityEvent == .signUp || identityEvent == .identify {
             w.key("original_id")
-            w.string(identity.anonymousID)
+            w.string(previous.anonymousID)
             w.raw(",")
         }
-        if let login = identity.loginID {
+        if let login = carried.loginID {
             w.key("login_id")
             w.string(login)
             w.raw(",")
@@ -48,10 +50,25 @@ struct PreparedEvent: Sendable {
         return w.bytes
     }
 
-    func draft(with identity: Identity) -> SharedStore.Draft {
+    func draft(with identity: Identity, previous: Identity? = nil) -> SharedStore.Draft {
         SharedStore.Draft(
-            wallTimeMillis: wallTimeMillis, bootTimeNanos: bootTimeNanos, bootID: bootID, body: body(with: identity))
+            wallTimeMillis: wallTimeMillis, bootTimeNanos: bootTimeNanos, bootID: bootID,
+            body: body(with: identity, previous: previous ?? identity))
     }
+}
+
+/// The identity changes an event records, in the order of the producer's other events, so that a
+/// collector can replay who was who. Each is stored in the same transaction as the change itself.
+enum IdentityEvent: Sendable {
+    /// An ordinary event.
+    case none
+    /// `$SignUp` (`track_signup`, as the Sensors SDKs send it): carries the new login id, with
+    /// `original_id`, the anonymous id the login is bound to.
+    case signUp
+    /// `$Logout`: carries the identity that ended (the login id logged out), the user's last act.
+    case logout
+    /// `$Identify`: carries the new anonymous id, with `original_id`, the anonymous id it replaces.
+    case identify
 }
 
 /// The properties every event of a producer starts with (presets, then super properties), each

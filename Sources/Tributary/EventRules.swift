@@ -27,7 +27,7 @@ public enum EventRules {
     public static let presetEvents: Set<String> = [
         "$AppStart", "$AppStartPassively", "$AppEnd", "$AppViewScreen", "$AppClick", "$AppCrashed",
         "$AppDeeplinkLaunch", "$AppExposure", "$SignUp", "$WebClick", "$pageview", "$WebStay", "$WebPageLeave",
-        "$AppPerformance", "$AppPageLeave",
+        "$AppPerformance", "$AppPageLeave", "$Logout", "$Identify",
     ]
 
     /// Checks an event name.

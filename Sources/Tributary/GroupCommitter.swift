@@ -87,15 +87,25 @@ final class GroupCommitter: Sendable {
     /// before this call has been committed (or has failed): a synchronous `track` after an `enqueue`
     /// keeps the caller's order, as promise 3 wants a producer's events. Blocks the calling thread
     /// until then, and for the commit's fsync.
-    /// `changingIdentity` changes the group's identity in the event's transaction (a sign-up).
+    /// `changingIdentity` changes the group's identity in the event's transaction (a sign-up, a logout,
+    /// an identify); the event is built with the identities after and before the change.
     func appendAfterQueued(
         _ event: PreparedEvent, changingIdentity change: ((inout Identity) -> Void)? = nil
     ) throws -> TrackReceipt {
         waitForQueued()
-        let appended = try store.append(producer: producer, count: 1, changingIdentity: change) { _, identity in
-            event.draft(with: identity)
+        var previous: Identity?
+        let recordingPrevious = change.map { change in
+            { (identity: inout Identity) in
+                previous = identity
+                change(&identity)
+            }
         }
-        return TrackReceipt(event: event, appended: appended[0])
+        let appended = try store.append(producer: producer, count: 1, changingIdentity: recordingPrevious) { _, identity in
+            event.draft(with: identity, previous: previous)
+        }
+        var receipt = TrackReceipt(event: event, appended: appended[0])
+        if event.identityEvent == .logout, let previous { receipt.distinctID = previous.distinctID }  // the login that ended
+        return receipt
     }
 
     /// Blocks the calling thread until every event queued before this call has been committed (or

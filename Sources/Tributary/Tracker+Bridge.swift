@@ -155,7 +155,7 @@ extension Tracker {
         var prepared = PreparedEvent(
             prefix: head.bytes, suffix: tail.bytes, eventID: eventID, trackID: trackID, wallTimeMillis: page.timeMillis,
             bootTimeNanos: 0, bootID: .unknown)
-        prepared.isSignUp = page.type == .signup
+        prepared.identityEvent = page.type == .signup ? .signUp : .none
         let (ageMillis, ageOverflow) = configuration.wallMillis().subtractingReportingOverflow(page.timeMillis)
         let now = configuration.monotonicNanos()
         if !ageOverflow, ageMillis >= 0 {

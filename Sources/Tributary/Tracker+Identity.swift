@@ -91,25 +91,67 @@ extension Tracker {
         committer.waitForQueued()
         guard try store.identity().loginID != loginID else { return nil }
         var signUp = try prepare("$SignUp", properties: properties, type: "track_signup")
-        signUp.isSignUp = true
+        signUp.identityEvent = .signUp
         try checkSize(of: signUp, identityFields: 4, named: "Event $SignUp", field: "$SignUp")
         return try committer.appendAfterQueued(signUp) { $0.loginID = loginID }
     }
 
-    /// Logs the group out; later events carry the anonymous id only. Events this process queued
-    /// before the call keep the login they were tracked under (the call waits for them).
+    /// Logs the group out; later events carry the anonymous id only. Tracks `$Logout` in the same
+    /// transaction, carrying the login that ended, unless ``Configuration/tracksIdentityChanges`` is
+    /// off; a group that is not logged in stays as it is and tracks nothing. Events this process
+    /// queued before the call keep the login they were tracked under (the call waits for them).
+    ///
+    /// - Throws: `StoreError` when the store cannot take the change; the group stays logged in then.
     @discardableResult
     public func logout() throws -> Identity {
-        committer.waitForQueued()
-        return try store.logout()
+        _ = try signOut()
+        return try store.identity()
     }
 
-    /// Replaces the anonymous id (for apps that bring their own). Events this process queued before
-    /// the call keep the id they were tracked under (the call waits for them).
+    /// Logs the group out as ``logout()`` does, and returns the receipt of its `$Logout`; nil when
+    /// nothing was tracked (the group was not logged in, or identity changes are not tracked).
+    @discardableResult
+    public func signOut() throws -> TrackReceipt? {
+        committer.waitForQueued()
+        guard configuration.tracksIdentityChanges else {
+            _ = try store.logout()
+            return nil
+        }
+        guard try store.identity().loginID != nil else { return nil }
+        var logout = try prepare("$Logout", properties: [:])
+        logout.identityEvent = .logout
+        try checkSize(of: logout, identityFields: 3, named: "Event $Logout", field: "$Logout")
+        return try committer.appendAfterQueued(logout) { $0.loginID = nil }
+    }
+
+    /// Replaces the anonymous id (for apps that bring their own). Tracks `$Identify` in the same
+    /// transaction, carrying the new anonymous id with `original_id`, the one it replaces, unless
+    /// ``Configuration/tracksIdentityChanges`` is off; the same id again tracks nothing. Events this
+    /// process queued before the call keep the id they were tracked under (the call waits for them).
+    ///
+    /// - Throws: ``TrackingError`` for an invalid id; `StoreError` when the store cannot take the
+    ///   change. The anonymous id is not changed then.
     @discardableResult
     public func identify(anonymousID: String) throws -> Identity {
+        _ = try reidentify(anonymousID: anonymousID)
+        return try store.identity()
+    }
+
+    /// Replaces the anonymous id as ``identify(anonymousID:)`` does, and returns the receipt of its
+    /// `$Identify`; nil when nothing was tracked (the id was the group's already, or identity changes
+    /// are not tracked).
+    @discardableResult
+    public func reidentify(anonymousID: String) throws -> TrackReceipt? {
         try EventRules.validateID(anonymousID, what: "anonymous id")
         committer.waitForQueued()
-        return try store.identify(anonymousID: anonymousID)
+        guard configuration.tracksIdentityChanges else {
+            _ = try store.identify(anonymousID: anonymousID)
+            return nil
+        }
+        guard try store.identity().anonymousID != anonymousID else { return nil }
+        var identify = try prepare("$Identify", properties: [:])
+        identify.identityEvent = .identify
+        try checkSize(of: identify, identityFields: 4, named: "Event $Identify", field: "$Identify")
+        return try committer.appendAfterQueued(identify) { $0.anonymousID = anonymousID }
     }
 }

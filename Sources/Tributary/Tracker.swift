@@ -62,6 +62,11 @@ public final class Tracker: Sendable {
         /// version. A short-lived tool that tracks as the app without knowing it (the `tributary` CLI
         /// without `--app-version`) turns it off, leaving what the app published as it is.
         public var publishesAppPresets = true
+        /// Whether ``Tracker/logout()`` and ``Tracker/identify(anonymousID:)`` track `$Logout` and
+        /// `$Identify`, so that a collector can replay who was who (``Tracker/login(_:properties:)``
+        /// always tracks `$SignUp`, as the Sensors SDKs do). Default true. The Sensors SDKs track no
+        /// event for these two: turn it off for a collector that refuses `$` events it does not know.
+        public var tracksIdentityChanges = true
         /// How the store is opened (quota, durability).
         public var store = SharedStore.Options()
         /// The monotonic clock for timers, in ns. Default `CLOCK_BOOTTIME`; tests pass a manual clock.

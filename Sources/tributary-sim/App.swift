@@ -283,13 +283,13 @@ struct ScriptedSession {
         record(try auto.endTiming(request, properties: ["status_code": Self.chance(0.95, &rng) ? 200 : 503]))
     }
 
-    /// The user logs in (its `$SignUp` in the ledger, with the identity it carries) or out: extensions
-    /// running meanwhile store their events under whichever identity is in force when they track.
+    /// The user logs in or out (its `$SignUp` or `$Logout` in the ledger, with the identity it carries):
+    /// extensions running meanwhile store their events under whichever identity is in force when they track.
     private mutating func accountChange() throws {
         if try auto.tracker.identity().loginID == nil {
             record(try auto.tracker.signUp("sim-user-\(Int.random(in: 1...3, using: &rng))"))
         } else {
-            try auto.tracker.logout()
+            record(try auto.tracker.signOut())
         }
     }
 

@@ -81,11 +81,7 @@ struct Track: ParsableCommand {
     @Option(help: ArgumentHelp("Event properties as a JSON object, e.g. '{\"price\": 9.99}'.", valueName: "json"))
     var properties: String?
 
-    @Option(help: ArgumentHelp("Producer kind: app, extension or hybrid.", valueName: "kind"))
-    var producer: String = "app"
-
-    @Option(name: .customLong("producer-id"), help: ArgumentHelp("Producer id (default: the kind).", valueName: "id"))
-    var producerID: String?
+    @OptionGroup var producer: ProducerOptions
 
     @Option(
         name: .customLong("app-version"),
@@ -97,9 +93,6 @@ struct Track: ParsableCommand {
     var appVersion: String?
 
     func validate() throws {
-        guard ProducerKind(name: producer) != nil else {
-            throw ValidationError("--producer must be app, extension or hybrid, not '\(producer)'.")
-        }
         if let appVersion {
             do {
                 try EventRules.validateID(appVersion, what: "--app-version")
@@ -116,8 +109,7 @@ struct Track: ParsableCommand {
             // refused event must leave the group as it was (exit 65, "nothing written").
             try EventRules.validateEventName(name)
             try EventRules.validateProperties(props)
-            var config = Tracker.Configuration(
-                groupDirectory: options.group, producerKind: ProducerKind(name: producer)!, producerID: producerID)
+            var config = producer.configuration(group: options.group)
             config.store.createDirectory = create
             config.appVersion = appVersion ?? config.appVersion
             config.publishesAppPresets = appVersion != nil
@@ -194,39 +186,83 @@ struct Inspect: ParsableCommand {
     }
 }
 
+/// Which producer the command writes as (`track`, and the identity commands' events).
+struct ProducerOptions: ParsableArguments {
+    @Option(help: ArgumentHelp("Producer kind: app, extension or hybrid.", valueName: "kind"))
+    var producer: String = "app"
+
+    @Option(name: .customLong("producer-id"), help: ArgumentHelp("Producer id (default: the kind).", valueName: "id"))
+    var producerID: String?
+
+    func validate() throws {
+        guard ProducerKind(name: producer) != nil else {
+            throw ValidationError("--producer must be app, extension or hybrid, not '\(producer)'.")
+        }
+    }
+
+    /// A tracker's configuration for this producer in `group`; it never publishes the app's presets
+    /// (the CLI does not know the app's version unless `track --app-version` says it).
+    func configuration(group: String) -> Tracker.Configuration {
+        var config = Tracker.Configuration(groupDirectory: group, producerKind: ProducerKind(name: producer)!, producerID: producerID)
+        config.publishesAppPresets = false
+        return config
+    }
+
+    /// A tracker of the group's existing store (a mistyped --group is exit 66, not a new store).
+    func existingTracker(group: String) throws -> Tracker {
+        var config = configuration(group: group)
+        config.store.create = false
+        return try Tracker(configuration: config)
+    }
+}
+
 struct Login: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Log the group in; later events of every process carry the login id.",
-        discussion: "The group's store must exist (a producer creates it): a mistyped --group is exit 66, not a new store.")
+        discussion: """
+            Tracks $SignUp (type track_signup, with original_id: the anonymous id the login is bound to) in \
+            the same transaction, as an app's login() does; logging in again as the current login id tracks \
+            nothing. The group's store must exist (a producer creates it): a mistyped --group is exit 66, \
+            not a new store.
+            """)
     @OptionGroup var options: GroupOption
+    @OptionGroup var producer: ProducerOptions
     @Argument(help: "The login id.") var loginID: String
 
     func run() throws {
         try reportingErrors {
             try EventRules.validateID(loginID, what: "login id")
-            say(try openExisting(options.group).login(loginID).distinctID, done: "the group is logged in")
+            say(try producer.existingTracker(group: options.group).login(loginID).distinctID, done: "the group is logged in")
         }
     }
 }
 
 struct Logout: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Log the group out.")
+    static let configuration = CommandConfiguration(
+        abstract: "Log the group out.",
+        discussion: "Tracks $Logout, carrying the login that ended, in the same transaction; a group not logged in tracks nothing.")
     @OptionGroup var options: GroupOption
+    @OptionGroup var producer: ProducerOptions
 
     func run() throws {
-        try reportingErrors { say(try openExisting(options.group).logout().distinctID, done: "the group is logged out") }
+        try reportingErrors { say(try producer.existingTracker(group: options.group).logout().distinctID, done: "the group is logged out") }
     }
 }
 
 struct Identify: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Replace the group's anonymous id.")
+    static let configuration = CommandConfiguration(
+        abstract: "Replace the group's anonymous id.",
+        discussion: "Tracks $Identify (with original_id: the anonymous id replaced) in the same transaction; the current id again tracks nothing.")
     @OptionGroup var options: GroupOption
+    @OptionGroup var producer: ProducerOptions
     @Argument(help: "The new anonymous id.") var anonymousID: String
 
     func run() throws {
         try reportingErrors {
             try EventRules.validateID(anonymousID, what: "anonymous id")
-            say(try openExisting(options.group).identify(anonymousID: anonymousID).distinctID, done: "the anonymous id is set")
+            say(
+                try producer.existingTracker(group: options.group).identify(anonymousID: anonymousID).distinctID,
+                done: "the anonymous id is set")
         }
     }
 }

@@ -28,7 +28,7 @@ struct IdentityTests {
             #expect(receipt.distinctID == "user-2")
             #expect(try app.signUp("user-2") == nil)
             let bodies = try Self.bodies(app.store)
-            #expect(bodies.map { $0["event"] as? String } == ["Browse", "$SignUp", "Buy", "$SignUp"])
+            #expect(bodies.map { $0["event"] as? String } == ["Browse", "$SignUp", "Buy", "$Logout", "$SignUp"])
             let signUp = bodies[1]
             #expect(signUp["type"] as? String == "track_signup")
             #expect(signUp["distinct_id"] as? String == "user-1")
@@ -38,8 +38,53 @@ struct IdentityTests {
             #expect(bodies[0]["original_id"] == nil && bodies[2]["original_id"] == nil)
             #expect(bodies[0]["distinct_id"] as? String == anonymous)
             #expect(bodies[2]["distinct_id"] as? String == "user-1")
-            #expect(bodies[3]["distinct_id"] as? String == "user-2")
-            #expect(bodies[3]["original_id"] as? String == anonymous)
+            #expect(bodies[4]["distinct_id"] as? String == "user-2")
+            #expect(bodies[4]["original_id"] as? String == anonymous)
+        }
+    }
+
+    @Test("logout tracks $Logout under the login that ended; identify tracks $Identify with original_id; no change tracks nothing")
+    func logoutAndIdentify() throws {
+        try withTemporaryGroup { group in
+            let app = try TrackerTests.tracker(group)
+            let ext = try TrackerTests.tracker(group, kind: .extension)
+            let anonymous = try app.identity().anonymousID
+            try app.logout()  // not logged in: nothing
+            try app.login("user-1")
+            let logout = try #require(try ext.signOut())  // any process of the group may log it out
+            #expect(logout.distinctID == "user-1")
+            #expect(try app.signOut() == nil)
+            try app.track("Anonymous")
+            let identify = try #require(try app.reidentify(anonymousID: "device-42"))
+            #expect(identify.distinctID == "device-42")
+            #expect(try app.reidentify(anonymousID: "device-42") == nil)
+            try app.track("Identified")
+            let bodies = try Self.bodies(app.store)
+            #expect(bodies.map { $0["event"] as? String } == ["$SignUp", "$Logout", "Anonymous", "$Identify", "Identified"])
+            let (leave, change) = (bodies[1], bodies[3])
+            #expect(leave["type"] as? String == "track")
+            #expect(leave["distinct_id"] as? String == "user-1" && leave["login_id"] as? String == "user-1")
+            #expect(leave["original_id"] == nil)
+            #expect(bodies[2]["distinct_id"] as? String == anonymous && bodies[2]["login_id"] == nil)
+            #expect(change["distinct_id"] as? String == "device-42" && change["anonymous_id"] as? String == "device-42")
+            #expect(change["original_id"] as? String == anonymous)
+            #expect(bodies[4]["distinct_id"] as? String == "device-42")
+            #expect(try app.identity() == Identity(anonymousID: "device-42", loginID: nil, deviceID: try app.identity().deviceID))
+        }
+    }
+
+    @Test("with tracksIdentityChanges off, logout and identify change the identity and track nothing; login still tracks $SignUp")
+    func identityChangesUntracked() throws {
+        try withTemporaryGroup { group in
+            var config = Tracker.Configuration(groupDirectory: group)
+            config.tracksIdentityChanges = false
+            let app = try Tracker(configuration: config)
+            try app.login("user-1")
+            #expect(try app.signOut() == nil)
+            #expect(try app.identity().loginID == nil)
+            #expect(try app.reidentify(anonymousID: "device-42") == nil)
+            #expect(try app.identity().anonymousID == "device-42")
+            #expect(try Self.bodies(app.store).map { $0["event"] as? String } == ["$SignUp"])
         }
     }
 

@@ -198,8 +198,8 @@ struct TrackerTests {
             }
             #expect(accepted > 10, "events of ordinary size fit")
             let sizes = try tracker.store.events(limit: 1000).map { try $0.record.get().body.count }
-            // The login's $SignUp (four identity fields, original_id too) is the first.
-            #expect(sizes.count == accepted + 1 && sizes.allSatisfy { $0 <= 4096 }, "largest stored: \(sizes.max() ?? 0) bytes")
+            // The identify's $Identify and the login's $SignUp (four identity fields, original_id too) come first.
+            #expect(sizes.count == accepted + 2 && sizes.allSatisfy { $0 <= 4096 }, "largest stored: \(sizes.max() ?? 0) bytes")
         }
     }
 

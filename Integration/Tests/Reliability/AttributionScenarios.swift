@@ -21,7 +21,7 @@ extension ReliabilityScenarios {
                     // The store exists before the first login (the CLI refuses a group without one).
                     ledgers += try await Scenario.produce(group, [("app-0", 3)])
                     for round in 1...rounds {
-                        let login = try await ChildProcess.run("tributary", ["login", "--group", group, "user-\(round)"])
+                        let login = try await ChildProcess.run("tributary", ["login", "--group", group, "--producer-id", "account", "user-\(round)"])
                         if login.status != 0 { problems.append("login user-\(round): \(login.stderr)") }
                         let id = "ext-\(round)"
                         let ledger = Oracle.Ledger(producer: id, path: group + "-ledger-" + id)
@@ -32,7 +32,7 @@ extension ReliabilityScenarios {
                         ledgers.append(ledger)
                         ledgers += try await Scenario.produce(group, [("app-\(round)", 3)])
                         if round.isMultiple(of: 2) {
-                            let logout = try await ChildProcess.run("tributary", ["logout", "--group", group])
+                            let logout = try await ChildProcess.run("tributary", ["logout", "--group", group, "--producer-id", "account"])
                             if logout.status != 0 { problems.append("logout: \(logout.stderr)") }
                         }
                     }
@@ -41,12 +41,22 @@ extension ReliabilityScenarios {
                     try await Scenario.drain(group, collector)
                     var oracle = Oracle(ledgers: ledgers)
                     oracle.batchSize = Scenario.batchSize
+                    oracle.unledgeredProducers = ["account"]  // the CLI's $SignUp and $Logout, checked below
                     let verdict = try await Scenario.conclude(
                         "identity changes before the drain", test: "identityChangesBeforeTheDrain", iterations: rounds,
                         oracle: oracle, collector: collector, group: group, problems: problems)
                     #expect(verdict.acknowledged == 3 + rounds * 6)
-                    let users = Set(try await collector.events().compactMap { try $0.jsonObject()["login_id"] as? String })
+                    let events = try await collector.events().map { try $0.jsonObject() }
+                    let users = Set(events.compactMap { $0["login_id"] as? String })
                     #expect(users == Set((1...rounds).map { "user-\($0)" }), "every user's events arrive under that user")
+                    // The identity changes themselves arrive in order: each login's $SignUp under the new
+                    // login, each logout's $Logout under the login that ended.
+                    let changes = events.filter { ["$SignUp", "$Logout"].contains($0["event"] as? String) }
+                        .map { "\($0["event"] as? String ?? "?") \($0["distinct_id"] as? String ?? "?")" }
+                    let expected = (1...rounds).flatMap { round in
+                        ["$SignUp user-\(round)"] + (round.isMultiple(of: 2) ? ["$Logout user-\(round)"] : [])
+                    }
+                    #expect(changes == expected)
                 }
             }
         }
