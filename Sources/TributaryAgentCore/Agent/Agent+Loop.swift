@@ -6,7 +6,7 @@ import TributaryStore
 /// One run of the agent's loop: its decisions (``LoopMachine``) and what the driver keeps beside them
 /// for its logs, metrics and status file.
 struct LoopRun {
-    let clock = ContinuousClock()
+    let clock: any AgentClock
     var machine: LoopMachine<ContinuousClock>
     /// The group's settings as last read (their JSON text; nil: none), once read.
     var settingsText: String??
@@ -28,7 +28,8 @@ struct LoopRun {
         var outboxDrained: Int64 = 0
     }
 
-    init(limits: LoopMachine<ContinuousClock>.Limits, settings: EffectiveSettings) {
+    init(limits: LoopMachine<ContinuousClock>.Limits, settings: EffectiveSettings, clock: any AgentClock) {
+        self.clock = clock
         machine = LoopMachine(limits: limits, settings: settings, now: clock.now)
     }
 
@@ -163,7 +164,9 @@ extension Agent {
                 mustPoll: deletes.isWaiting || loop.drain.storeBusyLogged)
             // The test hook's freeze comes at its time, whether or not anything wakes the loop then.
             if let stallAfter { timeout = min(timeout ?? .seconds(1), started + .milliseconds(stallAfter) - loop.clock.now) }
-            await heartbeat.sleeping { await wakeup.wait(timeout: timeout) }
+            let until = timeout.map { loop.clock.now + $0 }
+            parking.parked(until: until)
+            await heartbeat.sleeping { await wakeup.wait(until: until) }
         }
         return loop.report
     }
@@ -296,7 +299,7 @@ extension Agent {
         limits: LoopMachine<ContinuousClock>.Limits, while more: @Sendable () -> Bool, done: DoneFlag
     ) async throws -> [(step: UploadSession.Step, took: Duration)] {
         defer { done.set() }
-        let clock = ContinuousClock()
+        let clock = configuration.clock
         var planner = planner
         var steps: [(step: UploadSession.Step, took: Duration)] = []
         var timeout = timeout
@@ -330,7 +333,7 @@ extension Agent {
     func stepCancelledAtExpiry(
         _ session: UploadSession, maxEvents: Int, timeout: Duration
     ) async throws -> UploadSession.Step {
-        let answerBy = ContinuousClock.now + timeout + Heartbeat.answerGrace
+        let answerBy = configuration.clock.now + timeout + Heartbeat.answerGrace
         return try await session.step(maxEvents: maxEvents, timeout: timeout) { [budget] in
             _ = await budget.waitForExpiry(orUntil: answerBy)
         }

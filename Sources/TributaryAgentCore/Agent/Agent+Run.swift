@@ -17,6 +17,7 @@ extension Agent {
             throw AgentError(
                 .startup, "This Agent has run already and released its group; create a new Agent to run again.")
         }
+        defer { parking.ended() }
         if once, let deadline = configuration.deadline {
             // A stop requested before the loop started (SIGTERM at once) keeps its budget if it ends sooner.
             budget.update { current in
@@ -26,11 +27,12 @@ extension Agent {
         }
         let clients = HTTPClients(configuration.upload)
         let session = UploadSession(
-            outbox: outbox, clients: clients, configuration: configuration.upload, logger: logger, unsettledEvents: unsettledEvents)
+            outbox: outbox, clients: clients, configuration: configuration.upload, logger: logger, unsettledEvents: unsettledEvents,
+            clock: configuration.clock)
         session.defersAcknowledgements = true
         var limits = LoopMachine<ContinuousClock>.Limits(configuration)
         limits.once = once
-        var loop = LoopRun(limits: limits, settings: configuration.effective(AgentSettings()))
+        var loop = LoopRun(limits: limits, settings: configuration.effective(AgentSettings()), clock: configuration.clock)
         var listener: WakeSources?
         // The watchdog's pinger is a child task of the run: it pings from the start of the loop until the
         // run's closing steps are over.
@@ -190,7 +192,7 @@ extension Agent {
     /// deadline when that is less.
     func closingTime() -> Duration {
         guard let task = budget.current else { return configuration.grace }
-        return max(.zero, min(configuration.grace, task.deadline - .now))
+        return max(.zero, min(configuration.grace, task.deadline - configuration.clock.now))
     }
 
     /// Pings systemd's watchdog, but only while the main loop shows progress: it is asleep between turns,

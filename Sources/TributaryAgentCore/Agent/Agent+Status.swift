@@ -57,11 +57,12 @@ extension Agent {
     func keepStatusFresh(_ fields: StatusFields, lastWrite: ContinuousClock.Instant) async {
         var next = lastWrite.advanced(by: .seconds(1))
         var fields = fields
-        while (try? await Task.sleep(until: next, clock: .continuous)) != nil {
+        let clock = configuration.clock
+        while (try? await clock.sleep(until: next)) != nil {
             // A stop asked for meanwhile waits for this answer (within its deadline): say so.
             if isStopping { fields.state = "stopping" }
             writeStatus(fields)
-            next = max(next.advanced(by: .seconds(1)), .now)
+            next = max(next.advanced(by: .seconds(1)), clock.now)
         }
     }
 

@@ -31,8 +31,10 @@ public final class Agent: Service, Sendable {
     /// `Atomic`s (noncopyable) stored in `Agent` itself, Swift 6.3.1's release build crashed on this
     /// throwing init ("Found ownership error" in CopyPropagation, destroying a partly built agent).
     let flags = RunFlags()
-    let budget = BudgetSlot()
+    let budget: BudgetSlot
     let heartbeat = Heartbeat()
+    /// The loop's parks between turns, for tests that move a ``ManualClock`` (``LoopParking``).
+    let parking = LoopParking()
     let lastStatus = LastStatus()
     /// The events of a delivered batch whose rows are still in the outbox (the upload session's).
     let unsettledEvents = UnsettledEvents()
@@ -47,7 +49,7 @@ public final class Agent: Service, Sendable {
 
     /// When this agent was created: ``AgentConfiguration/deadline`` counts from here, so the time its
     /// creation took (opening the store, migrating the outbox) is part of the run's budget.
-    let createdAt = ContinuousClock.now
+    let createdAt: ContinuousClock.Instant
 
     /// Validates the configuration, opens (recovering) the store and the outbox, and claims the group.
     public init(configuration: AgentConfiguration, logger: Logger) throws {
@@ -62,7 +64,9 @@ public final class Agent: Service, Sendable {
         try configuration.upload.proxy.validate()
         self.configuration = configuration
         self.logger = logger
-        let wakeup = Wakeup()
+        createdAt = configuration.clock.now
+        budget = BudgetSlot(clock: configuration.clock)
+        let wakeup = Wakeup(clock: configuration.clock)
         self.wakeup = wakeup
         // A delete the drain stopped waiting for wakes the loop when it ends: draining goes on at once.
         let fatalIO = FatalIO.Latch()
@@ -211,7 +215,8 @@ public final class Agent: Service, Sendable {
     public func requestStop() {
         let started = budget.update { budget -> Bool in
             guard !flags.stopping.exchange(true, ordering: .acquiringAndReleasing) else { return false }
-            let stop = BackgroundTask(budget: configuration.stopTimeout, grace: configuration.grace, reason: .stop)
+            let stop = BackgroundTask(
+                budget: configuration.stopTimeout, grace: configuration.grace, reason: .stop, start: configuration.clock.now)
             if budget == nil || stop.expiresAt < budget!.expiresAt { budget = stop }
             return true
         }

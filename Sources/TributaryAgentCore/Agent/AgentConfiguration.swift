@@ -65,6 +65,9 @@ public struct AgentConfiguration: Sendable {
     /// configuration's values: `tributary-agent` gives those its command line left out. Default none.
     /// The group's `server_url` applies whenever ``UploadConfiguration/serverURL`` is nil.
     public var settingsFromGroup: Set<AgentSettings.Key> = []
+    /// The clock the loop reads and waits on (flush intervals, backoffs, deadlines, the status file's
+    /// rhythm). Default ``SystemClock``; a test gives a ``ManualClock`` and moves it itself.
+    public var clock: any AgentClock = SystemClock()
 
     /// A configuration with defaults for everything but the group and the server. With no server
     /// URL, the agent uploads once the group's settings give one (`--once` requires one).

@@ -25,8 +25,14 @@ final class BudgetSlot: Sendable {
     private let slot = Mutex<BackgroundTask?>(nil)
     /// Signalled on every update: the request watcher sleeps until the expiration it knows, and a stop
     /// that brings it closer wakes it.
-    private let changed = Wakeup()
+    private let changed: Wakeup
+    private let clock: any AgentClock
     var current: BackgroundTask? { slot.withLock { $0 } }
+
+    init(clock: any AgentClock) {
+        self.clock = clock
+        changed = Wakeup(clock: clock)
+    }
 
     func update<R>(_ body: (inout BackgroundTask?) -> R) -> R {
         defer { changed.signal() }
@@ -39,9 +45,9 @@ final class BudgetSlot: Sendable {
     func waitForExpiry(orUntil limit: ContinuousClock.Instant) async -> Bool {
         while !Task.isCancelled {
             let until = current.map { min($0.expiresAt, limit) } ?? limit
-            let now = ContinuousClock.now
+            let now = clock.now
             if now >= until { return true }
-            await changed.wait(timeout: now.duration(to: until))
+            await changed.wait(until: until)
         }
         return false
     }

@@ -2,7 +2,7 @@ import Synchronization
 
 /// Wakes the agent's loop early: a flush request, or a shutdown.
 ///
-/// ``wait(timeout:)`` returns when ``signal()`` is called (or was called since the last wait), when
+/// ``wait(until:)`` returns when ``signal()`` is called (or was called since the last wait), when
 /// the timeout passes, or when the waiting task is cancelled — whichever comes first. Each wait has
 /// an id, so a timeout or cancellation that fires before the waiter has registered is not lost.
 final class Wakeup: Sendable {
@@ -15,6 +15,10 @@ final class Wakeup: Sendable {
     }
 
     private let state = Mutex(State())
+    /// What a wait's timeout is measured on.
+    private let clock: any AgentClock
+
+    init(clock: any AgentClock = SystemClock()) { self.clock = clock }
 
     /// Wakes the current or next waiter.
     func signal() {
@@ -44,20 +48,28 @@ final class Wakeup: Sendable {
     }
 
     /// Waits for a signal, the timeout or cancellation; with no timeout, for a signal or cancellation
-    /// only (no timer: nothing wakes the process meanwhile). The timer is a child task of the wait: the
-    /// first of the two to end ends the other.
+    /// only (no timer: nothing wakes the process meanwhile).
     func wait(timeout: Duration?) async {
-        guard let timeout else {
+        await wait(until: timeout.map { clock.now + $0 })
+    }
+
+    /// Waits for a signal, the clock reaching `deadline`, or cancellation; with no deadline, for a signal
+    /// or cancellation only (no timer: nothing wakes the process meanwhile). The timer is a child task
+    /// of the wait: the first of the two to end ends the other. The deadline is an instant, not a time
+    /// from now: a wait that starts late (the clock moved meanwhile, as a test's manual clock does)
+    /// still ends when it was meant to.
+    func wait(until deadline: ContinuousClock.Instant?) async {
+        guard let deadline else {
             guard !Task.isCancelled else { return }
             await park(begin())
             return
         }
-        guard timeout > .zero, !Task.isCancelled else { return }
+        guard deadline > clock.now, !Task.isCancelled else { return }
         let id = begin()
         await withTaskGroup(of: Void.self) { group in
             group.addTask {
                 // Cancelled: the wait is over already.
-                guard (try? await Task.sleep(for: timeout)) != nil else { return }
+                guard (try? await self.clock.sleep(until: deadline)) != nil else { return }
                 self.end(id)
             }
             await park(id)

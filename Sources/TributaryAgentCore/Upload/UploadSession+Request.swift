@@ -74,7 +74,7 @@ extension UploadSession {
     /// ``TLSProbe``) is none of them; nil when it matches, or the last check still holds.
     private func checkPins(_ serverURL: String, timeout: Duration) async -> UploadOutcome? {
         guard !tlsCheck.loaded.pins.isEmpty else { return nil }
-        let now = ContinuousClock.now
+        let now = clock.now
         if let pinnedAt, pinnedAt.serverURL == serverURL, now - pinnedAt.at < Self.pinCheckInterval { return nil }
         if let refused = await tlsCheck.verifyPins(serverURL: serverURL, timeout: min(timeout, .seconds(10))) {
             pinnedAt = nil

@@ -31,7 +31,7 @@ final class UploadSession {
     private(set) var configuration: UploadConfiguration
     let logger: Logger
     var machine: Machine
-    private let clock = ContinuousClock()
+    let clock: any AgentClock
 
     /// HTTP requests sent by this session (a step that dead-letters or finds nothing sends none).
     var requestsSent = 0
@@ -77,18 +77,19 @@ final class UploadSession {
     /// A session sending every request with `client`.
     convenience init(
         outbox: Outbox, client: HTTPClient, configuration: UploadConfiguration, logger: Logger,
-        unsettledEvents: UnsettledEvents = UnsettledEvents()
+        unsettledEvents: UnsettledEvents = UnsettledEvents(), clock: any AgentClock = SystemClock()
     ) {
         self.init(
             outbox: outbox, clients: HTTPClients(fixed: client), configuration: configuration, logger: logger,
-            unsettledEvents: unsettledEvents)
+            unsettledEvents: unsettledEvents, clock: clock)
     }
 
     /// A session sending each request with the client `clients` gives for the collector URL.
     init(
         outbox: Outbox, clients: HTTPClients, configuration: UploadConfiguration, logger: Logger,
-        unsettledEvents: UnsettledEvents = UnsettledEvents()
+        unsettledEvents: UnsettledEvents = UnsettledEvents(), clock: any AgentClock = SystemClock()
     ) {
+        self.clock = clock
         self.outbox = outbox
         self.clients = clients
         self.tlsCheck = TLSCheck(loaded: configuration.loadedTLS ?? TLSSettings.systemDefault, proxies: configuration.proxy)
@@ -171,7 +172,7 @@ final class UploadSession {
         _ ready: ReadAhead, acknowledging unsettled: Machine.Unsettled?, readAheadLimit limit: Int,
         timeout: Duration, cancelWhen: (@Sendable () async -> Void)?
     ) async throws -> Step {
-        let (outbox, configuration, logger, unsettledEvents) = (outbox, configuration, logger, unsettledEvents)
+        let (outbox, configuration, logger, unsettledEvents, clock) = (outbox, configuration, logger, unsettledEvents, clock)
         let (outcome, aside) = await post(
             ready.encoded, batchID: ready.batch.id, sentAt: ready.clock.wallMillis, timeout: timeout,
             cancelWhen: cancelWhen
@@ -192,7 +193,7 @@ final class UploadSession {
                 }
             }
             aside.readAhead = Self.readAhead(
-                after: ready.batch.id, limit: limit, outbox: outbox, configuration: configuration, logger: logger)
+                after: ready.batch.id, limit: limit, outbox: outbox, configuration: configuration, logger: logger, clock: clock)
             return aside
         }
         machine.sent(readAhead: aside.readAhead, builtAt: aside.readAhead?.builtAt ?? clock.now)
@@ -230,14 +231,14 @@ final class UploadSession {
             let failure = UploadOutcome.retry(reason: "could not encode the batch: \(error)", retryAfter: nil)
             return try apply(failure, batchID: batchID, count: count)
         }
-        let (outbox, configuration, logger) = (outbox, configuration, logger)
+        let (outbox, configuration, logger, clock) = (outbox, configuration, logger, clock)
         let (outcome, aside) = await post(
             encoded, batchID: batchID, sentAt: wireClock.wallMillis, timeout: timeout, cancelWhen: cancelWhen
         ) {
             guard let limit else { return Aside() }
             return Aside(
                 readAhead: Self.readAhead(
-                    after: batchID, limit: limit, outbox: outbox, configuration: configuration, logger: logger))
+                    after: batchID, limit: limit, outbox: outbox, configuration: configuration, logger: logger, clock: clock))
         }
         machine.sent(readAhead: aside.readAhead, builtAt: aside.readAhead?.builtAt ?? clock.now)
         return try apply(outcome, batchID: batchID, count: count)
@@ -287,7 +288,8 @@ final class UploadSession {
     /// and becomes the batch in flight in the acknowledgement's own transaction. A failure here only
     /// means no batch is ready (nil). Run beside the request, with what it needs given.
     static func readAhead(
-        after batchID: String, limit: Int, outbox: Outbox, configuration: UploadConfiguration, logger: Logger
+        after batchID: String, limit: Int, outbox: Outbox, configuration: UploadConfiguration, logger: Logger,
+        clock machineClock: any AgentClock
     ) -> ReadAhead? {
         let (clock, empty) = newBody(configuration)
         var body = empty
@@ -297,7 +299,7 @@ final class UploadSession {
                 Self.append(event, at: clock, to: &body)
             }) else { return nil }
             let encoded = try body.finish(gzipLevel: configuration.gzipLevel)
-            return ReadAhead(batch: batch, encoded: encoded, clock: clock, builtAt: .now)
+            return ReadAhead(batch: batch, encoded: encoded, clock: clock, builtAt: machineClock.now)
         } catch {
             logger.debug("could not read the next batch ahead", metadata: ["tributary.reason": "\(error)"])
             return nil

@@ -1,0 +1,120 @@
+import Synchronization
+
+/// The time the agent's driver reads and waits on: when a flush is due, a backoff ends, a deadline
+/// expires, the status is written. ``SystemClock`` (the default) is `ContinuousClock`
+/// (`CLOCK_BOOTTIME`); a test gives a ``ManualClock`` and moves it itself, so that the whole agent
+/// (real store, outbox and collector) runs through its flush intervals, backoffs and deadlines with no
+/// sleeps. Instants are `ContinuousClock`'s on both, so the decisions (``LoopMachine``,
+/// ``UploadMachine``) and ``BackgroundTask`` take either.
+///
+/// What stays on the system's clocks: the watchdog (systemd measures it), the HTTP client's own
+/// request timeout, SQLite's busy timeout and the store deletes' thread. A request the agent gives up on
+/// is cancelled on this clock (``Agent/stepCancelledAtExpiry(_:maxEvents:timeout:)``).
+public protocol AgentClock: Sendable {
+    var now: ContinuousClock.Instant { get }
+    /// Returns at `deadline`; throws `CancellationError` when the task is cancelled first.
+    func sleep(until deadline: ContinuousClock.Instant) async throws
+}
+
+/// The system's monotonic clock.
+public struct SystemClock: AgentClock {
+    public init() {}
+    public var now: ContinuousClock.Instant { .now }
+    public func sleep(until deadline: ContinuousClock.Instant) async throws {
+        try await Task.sleep(until: deadline, clock: .continuous)
+    }
+}
+
+/// A clock that moves only when ``advance(by:)`` moves it. It starts at the system clock's now and
+/// runs from there; sleepers wake, in deadline order, when it reaches their deadline, or when their
+/// task is cancelled. ``nextDeadline()`` waits until someone sleeps on it, which is how a test knows
+/// that the agent has done what it could and waits for time to pass.
+public final class ManualClock: AgentClock {
+    private struct Sleeper {
+        var id: UInt64
+        var deadline: ContinuousClock.Instant
+        var continuation: CheckedContinuation<Void, any Error>
+    }
+
+    private struct State {
+        var now: ContinuousClock.Instant
+        var nextID: UInt64 = 0
+        var sleepers: [Sleeper] = []
+        /// Sleeps cancelled before they registered.
+        var cancelledEarly: Set<UInt64> = []
+        /// Waiters of ``nextDeadline()``, resumed when the next sleeper registers.
+        var watchers: [CheckedContinuation<Void, Never>] = []
+    }
+
+    private let state: Mutex<State>
+
+    public init(start: ContinuousClock.Instant = .now) { state = Mutex(State(now: start)) }
+
+    public var now: ContinuousClock.Instant { state.withLock { $0.now } }
+
+    /// Moves the clock on by `duration` and wakes every sleeper whose deadline it reached.
+    public func advance(by duration: Duration) {
+        precondition(duration >= .zero, "a manual clock only moves forward")
+        let due = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
+            state.now = state.now + duration
+            let now = state.now
+            let due = state.sleepers.filter { $0.deadline <= now }.sorted { $0.deadline < $1.deadline }
+            state.sleepers.removeAll { $0.deadline <= now }
+            return due.map(\.continuation)
+        }
+        for continuation in due { continuation.resume() }
+    }
+
+    /// Moves the clock to `instant` (nothing when it is there already or past it).
+    public func advance(to instant: ContinuousClock.Instant) {
+        advance(by: max(.zero, now.duration(to: instant)))
+    }
+
+    /// The earliest deadline anyone sleeps until, once someone does: waits (without polling) until a
+    /// sleeper registers.
+    public func nextDeadline() async -> ContinuousClock.Instant {
+        while true {
+            if let earliest = state.withLock({ $0.sleepers.map(\.deadline).min() }) { return earliest }
+            await withCheckedContinuation { (watcher: CheckedContinuation<Void, Never>) in
+                let now = state.withLock { state -> Bool in
+                    guard state.sleepers.isEmpty else { return true }
+                    state.watchers.append(watcher)
+                    return false
+                }
+                if now { watcher.resume() }
+            }
+        }
+    }
+
+    /// How many sleep on the clock now.
+    public var sleeperCount: Int { state.withLock { $0.sleepers.count } }
+
+    public func sleep(until deadline: ContinuousClock.Instant) async throws {
+        let id = state.withLock { state -> UInt64 in
+            state.nextID += 1
+            return state.nextID
+        }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let (outcome, watchers) = state.withLock { state -> (Result<Void, any Error>?, [CheckedContinuation<Void, Never>]) in
+                    if state.cancelledEarly.remove(id) != nil { return (.failure(CancellationError()), []) }
+                    if deadline <= state.now { return (.success(()), []) }
+                    state.sleepers.append(Sleeper(id: id, deadline: deadline, continuation: continuation))
+                    defer { state.watchers = [] }
+                    return (nil, state.watchers)
+                }
+                for watcher in watchers { watcher.resume() }
+                if let outcome { continuation.resume(with: outcome) }
+            }
+        } onCancel: {
+            let sleeper = state.withLock { state -> Sleeper? in
+                guard let index = state.sleepers.firstIndex(where: { $0.id == id }) else {
+                    state.cancelledEarly.insert(id)
+                    return nil
+                }
+                return state.sleepers.remove(at: index)
+            }
+            sleeper?.continuation.resume(throwing: CancellationError())
+        }
+    }
+}
