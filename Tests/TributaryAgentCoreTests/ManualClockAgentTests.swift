@@ -29,6 +29,12 @@ struct ManualClockAgentTests {
         }
     }
 
+    /// Asks the agent to stop and drives its run to the end.
+    static func stop(_ agent: Agent, _ clock: ManualClock, from park: LoopParking.Park) async throws {
+        agent.requestStop()
+        #expect(try await drive(agent, clock, from: park).ended)
+    }
+
     static func agent(
         _ group: String, _ collector: RunningCollector, _ clock: ManualClock, _ adjust: (inout AgentConfiguration) -> Void = { _ in }
     ) throws -> Agent {
@@ -62,8 +68,7 @@ struct ManualClockAgentTests {
                 let waited = try #require(firstDelivery)
                 #expect(waited >= .seconds(30) && waited < .seconds(31), "delivered after \(waited) on the agent's clock")
                 try await UploadTests.expectDelivered(collector, count: 10)
-                agent.requestStop()
-                try await Self.drive(agent, clock, from: park)
+                try await Self.stop(agent, clock, from: park)
                 try await run
             }
         }
@@ -129,8 +134,7 @@ struct ManualClockAgentTests {
                 try await collector.setFaults(FaultConfiguration())
                 park = try await Self.drive(agent, clock, from: park) { _ in try await collector.stats().unique == 20 }
                 try await UploadTests.expectDelivered(collector, count: 20)
-                agent.requestStop()
-                try await Self.drive(agent, clock, from: park)
+                try await Self.stop(agent, clock, from: park)
                 try await run
             }
         }
