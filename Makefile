@@ -11,7 +11,9 @@ RELEASE_DIR  := .build-release
 # strace injects ENOSPC/EIO into the agent's writes and fsyncs (docs/reliability.md).
 # libcurl4-openssl-dev: release binaries link Foundation statically, whose URLSession (tributary-sim's demo) needs libcurl.
 # tinyproxy (its binary alone) is the real HTTP proxy the proxy tests send through (docs/operations.md).
-DEB_PACKAGES := liblmdb-dev zlib1g-dev libdeflate-dev libsqlite3-dev libsystemd-dev libcurl4-openssl-dev pkg-config systemd chromium strace tinyproxy-bin
+# iproute2 (ip netns, veth, tc tbf) and nftables (drops, resets, random loss) make the network-namespace
+# fault rows (docs/reliability.md, scenario 17).
+DEB_PACKAGES := liblmdb-dev zlib1g-dev libdeflate-dev libsqlite3-dev libsystemd-dev libcurl4-openssl-dev pkg-config systemd chromium strace tinyproxy-bin iproute2 nftables
 SYSCONFDIR   ?= /etc
 UNITDIR      ?= $(PREFIX)/lib/systemd/system
 DOCDIR       ?= $(PREFIX)/share/doc/tributary

@@ -40,7 +40,8 @@ public struct TestPKI: Sendable {
         public var pin: String
     }
 
-    /// Issues a certificate for `hosts` (DNS names), valid from `notBefore` to `notAfter` (by default an
+    /// Issues a certificate for `hosts` (DNS names, or IP addresses such as `::1`, which become IP address
+    /// names), valid from `notBefore` to `notAfter` (by default an
     /// hour ago to a day ahead), for servers and clients, written to `directory/<file>.pem` and
     /// `directory/<file>-key.pem`.
     public func issue(
@@ -57,7 +58,7 @@ public struct TestPKI: Sendable {
                 Critical(BasicConstraints.notCertificateAuthority)
                 Critical(KeyUsage(digitalSignature: true))
                 try ExtendedKeyUsage([.serverAuth, .clientAuth])
-                SubjectAlternativeNames(hosts.map { .dnsName($0) })
+                SubjectAlternativeNames(hosts.map { host in Self.ipAddress(host).map { .ipAddress(.init(contentBytes: $0[...])) } ?? .dnsName(host) })
             },
             issuerPrivateKey: .init(caKey))
         let leaf = Leaf(
@@ -66,6 +67,15 @@ public struct TestPKI: Sendable {
         try Self.write(certificate.serializeAsPEM().pemString, to: leaf.certificateFile)
         try Self.write(key.pemRepresentation, to: leaf.keyFile)
         return leaf
+    }
+
+    /// The bytes of `host` as an IPv6 or IPv4 address (16 or 4), or nil if it is a DNS name.
+    static func ipAddress(_ host: String) -> [UInt8]? {
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, host, &v6) == 1 { return withUnsafeBytes(of: &v6) { Array($0) } }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, host, &v4) == 1 { return withUnsafeBytes(of: &v4) { Array($0) } }
+        return nil
     }
 
     private static func write(_ text: String, to path: String) throws {

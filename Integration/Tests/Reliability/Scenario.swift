@@ -15,10 +15,14 @@ enum Scenario {
     /// The agent's batch size in every scenario: the in-flight window the oracle allows per crash.
     static let batchSize = 50
 
-    /// Arguments of a `tributary-agent` on `group` uploading to `url`, with fast backoff.
-    static func agentArguments(_ group: String, _ url: String, once: Bool = true, _ extra: [String] = []) -> [String] {
+    /// Arguments of a `tributary-agent` on `group` uploading to `url`, with fast backoff (by default a
+    /// base of 0.01 s and a cap of 0.05 s).
+    static func agentArguments(
+        _ group: String, _ url: String, once: Bool = true, _ extra: [String] = [],
+        backoff: (base: Double, cap: Double) = (0.01, 0.05)
+    ) -> [String] {
         ["--group", group, "--server", url + "/sa", "--outbox", outbox(group), "--batch-size", "\(batchSize)",
-         "--backoff-base", "0.01", "--backoff-cap", "0.05", "--max-retry-after", "0.2", "--flush-interval", "0.05",
+         "--backoff-base", "\(backoff.base)", "--backoff-cap", "\(backoff.cap)", "--max-retry-after", "0.2", "--flush-interval", "0.05",
          "--bulk-size", "1", "--log-level", "warning"] + (once ? ["--once"] : []) + extra
     }
 
@@ -65,8 +69,20 @@ enum Scenario {
         _ name: String, test: String, iterations: Int, oracle: Oracle, collector: RunningCollector, group: String,
         seed: UInt64? = nil, problems: [String] = [], sourceLocation: SourceLocation = #_sourceLocation
     ) async throws -> Oracle.Verdict {
-        var verdict = try await oracle.judge(collector, group: group, outbox: outbox(group))
-        verdict.healthProblems += problems
+        try await conclude(
+            name, test: test, iterations: iterations, oracle: oracle, observed: Oracle.Observed.from(collector), group: group,
+            seed: seed, problems: problems, sourceLocation: sourceLocation)
+    }
+
+    /// Judges what a collector observed (one that ran as a process of its own, read from its database),
+    /// appends the scenario's row and records a failure with its replay.
+    @discardableResult
+    static func conclude(
+        _ name: String, test: String, iterations: Int, oracle: Oracle, observed: Oracle.Observed, group: String,
+        seed: UInt64? = nil, problems: [String] = [], sourceLocation: SourceLocation = #_sourceLocation
+    ) -> Oracle.Verdict {
+        var verdict = oracle.judge(observed)
+        verdict.healthProblems += Oracle.healthProblems(group: group, outbox: outbox(group)) + problems
         conclude(name, test: test, iterations: iterations, verdict: verdict, seed: seed, sourceLocation: sourceLocation)
         return verdict
     }
