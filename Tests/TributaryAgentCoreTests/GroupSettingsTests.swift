@@ -140,30 +140,6 @@ struct GroupSettingsTests {
         }
     }
 
-    @Test("a new server ends the wait the old one imposed: a halt and a long backoff do not hold the first request to the new one")
-    func newServerEndsHalt() async throws {
-        try await withTemporaryGroup { group in
-            try await UploadTests.produce(group, count: 60)
-            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(forcedStatus: 401))) { refusing in
-                try await Collector.withRunning(CollectorConfiguration()) { accepting in
-                    let store = try SharedStore(groupDirectory: group)
-                    try store.setAgentSettings(AgentSettings(serverURL: refusing.url + "/sa", flushBulkSize: 50))
-                    let agent = try Self.agent(group) {
-                        $0.upload.backoff = Backoff(base: .seconds(60), cap: .seconds(60))
-                        $0.flushInterval = .seconds(60)
-                    }
-                    try await Self.whileRunning(agent) {
-                        #expect(try await UploadTests.eventually { AgentChannel.readStatus(groupDirectory: group)?.state == "halted" })
-                        try store.setAgentSettings(AgentSettings(serverURL: accepting.url + "/sa", flushBulkSize: 50))
-                        // Well under the 60 s the halt and the backoff would hold it.
-                        #expect(try await UploadTests.eventually(within: 20) { try await accepting.stats().unique == 60 })
-                        try await UploadTests.expectDelivered(accepting, count: 60)
-                    }
-                }
-            }
-        }
-    }
-
     @Test("a bulk size the outbox cannot hold does not stall uploads: an outbox at its quota is flushed")
     func bulkSizeBeyondQuota() async throws {
         try await withTemporaryGroup { group in

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TributaryCollector
+import TributaryStore
 import TributaryTestSupport
 
 @testable import TributaryAgentCore
@@ -172,6 +173,42 @@ struct ManualClockAgentTests {
                 let stats = try await collector.stats()
                 #expect(stats.faults.hang == 1 && stats.unique == 0, "one request, held, and no other: \(stats)")
                 #expect(try agent.outbox.pending().count == 10, "the held batch stays in the outbox, for the next run")
+            }
+        }
+    }
+
+    @Test("a new server ends the wait the old one imposed: after a halt and a 60 s backoff, the first request to the new one goes with no time passing")
+    func newServerEndsHalt() async throws {
+        try await withTemporaryGroup { group in
+            try await UploadTests.produce(group, count: 60)
+            try await Collector.withRunning(CollectorConfiguration(faults: FaultConfiguration(forcedStatus: 401))) { refusing in
+                try await Collector.withRunning(CollectorConfiguration()) { accepting in
+                    let store = try SharedStore(groupDirectory: group)
+                    try store.setAgentSettings(AgentSettings(serverURL: refusing.url + "/sa", flushBulkSize: 50))
+                    let clock = ManualClock()
+                    let agent = try GroupSettingsTests.agent(group) {
+                        $0.clock = clock
+                        $0.upload.backoff = Backoff(base: .seconds(60), cap: .seconds(60))
+                        $0.flushInterval = .seconds(60)
+                    }
+                    async let run: Void = agent.run()
+                    var park = try await Self.drive(agent, clock) { _ in try await refusing.stats().requests > 0 }
+                    // Halted: the loop waits out the halt's backoff.
+                    let halted = clock.now
+                    #expect(try halted.duration(to: #require(park.until)) >= .seconds(30))
+                    try store.setAgentSettings(AgentSettings(serverURL: accepting.url + "/sa", flushBulkSize: 50))
+                    // The settings' change wakes the loop (the store's inotify): no clock moves until all arrived.
+                    while try await accepting.stats().unique < 60 {
+                        park = await agent.parking.next(after: park.number)
+                        #expect(!park.ended)
+                        if park.ended { break }
+                    }
+                    #expect(clock.now == halted, "the new server's first request waited for the old one's backoff")
+                    try await UploadTests.expectDelivered(accepting, count: 60)
+                    #expect(try await refusing.stats().requests == 1)
+                    try await Self.stop(agent, clock, from: park)
+                    try await run
+                }
             }
         }
     }
