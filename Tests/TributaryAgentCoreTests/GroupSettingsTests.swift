@@ -123,23 +123,6 @@ struct GroupSettingsTests {
         }
     }
 
-    @Test("an agent waiting for a collector URL stops at once when asked, keeping the events")
-    func stopsWithoutServer() async throws {
-        try await withTemporaryGroup { group in
-            try await UploadTests.produce(group, count: 50)
-            let agent = try Self.agent(group) { $0.stopTimeout = .seconds(20) }
-            let running = Task { try await agent.run() }
-            defer { running.cancel() }
-            #expect(try await UploadTests.eventually { AgentChannel.readStatus(groupDirectory: group)?.state == "waiting" })
-            let asked = ContinuousClock.now
-            agent.requestStop()
-            try await running.value
-            // Before, the loop polled for a URL until the stop timeout ran out.
-            #expect(ContinuousClock.now - asked < .seconds(10), "the stop took \(ContinuousClock.now - asked)")
-            #expect(try agent.outbox.pending().count == 50)
-        }
-    }
-
     @Test("a bulk size the outbox cannot hold does not stall uploads: an outbox at its quota is flushed")
     func bulkSizeBeyondQuota() async throws {
         try await withTemporaryGroup { group in

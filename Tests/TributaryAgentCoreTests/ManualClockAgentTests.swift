@@ -212,4 +212,27 @@ struct ManualClockAgentTests {
             }
         }
     }
+
+    @Test("an agent waiting for a collector URL stops at once when asked (no clock time passes), keeping the events")
+    func stopsWithoutServer() async throws {
+        try await withTemporaryGroup { group in
+            try await UploadTests.produce(group, count: 50)
+            let clock = ManualClock()
+            let agent = try GroupSettingsTests.agent(group) {
+                $0.clock = clock
+                $0.stopTimeout = .seconds(20)
+            }
+            async let run: Void = agent.run()
+            // Drained, and waiting: no URL, so nothing but a signal (a setting, a stop) can change that.
+            var park = await agent.parking.next(after: 0)
+            while try agent.outbox.pending().count < 50 { park = await agent.parking.next(after: park.number) }
+            let asked = clock.now
+            agent.requestStop()
+            // Before, the loop polled for a URL until the stop timeout ran out.
+            while !park.ended { park = await agent.parking.next(after: park.number) }
+            try await run
+            #expect(clock.now == asked, "the stop waited \(asked.duration(to: clock.now)) on the agent's clock")
+            #expect(try agent.outbox.pending().count == 50)
+        }
+    }
 }
