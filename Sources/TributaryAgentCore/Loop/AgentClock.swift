@@ -30,20 +30,25 @@ public struct SystemClock: AgentClock {
 /// task is cancelled. ``nextDeadline()`` waits until someone sleeps on it, which is how a test knows
 /// that the agent has done what it could and waits for time to pass.
 public final class ManualClock: AgentClock {
-    private struct Sleeper {
-        var id: UInt64
-        var deadline: ContinuousClock.Instant
-        var continuation: CheckedContinuation<Void, any Error>
+    /// A sleep, from its call to its end: announced (its task may be cancelled before it registers),
+    /// then waiting with its continuation, or cancelled before it registered.
+    private enum Sleep {
+        case announced
+        case waiting(deadline: ContinuousClock.Instant, continuation: CheckedContinuation<Void, any Error>)
+        case cancelledEarly
     }
 
     private struct State {
         var now: ContinuousClock.Instant
         var nextID: UInt64 = 0
-        var sleepers: [Sleeper] = []
-        /// Sleeps cancelled before they registered.
-        var cancelledEarly: Set<UInt64> = []
+        /// Every sleep not yet over, by id: one that ended (woken or cancelled) is removed.
+        var sleeps: [UInt64: Sleep] = [:]
         /// Waiters of ``nextDeadline()``, resumed when the next sleeper registers.
         var watchers: [CheckedContinuation<Void, Never>] = []
+
+        var deadlines: [ContinuousClock.Instant] {
+            sleeps.values.compactMap { if case .waiting(let deadline, _) = $0 { deadline } else { nil } }
+        }
     }
 
     private let state: Mutex<State>
@@ -52,15 +57,18 @@ public final class ManualClock: AgentClock {
 
     public var now: ContinuousClock.Instant { state.withLock { $0.now } }
 
-    /// Moves the clock on by `duration` and wakes every sleeper whose deadline it reached.
+    /// Moves the clock on by `duration` and wakes every sleeper whose deadline it reached, earliest first.
     public func advance(by duration: Duration) {
         precondition(duration >= .zero, "a manual clock only moves forward")
         let due = state.withLock { state -> [CheckedContinuation<Void, any Error>] in
             state.now = state.now + duration
-            let now = state.now
-            let due = state.sleepers.filter { $0.deadline <= now }.sorted { $0.deadline < $1.deadline }
-            state.sleepers.removeAll { $0.deadline <= now }
-            return due.map(\.continuation)
+            var due: [(deadline: ContinuousClock.Instant, continuation: CheckedContinuation<Void, any Error>)] = []
+            for (id, sleep) in state.sleeps {
+                guard case .waiting(let deadline, let continuation) = sleep, deadline <= state.now else { continue }
+                due.append((deadline, continuation))
+                state.sleeps[id] = nil
+            }
+            return due.sorted { $0.deadline < $1.deadline }.map(\.continuation)
         }
         for continuation in due { continuation.resume() }
     }
@@ -74,10 +82,10 @@ public final class ManualClock: AgentClock {
     /// sleeper registers.
     public func nextDeadline() async -> ContinuousClock.Instant {
         while true {
-            if let earliest = state.withLock({ $0.sleepers.map(\.deadline).min() }) { return earliest }
+            if let earliest = state.withLock({ $0.deadlines.min() }) { return earliest }
             await withCheckedContinuation { (watcher: CheckedContinuation<Void, Never>) in
                 let now = state.withLock { state -> Bool in
-                    guard state.sleepers.isEmpty else { return true }
+                    guard state.deadlines.isEmpty else { return true }
                     state.watchers.append(watcher)
                     return false
                 }
@@ -87,19 +95,26 @@ public final class ManualClock: AgentClock {
     }
 
     /// How many sleep on the clock now.
-    public var sleeperCount: Int { state.withLock { $0.sleepers.count } }
+    public var sleeperCount: Int { state.withLock { $0.deadlines.count } }
 
     public func sleep(until deadline: ContinuousClock.Instant) async throws {
         let id = state.withLock { state -> UInt64 in
             state.nextID += 1
+            state.sleeps[state.nextID] = .announced
             return state.nextID
         }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let (outcome, watchers) = state.withLock { state -> (Result<Void, any Error>?, [CheckedContinuation<Void, Never>]) in
-                    if state.cancelledEarly.remove(id) != nil { return (.failure(CancellationError()), []) }
-                    if deadline <= state.now { return (.success(()), []) }
-                    state.sleepers.append(Sleeper(id: id, deadline: deadline, continuation: continuation))
+                    if case .cancelledEarly? = state.sleeps[id] {
+                        state.sleeps[id] = nil
+                        return (.failure(CancellationError()), [])
+                    }
+                    if deadline <= state.now {
+                        state.sleeps[id] = nil
+                        return (.success(()), [])
+                    }
+                    state.sleeps[id] = .waiting(deadline: deadline, continuation: continuation)
                     defer { state.watchers = [] }
                     return (nil, state.watchers)
                 }
@@ -107,14 +122,19 @@ public final class ManualClock: AgentClock {
                 if let outcome { continuation.resume(with: outcome) }
             }
         } onCancel: {
-            let sleeper = state.withLock { state -> Sleeper? in
-                guard let index = state.sleepers.firstIndex(where: { $0.id == id }) else {
-                    state.cancelledEarly.insert(id)
+            let continuation = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+                switch state.sleeps[id] {
+                case .announced?:
+                    state.sleeps[id] = .cancelledEarly
                     return nil
+                case .waiting(_, let continuation)?:
+                    state.sleeps[id] = nil
+                    return continuation
+                case .cancelledEarly?, nil:
+                    return nil  // over already
                 }
-                return state.sleepers.remove(at: index)
             }
-            sleeper?.continuation.resume(throwing: CancellationError())
+            continuation?.resume(throwing: CancellationError())
         }
     }
 }
