@@ -27,8 +27,9 @@ public struct SystemClock: AgentClock {
 
 /// A clock that moves only when ``advance(by:)`` moves it. It starts at the system clock's now and
 /// runs from there; sleepers wake, in deadline order, when it reaches their deadline, or when their
-/// task is cancelled. ``nextDeadline()`` waits until someone sleeps on it, which is how a test knows
-/// that the agent has done what it could and waits for time to pass.
+/// task is cancelled. ``nextDeadline()`` waits until someone sleeps on it: how a test moves time
+/// while a request is out (the request's watcher, the status ticker); between the loop's turns, the
+/// loop's own parks say what it waits for (``LoopParking``).
 public final class ManualClock: AgentClock {
     /// A sleep, from its call to its end: announced (its task may be cancelled before it registers),
     /// then waiting with its continuation, or cancelled before it registered.
