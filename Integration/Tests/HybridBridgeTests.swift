@@ -70,7 +70,7 @@ struct HybridBrowserTests {
                     let lib = try #require(event["lib"] as? [String: Any])
                     let frame = properties["frame"] as? String
                     #expect(received.producer == "hybrid")
-                    #expect(properties["_hybrid_h5"] as? Bool == true)
+                    #expect(event["_hybrid_h5"] as? Bool == true && properties["_hybrid_h5"] == nil)
                     #expect(
                         properties["$app_version"] as? String == "4.2.0" && lib["$app_version"] as? String == "4.2.0")
                     #expect(properties["$os"] as? String == "Linux", "the app's presets override the page's guesses")

@@ -55,8 +55,9 @@ extension Tracker {
     /// The app's identity is spliced in inside the write transaction (as for every event). The
     /// properties are the page's, overridden by the app's preset properties (those the main app
     /// published to the group, else this producer's own), this launch's properties and this
-    /// process's super properties; `$app_version` is the app's, `_hybrid_h5` is `true`, and the event
-    /// gets a new `event_id` and `_track_id`. The page's `time`, `type`, name and `lib` are kept.
+    /// process's super properties; `$app_version` is the app's; the event gets a new `event_id` and
+    /// `_track_id`, and `_hybrid_h5: true` at its top level (where the Sensors SDKs put it). The page's
+    /// `time`, `type`, name and `lib` are kept.
     /// A `track_signup` does not log in by itself: ``signUpFromPage(_:loginID:)`` does both.
     ///
     /// - Throws: ``TrackingError`` when the name or a property breaks the rules, the time is outside
@@ -118,7 +119,9 @@ extension Tracker {
         properties.merge(dynamic) { _, computed in computed }
         let appVersion = app["$app_version"] ?? presets["$app_version"] ?? .string(configuration.appVersion)
         properties["$app_version"] = appVersion
-        properties["_hybrid_h5"] = .bool(true)
+        // The mark goes at the event's top level, as sa-sdk-ios and sa-sdk-android put it (a Sensors
+        // server reads it there); a page's own property of that name would only confuse a reader.
+        properties["_hybrid_h5"] = nil
         properties["$is_first_day"] = .bool(LocalDay(unixMillis: page.timeMillis) == firstDay)
         var lib = page.lib
         lib["$app_version"] = appVersion
@@ -139,7 +142,7 @@ extension Tracker {
         tail.int(trackID)
         tail.raw(",\"event_id\":")
         tail.string(eventID)
-        tail.raw(",\"lib\":{")
+        tail.raw(",\"_hybrid_h5\":true,\"lib\":{")
         var first = true
         tail.members(lib, first: &first)
         tail.raw("},\"properties\":{")

@@ -25,6 +25,8 @@ public struct CollectorStats: Sendable, Codable, Equatable {
     public var orderViolations: [String: Int]
     /// Unique events whose `_tributary.seq` was not above the highest `seq` already stored.
     public var seqViolations: Int
+    /// Unique events marked `_hybrid_h5: true` at their top level: sent by a hybrid (H5) page through an app.
+    public var hybridH5: Int
     /// Injected faults and limit rejections, by kind.
     public var faults: FaultCounts
     /// Unique events per producer (`_tributary.producer`).
@@ -41,6 +43,7 @@ public struct CollectorStats: Sendable, Codable, Equatable {
         duplicates: Int = 0,
         orderViolations: [String: Int] = [:],
         seqViolations: Int = 0,
+        hybridH5: Int = 0,
         faults: FaultCounts = FaultCounts(),
         producers: [String: Int] = [:]
     ) {
@@ -53,6 +56,7 @@ public struct CollectorStats: Sendable, Codable, Equatable {
         self.duplicates = duplicates
         self.orderViolations = orderViolations
         self.seqViolations = seqViolations
+        self.hybridH5 = hybridH5
         self.faults = faults
         self.producers = producers
     }
@@ -63,6 +67,7 @@ public struct CollectorStats: Sendable, Codable, Equatable {
         case repeatedBatches = "repeated_batches"
         case orderViolations = "order_violations"
         case seqViolations = "seq_violations"
+        case hybridH5 = "hybrid_h5"
     }
 }
 

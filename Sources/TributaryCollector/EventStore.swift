@@ -212,6 +212,7 @@ final class EventStore: Sendable {
                     continue
                 }
                 receipt.accepted += 1
+                if event.hybridH5 { receipt.hybridH5 += 1 }
                 if let seq = event.seq {
                     if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
                     seqHighWater = max(seqHighWater ?? seq, seq)
@@ -245,6 +246,7 @@ final class EventStore: Sendable {
         try bump(Counter.unique, by: receipt.accepted, in: db)
         try bump(Counter.duplicates, by: receipt.duplicates, in: db)
         try bump(Counter.seqViolations, by: receipt.seqViolations, in: db)
+        try bump(Counter.hybridH5, by: receipt.hybridH5, in: db)
         if repeated { try bump(Counter.repeatedBatches, in: db) }
         if lostAck { try bump(FaultKind.lostAck.counterName, in: db) }
         return receipt
@@ -367,6 +369,7 @@ final class EventStore: Sendable {
                 unique: counters[Counter.unique] ?? 0,
                 duplicates: counters[Counter.duplicates] ?? 0,
                 seqViolations: counters[Counter.seqViolations] ?? 0,
+                hybridH5: counters[Counter.hybridH5] ?? 0,
                 faults: FaultCounts(counters: counters)
             )
             for row in try Row.fetchAll(db, sql: "SELECT producer, unique_events, order_violations FROM producers") {
@@ -517,6 +520,8 @@ struct BatchReceipt: Sendable, Equatable {
     var duplicates = 0
     /// Unique events whose `seq` was not above every earlier one.
     var seqViolations = 0
+    /// Unique events marked `_hybrid_h5: true`.
+    var hybridH5 = 0
 }
 
 /// Names of rows in the `counters` table.
@@ -529,4 +534,5 @@ enum Counter {
     static let unique = "unique"
     static let duplicates = "duplicates"
     static let seqViolations = "seq_violations"
+    static let hybridH5 = "hybrid_h5"
 }

@@ -127,7 +127,8 @@ extension HybridBridgeTests {
             #expect(await bridge.receiveNavigation("https://example.com/", origin: Self.origin) == nil)
             let stored = try Self.storedBodies(store).map(\.body)
             #expect(stored.map { $0["event"] as? String } == ["H5Legacy"])
-            #expect((stored.first?["properties"] as? [String: Any])?["_hybrid_h5"] as? Bool == true)
+            #expect(stored.first?["_hybrid_h5"] as? Bool == true)
+            #expect((stored.first?["properties"] as? [String: Any])?["_hybrid_h5"] == nil)
         }
     }
 }

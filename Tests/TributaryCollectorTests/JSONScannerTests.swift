@@ -378,6 +378,9 @@ private enum Oracle {
                 producer = value
             }
         }
+        if let mark = object["_hybrid_h5"], !(mark is NSNumber && !SerializedNumber.isNumber(mark)) {
+            return invalid("_hybrid_h5", "is not a boolean (true marks an event a hybrid page sent)")
+        }
         return Scan.describe(eventID, type, name, seq, producer, producerSeq)
     }
 }
