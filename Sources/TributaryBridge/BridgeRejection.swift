@@ -21,7 +21,7 @@ public struct BridgeRejection: TributaryError {
         public static let foreignProject = Reason(rawValue: "foreign_project")
         /// The event claims an identity the app does not have.
         public static let forgedIdentity = Reason(rawValue: "forged_identity")
-        /// The event `type` is not `track` or `track_signup`.
+        /// The record `type` is not `track`, `track_signup` or a profile operation (`profile_set`, …).
         public static let unsupportedType = Reason(rawValue: "unsupported_type")
         /// The event breaks the event rules (name, property types, sizes, missing `time`).
         public static let invalidEvent = Reason(rawValue: "invalid_event")

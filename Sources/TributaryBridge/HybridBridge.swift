@@ -245,9 +245,14 @@ public final class HybridBridge: Sendable {
                 "data is \(envelope["data"]?.kindName ?? "missing"); it must be the event object.")
         }
         try checkServer(data["server_url"], origin: origin)
+        if let operation = data["type"]?.string.flatMap(ProfileOperation.init(rawValue:)) {
+            let profile = try PageProfileMapping.map(data, operation: operation, origin: origin)
+            _ = try checkIdentity(data, type: PageEvent.EventType(rawValue: operation.rawValue), origin: origin)
+            return .profile(profile)
+        }
         let page = try PageEventMapping.map(data, origin: origin)
         let signupID = try checkIdentity(data, type: page.type, origin: origin)
-        return VerifiedMessage(page: page, signupLoginID: signupID)
+        return .event(page, signupLoginID: signupID)
     }
 
     private func checkOrigin(_ origin: String) throws(BridgeRejection) {
@@ -326,10 +331,11 @@ public final class HybridBridge: Sendable {
     /// the new login id) in one transaction: nothing is written for a rejected message.
     private func record(_ verified: VerifiedMessage, origin: String) async throws -> TrackReceipt {
         do {
-            if let loginID = verified.signupLoginID {
-                return try tracker.signUpFromPage(verified.page, loginID: loginID)
+            switch verified {
+            case .event(let page, let loginID?): return try tracker.signUpFromPage(page, loginID: loginID)
+            case .event(let page, nil): return try await tracker.trackFromPage(page)
+            case .profile(let profile): return try await tracker.profileFromPage(profile)
             }
-            return try await tracker.trackFromPage(verified.page)
         } catch let error as TrackingError {
             throw BridgeRejection(.invalidEvent, origin: origin, error.description)
         }
@@ -337,8 +343,9 @@ public final class HybridBridge: Sendable {
 }
 
 /// A message that passed every check.
-struct VerifiedMessage: Sendable {
-    var page: PageEvent
-    /// The login id a `track_signup` logs the app in with.
-    var signupLoginID: String?
+enum VerifiedMessage: Sendable {
+    /// A page event; a `track_signup` also logs the app in with `signupLoginID`.
+    case event(PageEvent, signupLoginID: String?)
+    /// A page's profile operation.
+    case profile(PageProfile)
 }

@@ -151,6 +151,7 @@ final class EventStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("v3: user profiles") { db in try db.execute(sql: ProfileTable.schema) }
         return migrator
     }
 
@@ -213,6 +214,10 @@ final class EventStore: Sendable {
                 }
                 receipt.accepted += 1
                 if event.hybridH5 { receipt.hybridH5 += 1 }
+                if let profile = event.profile {
+                    try ProfileTable.apply(profile, in: db)
+                    try bump(profile.operation.counterName, in: db)
+                }
                 if let seq = event.seq {
                     if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
                     seqHighWater = max(seqHighWater ?? seq, seq)
@@ -372,6 +377,10 @@ final class EventStore: Sendable {
                 hybridH5: counters[Counter.hybridH5] ?? 0,
                 faults: FaultCounts(counters: counters)
             )
+            stats.profiles = try ProfileTable.count(in: db)
+            for operation in ProfileUpdate.Operation.allCases {
+                if let records = counters[operation.counterName] { stats.profileRecords[operation.rawValue] = records }
+            }
             for row in try Row.fetchAll(db, sql: "SELECT producer, unique_events, order_violations FROM producers") {
                 // Two producers whose ids differ only in Unicode normalization are one key of a Swift
                 // dictionary (and of most JSON readers): their counts add up rather than one hiding the other.
@@ -411,6 +420,11 @@ final class EventStore: Sendable {
                 )
             }
         }
+    }
+
+    /// A user's profile as `{"distinct_id":…,"properties":{…}}` (for `GET /profile`), nil when none.
+    func profileJSON(of distinctID: String) async throws(CollectorError) -> String? {
+        try await read { db in try ProfileTable.profileJSON(of: distinctID, in: db) }
     }
 
     /// The stored JSON text of unique events after `after`, as one JSON array (for `GET /events`).

@@ -15,7 +15,8 @@ struct Hybrid: AsyncParsableCommand {
             and records what the pages post through the bridge (producer kind hybrid). The main page \
             and a whitelisted cross-site iframe each track --events events. With --scenario all the \
             pages also send malformed messages, a forged distinct_id and a claimed login, a \
-            track_signup, events from a foreign iframe (and a legacy navigation it makes a whitelisted \
+            track_signup, profile operations (a profile_set_once, a profile_increment, and one whose \
+            value is not a number), events from a foreign iframe (and a legacy navigation it makes a whitelisted \
             child frame do) and from a page of another project, and legacy channel events. Prints \
             'BRIDGE <json>' (accepted and rejected counts by reason) at the end.
             """)

@@ -52,7 +52,7 @@ extension HybridBridgeTests {
         Refused(
             name: "claimed login", message: message(pageEvent(extra: ["login_id": .string("user-evil")])),
             reason: .forgedIdentity),
-        Refused(name: "profile_set", message: message(pageEvent(type: "profile_set")), reason: .unsupportedType),
+        Refused(name: "profile_merge", message: message(pageEvent(type: "profile_merge")), reason: .unsupportedType),
         Refused(name: "item_set", message: message(pageEvent(type: "item_set")), reason: .unsupportedType),
         Refused(name: "bad event name", message: message(pageEvent(event: "Bad Name!")), reason: .invalidEvent),
         Refused(name: "reserved $ event", message: message(pageEvent(event: "$Mine")), reason: .invalidEvent),
