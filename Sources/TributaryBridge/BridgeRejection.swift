@@ -27,6 +27,14 @@ public struct BridgeRejection: TributaryError {
         public static let invalidEvent = Reason(rawValue: "invalid_event")
         /// The shared store refused the event (full, unreadable).
         public static let storeFailed = Reason(rawValue: "store_failed")
+        /// A call names a module the app does not have (only `app` and `tracker`); answered with an error.
+        public static let unknownModule = Reason(rawValue: "unknown_module")
+        /// A call names a method its module does not have; answered with an error.
+        public static let unknownMethod = Reason(rawValue: "unknown_method")
+        /// A call's `callbackId` is not a positive whole number, as the bridge script issues them; not answered.
+        public static let forgedCallbackID = Reason(rawValue: "forged_callback_id")
+        /// A call's `callbackId` is not above the last its frame used (a repeat or a replay); not answered.
+        public static let repeatedCallbackID = Reason(rawValue: "repeated_callback_id")
         /// More page messages were waiting than ``BridgeConfiguration/maxQueuedBytes`` allows: the
         /// message was dropped unread (its origin is not known either).
         public static let overloaded = Reason(rawValue: "overloaded")
