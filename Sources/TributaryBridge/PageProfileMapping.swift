@@ -28,7 +28,8 @@ public enum PageProfileMapping {
             }
         }
         var lib: [String: PropertyValue] = [:]
-        if case .object(let members)? = data["lib"] {
+        if let given = data["lib"] {
+            guard case .object(let members) = given else { throw invalid("lib is \(given.kindName), not an object.") }
             for (key, value) in members {
                 guard let converted = try PageEventMapping.propertyValue(value, key: "lib." + key, origin: origin)
                 else { continue }

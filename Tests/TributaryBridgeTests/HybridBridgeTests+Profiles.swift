@@ -65,6 +65,7 @@ extension HybridBridgeTests {
                 (Self.pageProfile("profile_increment", ["visits": .string("many")]), Self.origin, .invalidEvent),
                 (Self.pageProfile("profile_append", ["tags": .string("a")]), Self.origin, .invalidEvent),
                 (Self.pageProfile("profile_set", ["time": .string("x")]), Self.origin, .invalidEvent),
+                (Self.pageProfile("profile_set", ["name": .string("x")], extra: ["lib": .string("js")]), Self.origin, .invalidEvent),
                 (Self.pageProfile("profile_set", ["name": .string("x")], distinctID: "someone-else"), Self.origin, .forgedIdentity),
                 (Self.pageProfile("profile_set", ["name": .string("x")], extra: ["login_id": .string("boss")]), Self.origin, .forgedIdentity),
                 (Self.pageProfile("profile_set", ["name": .string("x")], server: "https://sa.example.com/sa?project=other"), Self.origin, .foreignProject),
@@ -80,7 +81,7 @@ extension HybridBridgeTests {
             #expect(bridge.snapshot.accepted == 5)
             #expect(
                 bridge.snapshot.rejected == [
-                    .invalidEvent: 3, .forgedIdentity: 2, .foreignProject: 1, .foreignOrigin: 1, .unsupportedType: 1,
+                    .invalidEvent: 4, .forgedIdentity: 2, .foreignProject: 1, .foreignOrigin: 1, .unsupportedType: 1,
                 ])
         }
     }
