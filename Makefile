@@ -41,7 +41,7 @@ help:
 	@echo "make deb    release build, then $(DEB_DIR)/tributary_<version>_amd64.deb (dpkg-deb)"
 	@echo "make system-test  the .deb installed in a Debian 12 virtual machine: the units under the real systemd, power loss ($(SYSTEST_CUTS) cuts)"
 	@echo "make system-test-deps  the packages make system-test needs besides make deps ($(SYSTEST_DEB_PACKAGES))"
-	@echo "make run    demo: a collector, an agent, a main app and two extensions on a fresh group, then a summary"
+	@echo "make run    demo: a collector, an agent, a main app, two extensions, a hybrid page and a crashing app session on a fresh group, then a summary"
 	@echo "make bench  release build, then every performance figure next to its baseline (docs/performance.md)"
 	@echo "make install  release build if needed; binaries, systemd units and docs under DESTDIR/PREFIX"
 	@echo "make release  release build of the four binaries into $(RELEASE_DIR)/release"

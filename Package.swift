@@ -183,6 +183,8 @@ let package = Package(
             dependencies: [
                 "TributaryStore", "TributaryCollector", "TributaryOracle", .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "X509", package: "swift-certificates"), .product(name: "Crypto", package: "swift-crypto"),
+                // Serves the browser tests' pages (withTestPages): a frame needs a real http origin to be trusted.
+                .product(name: "Hummingbird", package: "hummingbird"),
             ],
             path: "Tests/TributaryTestSupport",
             swiftSettings: strict
@@ -197,8 +199,6 @@ let package = Package(
             name: "TributaryBridgeTests",
             dependencies: [
                 "TributaryBridge", "Tributary", "TributaryTestSupport", .product(name: "Logging", package: "swift-log"),
-                // Serves the browser tests' pages: a frame needs a real http origin to be trusted.
-                .product(name: "Hummingbird", package: "hummingbird"),
             ],
             swiftSettings: strict
         ),

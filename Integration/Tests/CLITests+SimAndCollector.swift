@@ -81,12 +81,16 @@ extension CLITests {
             // Started by name from PATH, in another directory (it looked for its siblings there).
             let demo = group + "-demo"
             let script = "cd \(group)-state-dir && PATH=\(productsDirectory.path):$PATH exec tributary-sim demo "
-                + "--group \(demo) --app-events 30 --extension-events 3"
+                + "--group \(demo) --app-events 30 --extension-events 3 --hybrid-events 3 --session-events 10"
             try FileManager.default.createDirectory(atPath: group + "-state-dir", withIntermediateDirectories: true)
             for run in 1...2 {
                 let result = try await ChildProcess(path: "/bin/sh", ["-c", script]).finish()
                 #expect(result.status == 0, "run \(run): \(result.stderr)")
                 #expect(result.stdout.contains("lost                         0"), "run \(run): \(result.stdout)")
+                // The whole design card: the hybrid page's records and refusals, the session's crash reported.
+                for expected in ["hybrid bridge                {\"accepted\":", "\"foreign_origin\":4", "profile_set_once", "$AppCrashed"] {
+                    #expect(result.stdout.contains(expected), "run \(run): no \(expected) in \(result.stdout)")
+                }
             }
             try? FileManager.default.removeItem(atPath: group + "-state-dir")
             try? FileManager.default.removeItem(atPath: demo)
@@ -98,6 +102,7 @@ extension CLITests {
         (["--format", "xml"], "--format"),
         (["--timeout", "0"], "--timeout"),
         (["--app-events=-5"], "--app-events"),
+        (["--session-events=-1"], "--session-events"),
         (["--group", "{g}/kept"], "holds notes.txt, which no demo put there"),
         (["--group", "{g}/kept/notes.txt"], "is not a directory the demo may remove"),
     ])

@@ -45,7 +45,8 @@ struct HybridBrowserTests {
                 let line = try #require(sim.stdout.split(separator: "\n").first { $0.hasPrefix("BRIDGE ") })
                 let summary = try #require(
                     try JSONSerialization.jsonObject(with: Data(line.dropFirst(7).utf8)) as? [String: Any])
-                let accepted = 2 * perFrame + 1 + 2  // main, iframe, the track_signup, two legacy events
+                // main, iframe, the track_signup, two profile operations, two legacy events
+                let accepted = 2 * perFrame + 1 + 2 + 2
                 #expect(summary["accepted"] as? Int == accepted)
                 #expect(
                     summary["rejected"] as? [String: Int] == [
@@ -54,7 +55,8 @@ struct HybridBrowserTests {
                         "foreign_origin": 4,
                         "foreign_project": 2,  // a whitelisted page of another project
                         "forged_identity": 2,  // a forged distinct_id, a claimed login
-                        "malformed_message": 2, "message_too_large": 1, "unsupported_call_type": 1, "invalid_event": 1,
+                        "malformed_message": 2, "message_too_large": 1, "unsupported_call_type": 1,
+                        "invalid_event": 2,  // a bad event name, a profile_increment by a string
                     ])
 
                 let acknowledged = Oracle.Ledger(producer: "hybrid", path: ledger).entries().map(\.eventID)
@@ -64,13 +66,25 @@ struct HybridBrowserTests {
 
                 var lastIndex: [String: Int] = [:]
                 var signedUp = false
-                for received in events {
+                // The page's profile operations, for the user its track_signup logged in: the profile's
+                // journey from the page to the collector.
+                let profiles = events.filter { $0.type.hasPrefix("profile_") }
+                #expect(profiles.map(\.type) == ["profile_set_once", "profile_increment"])
+                for received in profiles {
+                    let record = try received.jsonObject()
+                    #expect(record["distinct_id"] as? String == "h5-user-7" && record["_hybrid_h5"] as? Bool == true)
+                }
+                let profile = try #require(try await collector.profile(of: "h5-user-7"))
+                #expect(profile["$first_visit_time"] as? String == "2026-01-01 10:00:00.000")
+                #expect(profile["first_frame"] as? String == "main" && profile["visits"] as? Int == 2)
+                #expect(profile["$is_login_id"] == nil, "the app's identity decides, not the page's flag")
+                for received in events where !received.type.hasPrefix("profile_") {
                     let event = try received.jsonObject()
                     let properties = try #require(event["properties"] as? [String: Any])
                     let lib = try #require(event["lib"] as? [String: Any])
                     let frame = properties["frame"] as? String
                     #expect(received.producer == "hybrid")
-                    #expect(properties["_hybrid_h5"] as? Bool == true)
+                    #expect(event["_hybrid_h5"] as? Bool == true && properties["_hybrid_h5"] == nil)
                     #expect(
                         properties["$app_version"] as? String == "4.2.0" && lib["$app_version"] as? String == "4.2.0")
                     #expect(properties["$os"] as? String == "Linux", "the app's presets override the page's guesses")

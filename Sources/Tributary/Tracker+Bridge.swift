@@ -55,8 +55,9 @@ extension Tracker {
     /// The app's identity is spliced in inside the write transaction (as for every event). The
     /// properties are the page's, overridden by the app's preset properties (those the main app
     /// published to the group, else this producer's own), this launch's properties and this
-    /// process's super properties; `$app_version` is the app's, `_hybrid_h5` is `true`, and the event
-    /// gets a new `event_id` and `_track_id`. The page's `time`, `type`, name and `lib` are kept.
+    /// process's super properties; `$app_version` is the app's; the event gets a new `event_id` and
+    /// `_track_id`, and `_hybrid_h5: true` at its top level (where the Sensors SDKs put it). The page's
+    /// `time`, `type`, name and `lib` are kept.
     /// A `track_signup` does not log in by itself: ``signUpFromPage(_:loginID:)`` does both.
     ///
     /// - Throws: ``TrackingError`` when the name or a property breaks the rules, the time is outside
@@ -99,12 +100,7 @@ extension Tracker {
 
     func preparePage(_ page: PageEvent) throws -> PreparedEvent {
         try EventRules.validateEventName(page.event)
-        guard PageEvent.timeRange.contains(page.timeMillis) else {
-            throw TrackingError(
-                .timeOutOfRange, field: "time",
-                "Page event \(page.event) has time \(page.timeMillis) ms since the epoch; a page event's time must be "
-                    + "from \(PageEvent.timeRange.lowerBound) through \(PageEvent.timeRange.upperBound) (9999-12-30 UTC).")
-        }
+        try Self.checkPageTime(page.timeMillis, of: "Page event \(page.event)")
         try EventRules.validateProperties(page.properties)
         try EventRules.validateProperties(page.lib)
         // The page keeps its own $lib and $lib_version (as in the iOS SDK); every other preset is the app's.
@@ -118,7 +114,9 @@ extension Tracker {
         properties.merge(dynamic) { _, computed in computed }
         let appVersion = app["$app_version"] ?? presets["$app_version"] ?? .string(configuration.appVersion)
         properties["$app_version"] = appVersion
-        properties["_hybrid_h5"] = .bool(true)
+        // The mark goes at the event's top level, as sa-sdk-ios and sa-sdk-android put it (a Sensors
+        // server reads it there); a page's own property of that name would only confuse a reader.
+        properties["_hybrid_h5"] = nil
         properties["$is_first_day"] = .bool(LocalDay(unixMillis: page.timeMillis) == firstDay)
         var lib = page.lib
         lib["$app_version"] = appVersion
@@ -139,7 +137,7 @@ extension Tracker {
         tail.int(trackID)
         tail.raw(",\"event_id\":")
         tail.string(eventID)
-        tail.raw(",\"lib\":{")
+        tail.raw(",\"_hybrid_h5\":true,\"lib\":{")
         var first = true
         tail.members(lib, first: &first)
         tail.raw("},\"properties\":{")
@@ -147,16 +145,34 @@ extension Tracker {
         tail.members(properties, first: &first)
         tail.raw("}}")
 
-        // The record header keeps the trigger time: the page's wall time, and the monotonic reading
-        // that corresponds to it (now, less the page event's age). A page time before this boot
-        // (a backfilled `$time`) or after now has no such reading: it is recorded with the unknown
-        // boot id, which the agent never takes for this boot, so it sends the page's time as given
-        // instead of "correcting" it from a made-up reading.
         var prepared = PreparedEvent(
             prefix: head.bytes, suffix: tail.bytes, eventID: eventID, trackID: trackID, wallTimeMillis: page.timeMillis,
             bootTimeNanos: 0, bootID: .unknown)
         prepared.identityEvent = page.type == .signup ? .signUp : .none
-        let (ageMillis, ageOverflow) = configuration.wallMillis().subtractingReportingOverflow(page.timeMillis)
+        stampPageMoment(&prepared)
+        try checkSize(of: prepared, identityFields: 4, named: "Page event \(page.event)", field: page.event)
+        return prepared
+    }
+
+    /// Throws ``TrackingError/Code/timeOutOfRange`` unless a page's `millis` is within
+    /// ``PageEvent/timeRange``; `what` names the record (`Page event H5View`).
+    static func checkPageTime(_ millis: Int64, of what: String) throws {
+        guard !PageEvent.timeRange.contains(millis) else { return }
+        throw TrackingError(
+            .timeOutOfRange, field: "time",
+            "\(what) has time \(millis) ms since the epoch; a page event's time must be "
+                + "from \(PageEvent.timeRange.lowerBound) through \(PageEvent.timeRange.upperBound) (9999-12-30 UTC).")
+    }
+
+    /// Sets the record header's trigger moment of a page record whose wall time is the page's: the
+    /// monotonic reading that corresponds to it (now, less the record's age). A page time before this
+    /// boot (a backfilled `$time`) or after now has no such reading: it is recorded with the unknown boot
+    /// id, which the agent never takes for this boot, so it sends the page's time as given instead of
+    /// "correcting" it from a made-up reading.
+    func stampPageMoment(_ prepared: inout PreparedEvent) {
+        prepared.bootTimeNanos = 0
+        prepared.bootID = .unknown
+        let (ageMillis, ageOverflow) = configuration.wallMillis().subtractingReportingOverflow(prepared.wallTimeMillis)
         let now = configuration.monotonicNanos()
         if !ageOverflow, ageMillis >= 0 {
             let (ageNanos, overflow) = UInt64(ageMillis).multipliedReportingOverflow(by: 1_000_000)
@@ -165,7 +181,5 @@ extension Tracker {
                 prepared.bootID = .current
             }
         }
-        try checkSize(of: prepared, identityFields: 4, named: "Page event \(page.event)", field: page.event)
-        return prepared
     }
 }

@@ -9,7 +9,7 @@ public struct TrackingError: TributaryError {
         private enum Kind: String {
             case invalidName, reservedName, nameTooLong, valueTooLong, invalidValueType, nonFiniteNumber, inexactNumber
             case dateOutOfRange, timeOutOfRange, eventTooLarge, malformedProperties, invalidID, unknownTimer
-            case invalidConfiguration, invalidURL
+            case invalidConfiguration, invalidURL, invalidProfileUpdate
         }
         private let kind: Kind
         private init(_ kind: Kind) { self.kind = kind }
@@ -51,6 +51,10 @@ public struct TrackingError: TributaryError {
         public static let invalidConfiguration = Code(.invalidConfiguration)
         /// A launch URL is not an absolute URL.
         public static let invalidURL = Code(.invalidURL)
+        /// A profile operation's properties break its rule (``ProfileRules``): `profile_increment` takes
+        /// numbers, `profile_append` lists of strings, `profile_unset` `true`, `profile_delete` nothing,
+        /// and every other operation at least one property.
+        public static let invalidProfileUpdate = Code(.invalidProfileUpdate)
     }
 
     /// What rule was broken.

@@ -21,12 +21,20 @@ public struct BridgeRejection: TributaryError {
         public static let foreignProject = Reason(rawValue: "foreign_project")
         /// The event claims an identity the app does not have.
         public static let forgedIdentity = Reason(rawValue: "forged_identity")
-        /// The event `type` is not `track` or `track_signup`.
+        /// The record `type` is not `track`, `track_signup` or a profile operation (`profile_set`, …).
         public static let unsupportedType = Reason(rawValue: "unsupported_type")
         /// The event breaks the event rules (name, property types, sizes, missing `time`).
         public static let invalidEvent = Reason(rawValue: "invalid_event")
         /// The shared store refused the event (full, unreadable).
         public static let storeFailed = Reason(rawValue: "store_failed")
+        /// A call names a module the app does not have (only `app` and `tracker`); answered with an error.
+        public static let unknownModule = Reason(rawValue: "unknown_module")
+        /// A call names a method its module does not have; answered with an error.
+        public static let unknownMethod = Reason(rawValue: "unknown_method")
+        /// A call's `callbackId` is not a positive whole number, as the bridge script issues them; not answered.
+        public static let forgedCallbackID = Reason(rawValue: "forged_callback_id")
+        /// A call's `callbackId` is not above the last its frame used (a repeat or a replay); not answered.
+        public static let repeatedCallbackID = Reason(rawValue: "repeated_callback_id")
         /// More page messages were waiting than ``BridgeConfiguration/maxQueuedBytes`` allows: the
         /// message was dropped unread (its origin is not known either).
         public static let overloaded = Reason(rawValue: "overloaded")

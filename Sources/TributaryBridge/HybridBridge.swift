@@ -35,10 +35,14 @@ public final class HybridBridge: Sendable {
         public var accepted = 0
         /// Rejections by reason.
         public var rejected: [BridgeRejection.Reason: Int] = [:]
+        /// Page messages answered: calls (with data or an error) and `getAppInfo` requests.
+        public var answered = 0
+        /// App info pushed into trusted frames after their load (scheme 1). Not page messages: not in ``handled``.
+        public var pushed = 0
 
-        /// Messages whose handling has finished: accepted (durably recorded) or rejected. Wait for this
-        /// to reach the number of messages sent, not ``received``, before reading ``accepted``.
-        public var handled: Int { accepted + rejected.values.reduce(0, +) }
+        /// Messages whose handling has finished: accepted (durably recorded), answered or rejected. Wait
+        /// for this to reach the number of messages sent, not ``received``, before reading ``accepted``.
+        public var handled: Int { accepted + answered + rejected.values.reduce(0, +) }
     }
 
     /// How many origins ``Counts/received`` counts by name, beyond the trusted ones.
@@ -48,6 +52,16 @@ public final class HybridBridge: Sendable {
 
     /// The call type of an event message.
     public static let trackCallType = "app_h5_track"
+    /// The call type of a page asking for the app's info (scheme 2 on the message handler).
+    public static let appInfoCallType = "getAppInfo"
+
+    /// Whether `message` is a page asking for the app's info: `{"callType":"getAppInfo"}` (small; read
+    /// only when it is).
+    static func isAppInfoRequest(_ message: String) -> Bool {
+        guard message.utf8.count <= 256, message.contains(appInfoCallType) else { return false }
+        return JSON.parse(message.utf8)?["callType"]?.string == appInfoCallType
+    }
+
     /// The legacy channel's navigation prefix.
     public static let legacyTrackPrefix = "sensorsanalytics://trackEvent?"
 
@@ -189,6 +203,23 @@ public final class HybridBridge: Sendable {
             metadata: ["tributary.bridge.reason": "\(BridgeRejection.Reason.overloaded)", "tributary.bridge.dropped": "\(dropped)"])
     }
 
+    /// Counts a page message answered (a call, a `getAppInfo`), received from `origin`; or, for nil,
+    /// app info pushed into a frame after its load.
+    func countAnswered(from origin: String?) {
+        guard let origin else {
+            counts.withLock { $0.pushed += 1 }
+            return
+        }
+        countReceived(BridgeConfiguration.normalizedOrigin(origin))
+        counts.withLock { $0.answered += 1 }
+    }
+
+    /// Counts a refused call or `getAppInfo` (received from `rejection.origin`, and refused), and logs it.
+    func countRefusal(_ rejection: BridgeRejection, channel: Channel) {
+        countReceived(rejection.origin)
+        count(.failure(rejection), channel: channel)
+    }
+
     /// Counts `messages` rejections for `reason`, in ``Counts/rejected`` and the messages metric.
     private func countRejected(_ reason: BridgeRejection.Reason, _ messages: Int = 1) {
         counts.withLock { $0.rejected[reason, default: 0] += messages }
@@ -245,9 +276,14 @@ public final class HybridBridge: Sendable {
                 "data is \(envelope["data"]?.kindName ?? "missing"); it must be the event object.")
         }
         try checkServer(data["server_url"], origin: origin)
+        if let operation = data["type"]?.string.flatMap(ProfileOperation.init(rawValue:)) {
+            let profile = try PageProfileMapping.map(data, operation: operation, origin: origin)
+            _ = try checkIdentity(data, type: PageEvent.EventType(rawValue: operation.rawValue), origin: origin)
+            return .profile(profile)
+        }
         let page = try PageEventMapping.map(data, origin: origin)
         let signupID = try checkIdentity(data, type: page.type, origin: origin)
-        return VerifiedMessage(page: page, signupLoginID: signupID)
+        return .event(page, signupLoginID: signupID)
     }
 
     private func checkOrigin(_ origin: String) throws(BridgeRejection) {
@@ -326,10 +362,11 @@ public final class HybridBridge: Sendable {
     /// the new login id) in one transaction: nothing is written for a rejected message.
     private func record(_ verified: VerifiedMessage, origin: String) async throws -> TrackReceipt {
         do {
-            if let loginID = verified.signupLoginID {
-                return try tracker.signUpFromPage(verified.page, loginID: loginID)
+            switch verified {
+            case .event(let page, let loginID?): return try tracker.signUpFromPage(page, loginID: loginID)
+            case .event(let page, nil): return try await tracker.trackFromPage(page)
+            case .profile(let profile): return try await tracker.profileFromPage(profile)
             }
-            return try await tracker.trackFromPage(verified.page)
         } catch let error as TrackingError {
             throw BridgeRejection(.invalidEvent, origin: origin, error.description)
         }
@@ -337,8 +374,9 @@ public final class HybridBridge: Sendable {
 }
 
 /// A message that passed every check.
-struct VerifiedMessage: Sendable {
-    var page: PageEvent
-    /// The login id a `track_signup` logs the app in with.
-    var signupLoginID: String?
+enum VerifiedMessage: Sendable {
+    /// A page event; a `track_signup` also logs the app in with `signupLoginID`.
+    case event(PageEvent, signupLoginID: String?)
+    /// A page's profile operation.
+    case profile(PageProfile)
 }

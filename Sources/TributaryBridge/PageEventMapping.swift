@@ -23,7 +23,8 @@ public enum PageEventMapping {
         guard type == .track || type == .signup else {
             throw BridgeRejection(
                 .unsupportedType, origin: origin,
-                "Event type \(typeName.prefix(40)) is not bridged; only track and track_signup are.")
+                "Event type \(typeName.prefix(40)) is not bridged; track, track_signup and the profile_* "
+                    + "operations are.")
         }
         guard let event = data["event"]?.string else { throw invalid("The event has no string event name.") }
         guard let time = data["time"]?.number.flatMap(Self.millis), time > 0 else {

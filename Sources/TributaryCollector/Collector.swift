@@ -117,6 +117,11 @@ public final class Collector: Service, Sendable {
         try await store.stats()
     }
 
+    /// A user's profile as JSON (`{"distinct_id":…,"properties":{…}}`), nil when the collector keeps none.
+    public func profileJSON(of distinctID: String) async throws(CollectorError) -> String? {
+        try await store.profileJSON(of: distinctID)
+    }
+
     /// Unique events in arrival order: those with an arrival index above `after`, at most `limit`.
     public func events(after: Int64 = 0, limit: Int? = nil) async throws(CollectorError) -> [ReceivedEvent] {
         try await store.events(after: after, limit: limit)
@@ -147,6 +152,7 @@ public final class Collector: Service, Sendable {
             }
         }
         router.get("/events") { [store] request, _ in await Self.listEvents(request, store: store) }
+        router.get("/profile") { [store] request, _ in await Self.showProfile(request, store: store) }
         router.get("/control/faults") { [injector] _, _ in JSONResponse.make(.ok, injector.configuration) }
         router.post("/control/faults") { request, _ in await self.replaceFaults(request) }
         return router
@@ -182,6 +188,21 @@ public final class Collector: Service, Sendable {
         }
         do throws(CollectorError) {
             return JSONResponse.text(.ok, try await store.eventsJSONArray(after: after, limit: limit))
+        } catch {
+            return JSONResponse.error(.internalServerError, code: "storage_failed", error.message)
+        }
+    }
+
+    /// `GET /profile?distinct_id=<id>`: the user's profile, or 404 `not_found`.
+    private static func showProfile(_ request: Request, store: EventStore) async -> Response {
+        guard let id = request.uri.queryParameters["distinct_id"].map(String.init), !id.isEmpty else {
+            return JSONResponse.error(.badRequest, code: "bad_query", "distinct_id must name the user whose profile to show.")
+        }
+        do throws(CollectorError) {
+            guard let profile = try await store.profileJSON(of: id) else {
+                return JSONResponse.error(.notFound, code: "not_found", "No profile is kept for this distinct_id.")
+            }
+            return JSONResponse.text(.ok, profile)
         } catch {
             return JSONResponse.error(.internalServerError, code: "storage_failed", error.message)
         }

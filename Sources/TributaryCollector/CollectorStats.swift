@@ -25,6 +25,12 @@ public struct CollectorStats: Sendable, Codable, Equatable {
     public var orderViolations: [String: Int]
     /// Unique events whose `_tributary.seq` was not above the highest `seq` already stored.
     public var seqViolations: Int
+    /// Unique events marked `_hybrid_h5: true` at their top level: sent by a hybrid (H5) page through an app.
+    public var hybridH5: Int
+    /// Users with a profile (`GET /profile?distinct_id=…` shows one).
+    public var profiles: Int
+    /// Unique profile records applied, by type (`profile_set`, …); types with none are omitted.
+    public var profileRecords: [String: Int]
     /// Injected faults and limit rejections, by kind.
     public var faults: FaultCounts
     /// Unique events per producer (`_tributary.producer`).
@@ -41,6 +47,9 @@ public struct CollectorStats: Sendable, Codable, Equatable {
         duplicates: Int = 0,
         orderViolations: [String: Int] = [:],
         seqViolations: Int = 0,
+        hybridH5: Int = 0,
+        profiles: Int = 0,
+        profileRecords: [String: Int] = [:],
         faults: FaultCounts = FaultCounts(),
         producers: [String: Int] = [:]
     ) {
@@ -53,16 +62,21 @@ public struct CollectorStats: Sendable, Codable, Equatable {
         self.duplicates = duplicates
         self.orderViolations = orderViolations
         self.seqViolations = seqViolations
+        self.hybridH5 = hybridH5
+        self.profiles = profiles
+        self.profileRecords = profileRecords
         self.faults = faults
         self.producers = producers
     }
 
     enum CodingKeys: String, CodingKey {
-        case requests, batches, received, unique, duplicates, faults, producers
+        case requests, batches, received, unique, duplicates, faults, producers, profiles
+        case profileRecords = "profile_records"
         case rejectedBatches = "rejected_batches"
         case repeatedBatches = "repeated_batches"
         case orderViolations = "order_violations"
         case seqViolations = "seq_violations"
+        case hybridH5 = "hybrid_h5"
     }
 }
 

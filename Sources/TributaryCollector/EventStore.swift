@@ -151,6 +151,7 @@ final class EventStore: Sendable {
                     """
             )
         }
+        migrator.registerMigration("v3: user profiles") { db in try db.execute(sql: ProfileTable.schema) }
         return migrator
     }
 
@@ -212,6 +213,11 @@ final class EventStore: Sendable {
                     continue
                 }
                 receipt.accepted += 1
+                if event.hybridH5 { receipt.hybridH5 += 1 }
+                if let profile = event.profile {
+                    try ProfileTable.apply(profile, in: db)
+                    try bump(profile.operation.counterName, in: db)
+                }
                 if let seq = event.seq {
                     if let highWater = seqHighWater, seq <= highWater { receipt.seqViolations += 1 }
                     seqHighWater = max(seqHighWater ?? seq, seq)
@@ -245,6 +251,7 @@ final class EventStore: Sendable {
         try bump(Counter.unique, by: receipt.accepted, in: db)
         try bump(Counter.duplicates, by: receipt.duplicates, in: db)
         try bump(Counter.seqViolations, by: receipt.seqViolations, in: db)
+        try bump(Counter.hybridH5, by: receipt.hybridH5, in: db)
         if repeated { try bump(Counter.repeatedBatches, in: db) }
         if lostAck { try bump(FaultKind.lostAck.counterName, in: db) }
         return receipt
@@ -367,8 +374,13 @@ final class EventStore: Sendable {
                 unique: counters[Counter.unique] ?? 0,
                 duplicates: counters[Counter.duplicates] ?? 0,
                 seqViolations: counters[Counter.seqViolations] ?? 0,
+                hybridH5: counters[Counter.hybridH5] ?? 0,
                 faults: FaultCounts(counters: counters)
             )
+            stats.profiles = try ProfileTable.count(in: db)
+            for operation in ProfileUpdate.Operation.allCases {
+                if let records = counters[operation.counterName] { stats.profileRecords[operation.rawValue] = records }
+            }
             for row in try Row.fetchAll(db, sql: "SELECT producer, unique_events, order_violations FROM producers") {
                 // Two producers whose ids differ only in Unicode normalization are one key of a Swift
                 // dictionary (and of most JSON readers): their counts add up rather than one hiding the other.
@@ -408,6 +420,11 @@ final class EventStore: Sendable {
                 )
             }
         }
+    }
+
+    /// A user's profile as `{"distinct_id":…,"properties":{…}}` (for `GET /profile`), nil when none.
+    func profileJSON(of distinctID: String) async throws(CollectorError) -> String? {
+        try await read { db in try ProfileTable.profileJSON(of: distinctID, in: db) }
     }
 
     /// The stored JSON text of unique events after `after`, as one JSON array (for `GET /events`).
@@ -517,6 +534,8 @@ struct BatchReceipt: Sendable, Equatable {
     var duplicates = 0
     /// Unique events whose `seq` was not above every earlier one.
     var seqViolations = 0
+    /// Unique events marked `_hybrid_h5: true`.
+    var hybridH5 = 0
 }
 
 /// Names of rows in the `counters` table.
@@ -529,4 +548,5 @@ enum Counter {
     static let unique = "unique"
     static let duplicates = "duplicates"
     static let seqViolations = "seq_violations"
+    static let hybridH5 = "hybrid_h5"
 }

@@ -14,6 +14,10 @@ struct IncomingEvent: Sendable {
     var producer: String?
     /// `_tributary.producer_seq`: the producer's own sequence number.
     var producerSeq: Int64?
+    /// `_hybrid_h5: true` at the top level: an event a hybrid (H5) page sent through an app.
+    var hybridH5 = false
+    /// What a profile record (`type` `profile_*`) does to its user's profile.
+    var profile: ProfileUpdate?
     /// Where the event's JSON text, exactly as it arrived, is in the batch's bytes: as stored and
     /// served by `/events`.
     var text: Range<Int>
@@ -31,7 +35,8 @@ struct InvalidEvent: Error {
 /// Every event must be an object with a non-empty string `event_id` and a string `type`; a `track`
 /// event also needs a string `event`, a numeric `time` and an object `properties`. `_tributary`, when
 /// present, must be an object whose `seq` and `producer_seq` are non-negative integers and whose
-/// `producer` is a string. Messages name the index and the field, never a property value.
+/// `producer` is a string; `_hybrid_h5`, when present, a boolean. A profile record (`profile_*`) is
+/// checked as ``ProfileUpdate/read(_:type:_:)`` says. Messages name the index and the field, never a property value.
 enum EventValidator {
     static func validate(_ body: DecodedBody) throws(InvalidEvent) -> [IncomingEvent] {
         let validated = body.json.withUnsafeBufferPointer { bytes in
@@ -105,6 +110,14 @@ enum EventValidator {
                 }
                 incoming.producer = producer
             }
+        }
+        switch event.hybridH5.kind {
+        case .absent: break
+        case .bool: incoming.hybridH5 = bytes[event.hybridH5.range.lowerBound] == UInt8(ascii: "t")
+        default: throw invalid("_hybrid_h5", "is not a boolean (true marks an event a hybrid page sent)")
+        }
+        if type.hasPrefix("profile_") {
+            incoming.profile = try ProfileUpdate.read(UnsafeBufferPointer(rebasing: bytes[event.text]), type: type, invalid)
         }
         return incoming
     }

@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import ServiceLifecycle
 
@@ -18,6 +19,13 @@ public struct RunningCollector: Sendable {
     /// Unique events in arrival order: those with an arrival index above `after`, at most `limit` (nil: all).
     public func events(after: Int64 = 0, limit: Int? = nil) async throws -> [ReceivedEvent] {
         try await collector.events(after: after, limit: limit)
+    }
+
+    /// A user's profile properties, nil when the collector keeps no profile for `distinctID`.
+    public func profile(of distinctID: String) async throws -> [String: Any]? {
+        guard let text = try await collector.profileJSON(of: distinctID) else { return nil }
+        let object = try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any]
+        return object?["properties"] as? [String: Any]
     }
 
     /// The faults in force.

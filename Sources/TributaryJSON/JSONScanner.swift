@@ -45,6 +45,8 @@ package struct ScannedEvent: Sendable {
     package var properties = JSONToken()
     /// `_tributary`.
     package var tributary = JSONToken()
+    /// `_hybrid_h5`: the mark of an event a hybrid page sent, at the top level as the Sensors SDKs put it.
+    package var hybridH5 = JSONToken()
     /// `_tributary.seq`, `_tributary.producer`, `_tributary.producer_seq` (of the last `_tributary`).
     package var seq = JSONToken()
     package var producer = JSONToken()
@@ -298,6 +300,7 @@ package struct JSONScanner {
             case .name: event.name = try value()
             case .time: event.time = try value()
             case .properties: event.properties = try value()
+            case .hybridH5: event.hybridH5 = try value()
             case .seq: event.seq = try value()
             case .producer: event.producer = try value()
             case .producerSeq: event.producerSeq = try value()
@@ -494,7 +497,7 @@ package struct JSONScanner {
 
     /// The keys kept: at the top level of an event, and in its `_tributary` object.
     fileprivate enum Field: UInt16 {
-        case eventID, type, name, time, properties, tributary, seq, producer, producerSeq, other
+        case eventID, type, name, time, properties, tributary, seq, producer, producerSeq, hybridH5, other
 
         /// The key's name in the event (within `_tributary` for the last three).
         var name: String {
@@ -508,6 +511,7 @@ package struct JSONScanner {
             case .seq: "seq"
             case .producer: "producer"
             case .producerSeq: "producer_seq"
+            case .hybridH5: "_hybrid_h5"
             case .other: ""
             }
         }
@@ -533,7 +537,8 @@ package struct JSONScanner {
         case (.event, 4): return matches(at, "type") ? .type : matches(at, "time") ? .time : .other
         case (.event, 5): return matches(at, "event") ? .name : .other
         case (.event, 10):
-            return matches(at, "properties") ? .properties : matches(at, "_tributary") ? .tributary : .other
+            return matches(at, "properties")
+                ? .properties : matches(at, "_tributary") ? .tributary : matches(at, "_hybrid_h5") ? .hybridH5 : .other
         case (.tributary, 3): return matches(at, "seq") ? .seq : .other
         case (.tributary, 8): return matches(at, "producer") ? .producer : .other
         case (.tributary, 12): return matches(at, "producer_seq") ? .producerSeq : .other

@@ -55,13 +55,34 @@ public struct Oracle: Sendable {
         public var seq: UInt64?
         /// The `distinct_id` the event arrived with.
         public var distinctID: String?
+        /// `_tributary.producer_kind` (`app`, `extension`, `hybrid`).
+        public var producerKind: String?
+        /// Whether the event carries `_hybrid_h5: true` at its top level and not among its properties,
+        /// as the Sensors SDKs mark an event a hybrid page sent.
+        public var markedH5 = false
 
-        public init(eventID: String, producer: String?, producerSeq: UInt64?, seq: UInt64?, distinctID: String? = nil) {
+        public init(
+            eventID: String, producer: String?, producerSeq: UInt64?, seq: UInt64?, distinctID: String? = nil,
+            producerKind: String? = nil, markedH5: Bool = false
+        ) {
             self.eventID = eventID
             self.producer = producer
             self.producerSeq = producerSeq
             self.seq = seq
             self.distinctID = distinctID
+            self.producerKind = producerKind
+            self.markedH5 = markedH5
+        }
+
+        /// Reads a collector's event: its indexed fields and, from its JSON, identity, kind and H5 mark.
+        init(_ received: ReceivedEvent) {
+            let object = try? received.jsonObject()
+            let properties = object?["properties"] as? [String: Any]
+            self.init(
+                eventID: received.eventID, producer: received.producer, producerSeq: received.producerSeq,
+                seq: received.seq, distinctID: object?["distinct_id"] as? String,
+                producerKind: (object?["_tributary"] as? [String: Any])?["producer_kind"] as? String,
+                markedH5: object?["_hybrid_h5"] as? Bool == true && properties?["_hybrid_h5"] == nil)
         }
     }
 
@@ -87,13 +108,7 @@ public struct Oracle: Sendable {
         public static func from(_ collector: Collector) async throws -> Observed {
             let events = try await collector.events()
             let stats = try await collector.stats()
-            return Observed(
-                deliveries: events.map {
-                    Delivery(
-                        eventID: $0.eventID, producer: $0.producer, producerSeq: $0.producerSeq, seq: $0.seq,
-                        distinctID: (try? $0.jsonObject())?["distinct_id"] as? String)
-                },
-                wireDuplicates: stats.duplicates)
+            return Observed(deliveries: events.map(Delivery.init), wireDuplicates: stats.duplicates)
         }
     }
 
@@ -111,6 +126,10 @@ public struct Oracle: Sendable {
         /// Events that arrived under another identity than the one their producer stored them under
         /// (its ledger's `distinct_id`): attributed to the wrong person.
         public var misattributed = 0
+        /// Events whose H5 mark is wrong: a hybrid producer's without `_hybrid_h5: true` at the top level
+        /// (or with it among its properties, where a Sensors server does not look), or another producer's
+        /// with it.
+        public var mismarkedH5 = 0
         /// Events of a cut producer (``Oracle/cutProducers``) past the last one its ledger lists: stored
         /// when the power went, their acknowledgement never written. Allowed, not counted as unexpected.
         public var unacknowledgedTail = 0
@@ -128,6 +147,7 @@ public struct Oracle: Sendable {
         /// Whether the scenario upheld every promise.
         public var passed: Bool {
             lost == 0 && unexpected == 0 && duplicatesAfterDedup == 0 && orderViolations == 0 && misattributed == 0
+                && mismarkedH5 == 0
                 && wireDuplicates <= allowedWireDuplicates && healthProblems.isEmpty
         }
 
@@ -136,6 +156,7 @@ public struct Oracle: Sendable {
                 + "wire duplicates \(wireDuplicates) (allowed \(allowedWireDuplicates)), duplicates after dedup "
                 + "\(duplicatesAfterDedup), producer order violations \(producerOrderViolations), seq order "
                 + "violations \(seqOrderViolations), misattributed \(misattributed)"
+            if mismarkedH5 > 0 { text += ", mismarked H5 \(mismarkedH5)" }
             if unacknowledgedTail > 0 { text += ", unacknowledged tail of cut producers \(unacknowledgedTail)" }
             if !lostExamples.isEmpty { text += "; lost e.g. \(lostExamples.joined(separator: ", "))" }
             if !healthProblems.isEmpty { text += "; health: " + healthProblems.joined(separator: "; ") }
@@ -202,6 +223,7 @@ public struct Oracle: Sendable {
             }
             verdict.delivered += 1
             if let stored = identities[delivery.eventID], delivery.distinctID != stored { verdict.misattributed += 1 }
+            if let kind = delivery.producerKind, delivery.markedH5 != (kind == "hybrid") { verdict.mismarkedH5 += 1 }
             if acknowledged[delivery.eventID] == nil, !unledgeredProducers.contains(delivery.producer ?? ""),
                 !expectedUndelivered.contains(delivery.eventID)
             {

@@ -13,8 +13,11 @@ struct Demo: AsyncParsableCommand {
         abstract: "Run the pipeline end to end: collector, agent and producer processes; print a summary.",
         discussion: """
             Starts tributary-collector on a free loopback port, tributary-agent on a fresh group directory, \
-            then a main app (group commit) and two extensions producing concurrently; waits until the \
-            collector holds every event, prints a table, and stops everything it started.
+            then, concurrently, a main app (group commit), two extensions, a hybrid page in headless \
+            Chromium (its events and profile operations through the bridge) and an autotracked app \
+            session (lifecycle, page views, clicks) that crashes, and its restart that reports the crash; \
+            waits until the collector holds every event, prints a table (with the events by producer kind \
+            and type), and stops everything it started.
             """)
 
     @Option(help: ArgumentHelp("Group directory to create (removed first).", valueName: "dir"))
@@ -26,6 +29,12 @@ struct Demo: AsyncParsableCommand {
     @Option(name: .customLong("extension-events"), parsing: .unconditional, help: "Events from each of the two extensions.")
     var extensionEvents = 2_000
 
+    @Option(name: .customLong("hybrid-events"), parsing: .unconditional, help: "Events from each frame of the hybrid page (0: no hybrid page).")
+    var hybridEvents = 20
+
+    @Option(name: .customLong("session-events"), parsing: .unconditional, help: "Events of the autotracked app session before it crashes (0: no session).")
+    var sessionEvents = 40
+
     @Option(help: "Wire format: sensors or ndjson.")
     var format = "sensors"
 
@@ -36,8 +45,8 @@ struct Demo: AsyncParsableCommand {
         guard ["sensors", "ndjson"].contains(format) else {
             throw ValidationError("--format must be sensors or ndjson, not '\(format)'.")
         }
-        guard appEvents >= 0, extensionEvents >= 0 else {
-            throw ValidationError("--app-events and --extension-events must not be negative.")
+        guard appEvents >= 0, extensionEvents >= 0, hybridEvents >= 0, sessionEvents >= 0 else {
+            throw ValidationError("--app-events, --extension-events, --hybrid-events and --session-events must not be negative.")
         }
         guard timeout > 0, timeout <= 86_400 else {  // NaN and inf fail too
             throw ValidationError("--timeout must be more than 0 and at most a day of seconds; got \(timeout).")
@@ -76,7 +85,12 @@ struct Demo: AsyncParsableCommand {
     static let groupFiles: Set<String> = [
         marker, SharedStore.fileName, SharedStore.fileName + "-lock",
         AgentChannel.lockFile, AgentChannel.socketFile, AgentChannel.statusFile,
+        // The autotracked session's crash file (TributaryAutoTrack CrashLog), and the one it reports from.
+        "crash-\(sessionProducer).records", "crash-\(sessionProducer).records.pending",
     ]
+
+    /// The producer id of the autotracked app session.
+    static let sessionProducer = "app-session"
 
     /// Throws if the store in `group` holds events not yet delivered and no demo made the group: an app's
     /// real group has the same file names as a demo's. (A group of an earlier demo, made before the
@@ -150,7 +164,9 @@ struct Demo: AsyncParsableCommand {
         }
         say("   \(url)")
 
-        let produced = appEvents + 2 * extensionEvents
+        let ledgers = FileManager.default.temporaryDirectory.appendingPathComponent("tributary-demo-\(getpid())").path
+        try? FileManager.default.createDirectory(atPath: ledgers, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: ledgers) }
         // Intervals on the monotonic clock: a wall clock stepped meanwhile (NTP) neither ends the wait early
         // nor stretches the rate.
         let clock = ContinuousClock()
@@ -165,6 +181,23 @@ struct Demo: AsyncParsableCommand {
                                               "--count", "\(extensionEvents)", "--event", "WidgetRefresh"]).0,
         ]
         started += producers
+        let hybridLedger = ledgers + "/hybrid", sessionLedger = ledgers + "/session"
+        var hybrid: (process: Process, output: FileHandle?)?
+        if hybridEvents > 0 {
+            say("== hybrid page in headless Chromium (\(hybridEvents) events a frame, its profile operations, refusals)")
+            hybrid = try launch(bin, "tributary-sim", [
+                "hybrid", "--group", group, "--events", "\(hybridEvents)", "--scenario", "all", "--ledger", hybridLedger,
+            ], capture: true)
+            started.append(hybrid!.process)
+        }
+        if sessionEvents > 0 {
+            say("== autotracked app session (\(sessionEvents) events, then a crash; the restart reports it)")
+        }
+        let session = sessionEvents > 0 ? try launch(bin, "tributary-sim", [
+            "app", "--group", group, "--producer-id", Self.sessionProducer, "--events", "\(2 * sessionEvents)",
+            "--crash-after", "\(sessionEvents)", "--crash-kind", "fatal", "--ledger", sessionLedger,
+        ], quiet: true).0 : nil
+        if let session { started.append(session) }
 
         say("== tributary-agent --group \(group) --server \(url)/sa --format \(format)")
         let (agent, _) = try launch(bin, "tributary-agent", [
@@ -177,6 +210,28 @@ struct Demo: AsyncParsableCommand {
             producer.waitUntilExit()
             guard producer.terminationStatus == 0 else { throw runFailure("A producer failed (exit \(producer.terminationStatus)).") }
         }
+        if let session {
+            session.waitUntilExit()
+            guard session.terminationReason == .uncaughtSignal else {
+                throw runFailure("The app session did not crash (exit \(session.terminationStatus)).")
+            }
+            let restart = try launch(bin, "tributary-sim", [
+                "app", "--group", group, "--producer-id", Self.sessionProducer, "--events", "\(sessionEvents / 2 + 1)",
+                "--ledger", sessionLedger,
+            ]).0
+            started.append(restart)
+            restart.waitUntilExit()
+            guard restart.terminationStatus == 0 else { throw runFailure("The app's restart failed (exit \(restart.terminationStatus)).") }
+        }
+        var bridgeLine = ""
+        if let hybrid {
+            hybrid.process.waitUntilExit()
+            guard hybrid.process.terminationStatus == 0 else {
+                throw runFailure("The hybrid page failed (exit \(hybrid.process.terminationStatus)); its reason is above.")
+            }
+            bridgeLine = readLine(hybrid.output, prefix: "BRIDGE ") ?? ""
+        }
+        let produced = appEvents + 2 * extensionEvents + Self.lines(hybridLedger) + Self.lines(sessionLedger)
         let producedAfter = String(format: "%.2f", (clock.now - begin) / .seconds(1))
         say("   \(produced) events durable in the store after \(producedAfter) s")
         let (flush, _) = try launch(bin, "tributary", ["flush", "--group", group])
@@ -221,13 +276,28 @@ struct Demo: AsyncParsableCommand {
         say("  batches                      \(stats["batches"] as? Int ?? 0)")
         say("  end to end                   \(Int(Double(unique) / elapsed)) events/s (\(String(format: "%.2f", elapsed)) s)")
         say("  agent exit status            \(agent.terminationStatus) (SIGTERM)")
+        if !bridgeLine.isEmpty { say("  hybrid bridge                \(bridgeLine.dropFirst("BRIDGE ".count))") }
+        say("")
+        for line in DemoSummary.lines(stored) { say(line) }
         guard unique == produced, violations == 0, duplicatesAfterDedup == 0, keys.count == unique else { throw ExitCode(1) }
     }
 
-    private func launch(_ bin: URL, _ name: String, _ arguments: [String], capture: Bool = false) throws -> (Process, FileHandle?) {
+    /// The lines of a ledger (none when it is missing: that producer did not run).
+    static func lines(_ path: String) -> Int {
+        ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").count
+    }
+
+    private func launch(
+        _ bin: URL, _ name: String, _ arguments: [String], capture: Bool = false, quiet: Bool = false
+    ) throws -> (Process, FileHandle?) {
         let process = Process()
         process.executableURL = bin.appendingPathComponent(name)
         process.arguments = arguments
+        if quiet {
+            // A process whose crash is the point: no backtracer (about 4 s, and 100 MB), no trace on the screen.
+            process.environment = ProcessInfo.processInfo.environment.merging(["SWIFT_BACKTRACE": "enable=no"]) { _, new in new }
+            process.standardError = FileHandle.nullDevice
+        }
         var handle: FileHandle?
         if capture {
             let pipe = Pipe()

@@ -15,9 +15,16 @@ struct Hybrid: AsyncParsableCommand {
             and records what the pages post through the bridge (producer kind hybrid). The main page \
             and a whitelisted cross-site iframe each track --events events. With --scenario all the \
             pages also send malformed messages, a forged distinct_id and a claimed login, a \
-            track_signup, events from a foreign iframe (and a legacy navigation it makes a whitelisted \
+            track_signup, profile operations (a profile_set_once, a profile_increment, and one whose \
+            value is not a number), events from a foreign iframe (and a legacy navigation it makes a whitelisted \
             child frame do) and from a page of another project, and legacy channel events. Prints \
             'BRIDGE <json>' (accepted and rejected counts by reason) at the end.
+
+            With --url it opens that page instead, as an app opens its H5 page: the page's own origin \
+            is whitelisted unless --allow-origin names the origins to trust (repeatable), and the page \
+            may send for --server-url and each --allow-server-url. It records what the page sends for \
+            --duration seconds (default 10), then prints the BRIDGE line and, on stderr, the counts by \
+            reason.
             """)
 
     @OptionGroup var options: ProducerOptions
@@ -32,6 +39,22 @@ struct Hybrid: AsyncParsableCommand {
     @Option(parsing: .unconditional, help: "Give up when the pages have not reported within this many seconds.")
     var timeout: Double = 60
 
+    @Option(help: ArgumentHelp("Open this page (http or https) instead of serving the test pages.", valueName: "url"))
+    var url: String?
+
+    @Option(
+        name: .customLong("allow-origin"),
+        help: ArgumentHelp("With --url: an origin whose frames may post (repeatable; default: the page's own).", valueName: "origin"))
+    var allowedOrigins: [String] = []
+
+    @Option(
+        name: .customLong("allow-server-url"),
+        help: ArgumentHelp("Another server URL pages may send for besides --server-url (repeatable).", valueName: "url"))
+    var allowedServerURLs: [String] = []
+
+    @Option(parsing: .unconditional, help: "With --url: how many seconds to keep the page open and record what it sends.")
+    var duration: Double?
+
     func validate() throws {
         guard ["pages", "all"].contains(scenario) else {
             throw ValidationError("--scenario must be pages or all, not '\(scenario)'.")
@@ -43,9 +66,17 @@ struct Hybrid: AsyncParsableCommand {
         guard timeout > 0, timeout <= 86_400 else {  // NaN and inf fail too
             throw ValidationError("--timeout must be more than 0 and at most a day of seconds; got \(timeout).")
         }
+        for allowed in allowedServerURLs where ServerProject(url: allowed) == nil {
+            throw ValidationError("--allow-server-url \(allowed) must be an absolute URL with a host.")
+        }
+        try validateURLMode()
     }
 
     func run() async throws {
+        if let url {
+            try await runPage(url)
+            return
+        }
         var logger = Logger(label: "tributary.sim.hybrid")
         logger.logLevel = .error
         let pages = PageServer()
@@ -69,26 +100,11 @@ struct Hybrid: AsyncParsableCommand {
                 throw runFailure("The page servers did not start.")
             }
             // The browser is spawned before the store is opened: no child inherits an open LMDB environment.
-            let configuration = BridgeConfiguration(
+            var configuration = BridgeConfiguration(
                 serverURL: serverURL, allowedOrigins: ["http://127.0.0.1:\(trusted)", "http://localhost:\(trusted)"])
-            let host: WebViewHost
-            do {
-                host = try WebViewHost(configuration: configuration, logger: logger)
-            } catch {
-                throw Self.browserFailure(error)
-            }
+            configuration.allowedServerURLs = allowedServerURLs
+            let (host, bridge) = try startBridge(configuration, logger: logger)
             defer { host.close() }
-            let tracker = try options.openTracker(kind: .hybrid)
-            do {
-                try tracker.registerSuperProperties(["app_channel": "tributary-sim"])
-            } catch {
-                throw producerFailure(error)
-            }
-            let ledger = try Ledger(path: options.ledger)
-            let bridge = HybridBridge(tracker: tracker, configuration: configuration, logger: logger) { receipt in
-                ledger.record(receipt)
-            }
-            FileHandle.standardOutput.write(Data("READY \(getpid())\n".utf8))
             tasks.addTask { await host.run(bridge: bridge) }
 
             let roles =
@@ -129,6 +145,35 @@ struct Hybrid: AsyncParsableCommand {
         return page(
             "http://127.0.0.1:\(trusted)", "main", events: options.events,
             extra: "&frames=\(Self.encoded(frames.joined(separator: " ")))")
+    }
+
+    /// Starts the browser, then opens the store and makes the bridge that records into it (every accepted
+    /// record appended to the ledger once durable); prints `READY <pid>`. The browser is spawned before the
+    /// store is opened: no child inherits an open LMDB environment.
+    func startBridge(_ configuration: BridgeConfiguration, logger: Logger) throws -> (WebViewHost, HybridBridge) {
+        let host: WebViewHost
+        do {
+            host = try WebViewHost(configuration: configuration, logger: logger)
+        } catch {
+            throw Self.browserFailure(error)
+        }
+        do {
+            let tracker = try options.openTracker(kind: .hybrid)
+            do {
+                try tracker.registerSuperProperties(["app_channel": "tributary-sim"])
+            } catch {
+                throw producerFailure(error)
+            }
+            let ledger = try Ledger(path: options.ledger)
+            let bridge = HybridBridge(tracker: tracker, configuration: configuration, logger: logger) { receipt in
+                ledger.record(receipt)
+            }
+            FileHandle.standardOutput.write(Data("READY \(getpid())\n".utf8))
+            return (host, bridge)
+        } catch {
+            host.close()
+            throw error
+        }
     }
 
     /// Waits until every frame reported and the bridge has handled as many messages as they posted:

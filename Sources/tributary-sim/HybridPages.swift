@@ -112,6 +112,17 @@ enum PageScripts {
             data.original_id = this.anonymousID;
             this.send(data);
           };
+          // A user-profile operation (profile_set_once, …), as the web SDK's setOnceProfile etc. send it.
+          TributaryH5.prototype.profile = function (type, properties) {
+            var data = {
+              type: type, time: Date.now(), distinct_id: this.distinctID, anonymous_id: this.anonymousID,
+              lib: { $lib: 'js', $lib_method: 'code', $lib_version: '1.27.10' },
+              properties: Object.assign({ $is_login_id: !!this.loginID }, properties || {}),
+              _nocache: String(Math.random()).slice(2), server_url: this.serverURL
+            };
+            if (this.loginID) { data.login_id = this.loginID; }
+            this.send(data);
+          };
           // The legacy channel: the app marked its user agent; events travel as a navigation.
           TributaryH5.legacyMarker = function () {
             var m = / \/sa-sdk-ios\/sensors-verify\/([^ ?]+)\?([^ ]+)/.exec(navigator.userAgent);
@@ -182,6 +193,9 @@ enum PageScripts {
             claimed.login_id = 'user-evil';
             sdk.send(claimed);
             sdk.login('h5-user-7');
+            sdk.profile('profile_set_once', { $first_visit_time: '2026-01-01 10:00:00.000', first_frame: 'main' });
+            sdk.profile('profile_increment', { visits: 2 });
+            sdk.profile('profile_increment', { visits: 'many' });
           }
           if (role === 'main' || role === 'iframe') {
             if (sdk.bridgeVerified()) { await trackAll('H5View'); }

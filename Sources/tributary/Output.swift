@@ -195,7 +195,7 @@ private func mib(_ bytes: Int) -> String {
 
 func inspectLine(seq: UInt64, _ r: EventRecord) -> String {
     let object = (try? JSONSerialization.jsonObject(with: Data(r.body))) as? [String: Any]
-    let name = object?["event"] as? String ?? "?"
+    let name = object?["event"] as? String ?? object?["type"] as? String ?? "?"
     return "\(seq)\t\(r.producerID)#\(r.producerSeq)\t\(r.producerKind)\tpid \(r.pid)\t\(r.wallTimeMillis)\t\(name)"
 }
 

@@ -26,7 +26,7 @@ struct TributaryCLI: ParsableCommand {
             that owns it, or run as its owner). A --group path that is not a directory is bad usage (64).
             """,
         subcommands: [
-            Track.self, Status.self, Inspect.self, Flush.self, DeadLetters.self, Login.self, Logout.self, Identify.self,
+            Track.self, Profile.self, Status.self, Inspect.self, Flush.self, DeadLetters.self, Login.self, Logout.self, Identify.self,
             Config.self, Verify.self,
         ]
     )

@@ -1,5 +1,4 @@
 import Foundation
-import Hummingbird
 import Logging
 import Testing
 import Tributary
@@ -32,27 +31,7 @@ struct BrowserHarness: Sendable {
         _ body: @Sendable (BrowserHarness) async throws -> Void
     ) async throws {
         try await withTemporaryGroup { group in
-            let router = Router()
-            for (route, html) in pages {
-                router.get(RouterPath(route)) { _, _ in
-                    Response(
-                        status: .ok, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"],
-                        body: ResponseBody(byteBuffer: ByteBuffer(string: html)))
-                }
-            }
-            var serverLogger = Logger(label: "tributary.test.pages")
-            serverLogger.logLevel = .critical  // cancellation at the end is logged as an error
-            let (ports, portContinuation) = AsyncStream.makeStream(of: Int.self)
-            let pageServer = Application(
-                router: router,
-                configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
-                onServerRunning: { channel in portContinuation.yield(channel.localAddress?.port ?? 0) },
-                logger: serverLogger)
-            try await withThrowingTaskGroup(of: Void.self) { tasks in
-                tasks.addTask { try await pageServer.run() }
-                defer { tasks.cancelAll() }
-                var iterator = ports.makeAsyncIterator()
-                let port = try #require(await iterator.next())
+            try await withTestPages(pages) { port in
                 let origin = "http://127.0.0.1:\(port)"
                 // The browser is spawned before the store is opened: no child inherits an open LMDB environment.
                 var configuration = BridgeConfiguration(serverURL: server, allowedOrigins: [origin])
@@ -64,9 +43,12 @@ struct BrowserHarness: Sendable {
                 let tracker = try Tracker(configuration: .init(groupDirectory: group, producerKind: .hybrid))
                 let bridge = HybridBridge(tracker: tracker, configuration: configuration, logger: logger)
                 // Ends once the browser is closed (below, on every path).
-                tasks.addTask { await host.run(bridge: bridge) }
-                try await host.open(origin + path)
-                try await body(BrowserHarness(host: host, bridge: bridge, tracker: tracker, origin: origin))
+                try await withThrowingTaskGroup(of: Void.self) { tasks in
+                    tasks.addTask { await host.run(bridge: bridge) }
+                    defer { tasks.cancelAll() }
+                    try await host.open(origin + path)
+                    try await body(BrowserHarness(host: host, bridge: bridge, tracker: tracker, origin: origin))
+                }
             }
         }
     }

@@ -58,7 +58,8 @@ extension HybridBridgeTests {
             for key in ["$project", "$token", "server_url", "_nocache"] {
                 #expect(properties[key] == nil, "\(key) must be removed from properties")
             }
-            #expect(properties["_hybrid_h5"] as? Bool == true)
+            #expect(event["_hybrid_h5"] as? Bool == true, "at the top level, as the Sensors SDKs put it")
+            #expect(properties["_hybrid_h5"] == nil, "not among the properties")
             #expect(properties["$app_version"] as? String == "4.2.0")
             #expect(lib["$app_version"] as? String == "4.2.0")
             #expect(properties["$os"] as? String == "Linux", "app presets override the page's guesses")

@@ -45,7 +45,7 @@ struct IngestTests {
                 #"{"type":"track","event":"Zed","time":1760000000000,"event_id":"e-1","zeta":null,"#
                     + #""properties":{"price":9.5,"tiny":1e-7,"round":3.0,"ok":true,"list":[1,"x]",[],{"a":"}"}],"#
                     + #""text":"a\"b\\c\nd\u0001 é 😀 \/"},"_tributary":{"seq":1,"producer":"app-1","producer_seq":1}}"#,
-                #"{"event_id":"e-2","type":"profile_set","properties":{"name":"[,]"}}"#,
+                #"{"event_id":"e-2","type":"profile_set","distinct_id":"u-1","properties":{"name":"[,]"}}"#,
             ]
             let reply = try await Client(collector).post(texts.map { Array($0.utf8) }, format: format)
             #expect(reply.status == 200, "\(reply.body)")
@@ -348,14 +348,14 @@ struct IngestTests {
         }
     }
 
-    @Test("Events of other types need only event_id and type")
-    func acceptsProfileEvents() async throws {
+    @Test("Events of other types need only event_id and type (a profile record also a distinct_id: ProfileTests)")
+    func acceptsOtherTypes() async throws {
         try await Collector.withRunning(CollectorConfiguration()) { collector in
-            let profile = Events.json(["event_id": "p-1", "type": "profile_set", "properties": ["name": "x"]])
-            let reply = try await Client(collector).post([profile])
+            let item = Events.json(["event_id": "i-1", "type": "item_set", "properties": ["name": "x"]])
+            let reply = try await Client(collector).post([item])
             #expect(reply.status == 200)
             let event = try #require(try await collector.events().first)
-            #expect(event.type == "profile_set" && event.event == nil && event.seq == nil)
+            #expect(event.type == "item_set" && event.event == nil && event.seq == nil)
         }
     }
 

@@ -378,7 +378,53 @@ private enum Oracle {
                 producer = value
             }
         }
+        if let mark = object["_hybrid_h5"], !(mark is NSNumber && !SerializedNumber.isNumber(mark)) {
+            return invalid("_hybrid_h5", "is not a boolean (true marks an event a hybrid page sent)")
+        }
+        if type.hasPrefix("profile_"), let problem = profileProblem(object, type: type) { return problem }
         return Scan.describe(eventID, type, name, seq, producer, producerSeq)
+    }
+
+    /// What the collector refuses in a profile record (docs/collector.md), read from the dictionary.
+    static func profileProblem(_ object: [String: Any], type: String) -> String? {
+        func invalid(_ field: String, _ problem: String) -> String { "event 0: \"\(field)\" \(problem)" }
+        let operations = [
+            "profile_set", "profile_set_once", "profile_increment", "profile_append", "profile_unset", "profile_delete",
+        ]
+        guard operations.contains(type) else {
+            return invalid("type", "is not a profile operation the collector knows (\(operations.joined(separator: ", ")))")
+        }
+        guard let user = object["distinct_id"] as? String, !user.isEmpty else {
+            return invalid("distinct_id", "is missing or not a non-empty string (required for a profile record)")
+        }
+        if user.unicodeScalars.contains(where: { $0 == "\u{0}" || $0 == "\u{FEFF}" }) {
+            return invalid("distinct_id", "contains U+0000 or U+FEFF, which the collector cannot index")
+        }
+        let given = object["properties"]
+        guard let properties = given as? [String: Any] ?? (given == nil && type == "profile_delete" ? [:] : nil) else {
+            return invalid("properties", "is missing or not an object (required for type \"\(type)\")")
+        }
+        for key in properties.keys.sorted() {
+            let value = properties[key]
+            if type == "profile_increment", !SerializedNumber.isNumber(value) {
+                return invalid("properties.\(key)", "is \(kindName(value)); profile_increment takes numbers")
+            }
+            if type == "profile_append", !((value as? [Any])?.allSatisfy { $0 is String } ?? false) {
+                return invalid("properties.\(key)", "is \(kindName(value)); profile_append takes lists of strings")
+            }
+        }
+        return nil
+    }
+
+    /// A `JSONSerialization` value's kind, as the collector's messages name it.
+    static func kindName(_ value: Any?) -> String {
+        switch value {
+        case is NSNull: "null"
+        case let number as NSNumber: SerializedNumber.isNumber(number) ? "a number" : "a boolean"
+        case is String: "a string"
+        case is [Any]: "a list"
+        default: "an object"
+        }
     }
 }
 

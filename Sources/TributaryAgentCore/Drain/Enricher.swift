@@ -7,7 +7,7 @@ import TributaryErrors
 /// The enrich stage of the drain: what the container app does for extension events in the iOS SDK.
 ///
 /// - Extension events get the app's preset properties (the app's `$app_version`, device and OS
-///   properties override the extension's own), and keep their own `time`, custom properties and
+///   properties override the extension's own; a profile record only the `lib`'s `$app_version`), and keep their own `time`, custom properties and
 ///   identity: the store is shared, so the identity spliced in when the event was written is the
 ///   one in force when it was tracked. The identity current at drain time would attribute an event
 ///   tracked before a login change, and drained after it, to the wrong person. Only an event that
@@ -102,9 +102,12 @@ public struct Enricher: Sendable {
             event["login_id"] = identity.loginID
         }
         if let appPresets {
-            var properties = event["properties"] as? [String: Any] ?? [:]
-            for (key, value) in appPresets { properties[key] = value }
-            event["properties"] = properties
+            // A profile record's properties are the user's: the device's presets are not among them.
+            if !Self.isProfile(event) {
+                var properties = event["properties"] as? [String: Any] ?? [:]
+                for (key, value) in appPresets { properties[key] = value }
+                event["properties"] = properties
+            }
             if var lib = event["lib"] as? [String: Any], let version = appPresets["$app_version"] {
                 lib["$app_version"] = version
                 event["lib"] = lib
@@ -114,6 +117,11 @@ public struct Enricher: Sendable {
             throw EnrichError(seq: seq, reason: "the enriched event cannot be written back as JSON")
         }
         return encoded
+    }
+
+    /// Whether a stored record is a profile operation (`profile_set`, …), not an event.
+    static func isProfile(_ event: [String: Any]) -> Bool {
+        (event["type"] as? String)?.hasPrefix("profile_") == true
     }
 
     /// A preset `JSONSerialization` read, as a value of its exact type (a `0` stays a number).

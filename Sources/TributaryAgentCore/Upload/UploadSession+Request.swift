@@ -156,7 +156,8 @@ extension UploadSession {
     ///
     /// If the event was recorded in this boot and the wall-clock time since then disagrees with the
     /// `CLOCK_BOOTTIME` time since then by more than a second, the clock was changed in between: `time`
-    /// is recomputed from the monotonic reading and `$time_adjustment_ms` records the change. The
+    /// is recomputed from the monotonic reading and `$time_adjustment_ms` records the change (in an
+    /// event's properties; not in a profile record's, which are the user's profile). The
     /// unknown (all-zero) boot id is never taken for this boot: it marks a reading that cannot be
     /// compared (no boot id from the kernel, or a hybrid page's time before this boot or after its
     /// recording), so such an event is sent as recorded.
@@ -177,9 +178,12 @@ extension UploadSession {
     static func correctTime(_ body: [UInt8], to time: Int64, adjustment: Int64) -> [UInt8]? {
         guard var event = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else { return nil }
         event["time"] = time
-        var properties = event["properties"] as? [String: Any] ?? [:]
-        properties["$time_adjustment_ms"] = adjustment
-        event["properties"] = properties
+        // A profile record's properties are the user's profile: the correction is not one of them.
+        if !Enricher.isProfile(event) {
+            var properties = event["properties"] as? [String: Any] ?? [:]
+            properties["$time_adjustment_ms"] = adjustment
+            event["properties"] = properties
+        }
         return (try? JSONSerialization.data(withJSONObject: event, options: [.withoutEscapingSlashes])).map(Array.init)
     }
 }

@@ -11,6 +11,8 @@ import Synchronization
 /// | `WKScriptMessage.frameInfo.securityOrigin`            | origin of the binding call's execution context    |
 /// | `decidePolicyForNavigationAction` (legacy channel)    | `Page.frameRequestedNavigation`                   |
 /// | custom user agent (legacy marker)                     | `Emulation.setUserAgentOverride`                  |
+/// | `evaluateJavaScript` in one frame (answers, app info) | `Runtime.evaluate` with the frame's `contextId`   |
+/// | `loading` turning false (scheme 1)                    | `Page.frameStoppedLoading`                        |
 ///
 /// Site isolation puts cross-site iframes in processes (targets) of their own; the host auto-attaches
 /// to every page and iframe target (`Target.setAutoAttach`, `flatten`, `waitForDebuggerOnStart`) and
@@ -24,12 +26,14 @@ public final class WebViewHost: Sendable {
     /// The trust rules and the server URL the injected script announces.
     public let configuration: BridgeConfiguration
     private let browser: ChromiumProcess
-    private let pipe: DevToolsPipe
+    let pipe: DevToolsPipe
     private let inbox: AsyncStream<Queued>
     private let queue: MessageQueueGauge
     /// What the DevTools reader knows of the browser's contexts and frames (only its thread writes it).
     let origins: SendableBox<FrameOrigins>
-    private let logger: Logger
+    let logger: Logger
+    /// The last callback id each execution context ("<session>#<id>") used for a call (run's task only).
+    let callbackIDs = SendableBox<[String: Int]>([:])
 
     /// Starts a headless browser for an app with `configuration`.
     ///
@@ -75,6 +79,15 @@ public final class WebViewHost: Sendable {
         _ message: DevToolsMessage, origins: inout FrameOrigins, queue: MessageQueueGauge, trusted: Set<String>
     ) -> Queued? {
         if origins.record(message) { return nil }
+        // The end of a trusted frame's loading, for the app's info (scheme 1); any other frame's is not
+        // ours. Bounded by the queue like page messages (a page making iframes in a loop), but a full queue
+        // skips the push rather than counting a page message as overloaded.
+        if message.method == "Page.frameStoppedLoading" {
+            guard let frame = message.body["frameId"]?.string, let origin = origins.frames[frame], trusted.contains(origin),
+                queue.admitUncounted(loadEventBytes)
+            else { return nil }
+            return Queued(message: message, origin: origin)
+        }
         // Any other message is credited with "null" (it is no page's).
         let isPage = isPageMessage(message)
         let origin = isPage ? origin(of: message, in: origins, trusted: trusted) : "null"
@@ -139,6 +152,7 @@ public final class WebViewHost: Sendable {
             }
           };
         })();
+        \(Self.callScript)
         """
     }
 
@@ -236,11 +250,24 @@ public final class WebViewHost: Sendable {
                 if type == "page" || type == "iframe" { setUp(session: child) }
                 pipe.send("Runtime.runIfWaitingForDebugger", session: child)
             case "Runtime.bindingCalled":
-                if body["name"]?.string == Self.bindingName, body["executionContextId"]?.number != nil {
-                    await bridge.receive(body["payload"]?.string ?? "", origin: queued.origin, channel: .messageHandler)
+                let payload = body["payload"]?.string ?? ""
+                if let id = body["executionContextId"]?.int {
+                    let caller = FrameOrigins.Context(session: message.sessionID ?? "", id: id)
+                    if body["name"]?.string == Self.callBindingName {
+                        await handleCall(payload, origin: queued.origin, caller: caller, bridge: bridge)
+                    } else if body["name"]?.string == Self.bindingName {
+                        if HybridBridge.isAppInfoRequest(payload) {
+                            pushAppInfo(to: caller, askedBy: queued.origin, bridge: bridge)  // scheme 2, message handler
+                        } else {
+                            await bridge.receive(payload, origin: queued.origin, channel: .messageHandler)
+                        }
+                    }
                 }
                 queue.release(Self.queuedBytes(message) ?? 0)
                 bridge.refuseOverloaded(queue.takeDropped())
+            case "Page.frameStoppedLoading":
+                queue.release(Self.loadEventBytes)
+                if let frame = body["frameId"]?.string { frameLoaded(frame, bridge: bridge) }
             case Self.foreignRefusedEvent:
                 bridge.refuseForeign(queue.takeForeign())
             case DevToolsPipe.frameTooLargeEvent:
@@ -261,8 +288,10 @@ public final class WebViewHost: Sendable {
                     queue.release(Self.queuedBytes(message) ?? 0)
                     bridge.refuseOverloaded(queue.takeDropped())
                 }
-                guard let url = body["url"]?.string, body["frameId"]?.string != nil else { continue }
-                if await bridge.receiveNavigation(url, origin: queued.origin) == nil {
+                guard let url = body["url"]?.string, let frame = body["frameId"]?.string else { continue }
+                if url.hasPrefix(Self.legacyAppInfoPrefix) {
+                    legacyAppInfo(frame: frame, origin: queued.origin, bridge: bridge)  // scheme 2, legacy channel (origin trusted: the reader checked)
+                } else if await bridge.receiveNavigation(url, origin: queued.origin) == nil {
                     logger.debug("navigation to another sensorsanalytics:// action ignored")
                 }
             default:
@@ -276,6 +305,7 @@ public final class WebViewHost: Sendable {
         pipe.send("Runtime.enable", session: session)
         pipe.send("Page.enable", session: session)
         pipe.send("Runtime.addBinding", ["name": .string(Self.bindingName)], session: session)
+        pipe.send("Runtime.addBinding", ["name": .string(Self.callBindingName)], session: session)
         pipe.send("Page.addScriptToEvaluateOnNewDocument", ["source": .string(userScript)], session: session)
         // Chromium does not always hold a new tab's first document until the target is set up: a
         // document that exists already gets the script now (the binding reaches existing contexts).
@@ -312,174 +342,5 @@ public final class WebViewHost: Sendable {
         }
         guard let credited = chain.first else { return "null" }
         return chain.first { !trusted.contains($0) } ?? credited
-    }
-}
-
-/// The origins of the browser's execution contexts and frames, and the frames' parents, as the
-/// browser reports them: what a page message is credited to, kept by the DevTools reader
-/// (``WebViewHost/take(_:origins:queue:trusted:)``).
-///
-/// Contexts and frames are forgotten when the browser says they are gone: a long-lived page that
-/// keeps creating and removing iframes (rotating ads, say) grew these maps for the life of the app.
-/// The browser's events come in order, and the reader resolves a message's origin when it reads it:
-/// always before the end of the context or frame that sent it.
-struct FrameOrigins {
-    /// "<session>#<context id>" → the context's origin ("null" for an opaque one).
-    private(set) var contexts: [String: String] = [:]
-    /// Frame id → the origin of its document.
-    private(set) var frames: [String: String] = [:]
-    /// Frame id → its parent frame's id.
-    private(set) var parents: [String: String] = [:]
-    /// The session whose events recorded each entry of `frames`, and of `parents`: a target's entries
-    /// go with it when it is detached (a tab closed sends no `Page.frameDetached` for its frames).
-    private var frameSessions: [String: String] = [:]
-    private var parentSessions: [String: String] = [:]
-    /// Sessions that attached a frame whose ids could not be read (its event too large): who its parent
-    /// is is not known, so no navigation they report is credited.
-    private var sessionsWithUnknownFrames: Set<String> = []
-
-    /// Whether a navigation of `frame` reported on `session` was asked for where the frame's document
-    /// (or, for a fresh iframe with none yet, its parent's) runs. Chromium reports a navigation on the
-    /// session of the renderer that asked for it, naming the frame navigated: a popup setting
-    /// `opener.location`, or an out-of-process iframe setting `top.location`, is reported on its own
-    /// session for a frame of another, and would be credited with that frame's origin. For a top-level
-    /// frame, every frame of the reporting session must be trusted too: a same-process iframe may set
-    /// `top.location` as well.
-    func reportedByItsOwnRenderer(frame: String, session: String, trusted: Set<String>) -> Bool {
-        let owner = frameSessions[frame] ?? parentSessions[frame]  // a frame with a document has both
-        guard owner == session, !sessionsWithUnknownFrames.contains(session) else { return false }
-        guard parents[frame] == nil else { return true }
-        return frameSessions.allSatisfy { other, owner in owner != session || trusted.contains(frames[other] ?? "null") }
-    }
-
-    /// The origin of context `id` in `session`; "null" for one not known.
-    func context(_ id: Int, session: String) -> String { contexts["\(session)#\(id)"] ?? "null" }
-
-    /// Takes in `message` if it is a frame or context event (contexts created, destroyed or cleared,
-    /// frames attached or detached, a target detached, a frame attached too large to read); returns
-    /// whether it was.
-    mutating func record(_ message: DevToolsMessage) -> Bool {
-        let session = message.sessionID ?? ""
-        let body = message.body
-        switch message.method {
-        case "Runtime.executionContextCreated":
-            guard let context = body["context"], let id = context["id"]?.int else { return true }
-            // Chromium reports an opaque origin (data:, sandboxed frames) as "://"; the web calls it "null".
-            let origin = context["origin"]?.string.flatMap { BridgeConfiguration.isOpaque($0) ? nil : $0 } ?? "null"
-            contexts["\(session)#\(id)"] = origin
-            if context["auxData"]?["isDefault"] == .bool(true), let frame = context["auxData"]?["frameId"]?.string {
-                frames[frame] = origin
-                frameSessions[frame] = session
-            }
-        case "Runtime.executionContextDestroyed":
-            if let id = body["executionContextId"]?.int { contexts["\(session)#\(id)"] = nil }
-        case "Runtime.executionContextsCleared":
-            forgetContexts(of: session)
-        case "Target.detachedFromTarget":
-            // Sent on the parent's session, naming the child's.
-            if let child = body["sessionId"]?.string {
-                forgetContexts(of: child)
-                sessionsWithUnknownFrames.remove(child)
-                for (frame, owner) in frameSessions where owner == child {
-                    frames[frame] = nil
-                    frameSessions[frame] = nil
-                }
-                for (frame, owner) in parentSessions where owner == child {
-                    parents[frame] = nil
-                    parentSessions[frame] = nil
-                }
-            }
-        case "Page.frameAttached", DevToolsPipe.frameTooLargeEvent:
-            // One too large to read (a huge creation stack) has its ids read from its first bytes. Without
-            // them, no navigation reported on this session is trusted. Other frames too large: not ours.
-            let tooLarge = message.method == DevToolsPipe.frameTooLargeEvent
-            if tooLarge && body["method"]?.string != "Page.frameAttached" { return false }
-            if let frame = body["frameId"]?.string, let parent = body["parentFrameId"]?.string {
-                parents[frame] = parent
-                parentSessions[frame] = session
-            } else if tooLarge {
-                sessionsWithUnknownFrames.insert(session)
-            }
-        case "Page.frameDetached":
-            // A frame swapped into another process is detached with reason "swap" and lives on there.
-            if let frame = body["frameId"]?.string, body["reason"]?.string != "swap" {
-                frames[frame] = nil
-                parents[frame] = nil
-                frameSessions[frame] = nil
-                parentSessions[frame] = nil
-            }
-        default:
-            return false
-        }
-        return true
-    }
-
-    private mutating func forgetContexts(of session: String) {
-        let prefix = session + "#"
-        contexts = contexts.filter { !$0.key.hasPrefix(prefix) }
-    }
-}
-
-/// A value behind a lock, for the few settings written once and read from the event loop.
-final class SendableBox<Value: Sendable>: Sendable {
-    private let value: Mutex<Value>
-    init(_ value: Value) { self.value = Mutex(value) }
-    func get() -> Value { value.withLock { $0 } }
-    func set(_ new: Value) { value.withLock { $0 = new } }
-    func update<Result>(_ body: (inout Value) -> Result) -> Result { value.withLock { body(&$0) } }
-}
-
-/// The page messages waiting between the DevTools reader and ``WebViewHost/run(bridge:)``: their bytes,
-/// bounded, and how many were dropped for want of room since the host last counted them.
-final class MessageQueueGauge: Sendable {
-    private let limit: Int
-    private let state = Mutex((bytes: 0, dropped: 0, foreign: [String: Int]()))
-
-    init(limit: Int) { self.limit = limit }
-
-    /// Takes `bytes` into the queue if they fit, or if the queue is empty; otherwise counts the
-    /// message dropped. An empty queue takes any message: one larger than the bound but within the
-    /// frame limit (up to 6 × `maxMessageBytes`) is then refused by the bridge for what it is
-    /// (`message_too_large`), not dropped as `overloaded` by a queue with nothing in it.
-    func admit(_ bytes: Int) -> Bool {
-        state.withLock { state in
-            guard state.bytes == 0 || state.bytes + bytes <= limit else {
-                state.dropped += 1
-                return false
-            }
-            state.bytes += bytes
-            return true
-        }
-    }
-
-    /// A message of `bytes` was handled.
-    func release(_ bytes: Int) { state.withLock { $0.bytes -= bytes } }
-
-    /// The messages dropped since the last call.
-    func takeDropped() -> Int {
-        state.withLock { state in
-            defer { state.dropped = 0 }
-            return state.dropped
-        }
-    }
-
-    /// Counts a page message of `origin` (not trusted) refused unread; true for the first since the last
-    /// ``takeForeign()``. At most ``HybridBridge/maxCountedOrigins`` origins are told apart, the rest
-    /// counted under ``HybridBridge/otherOrigins``.
-    func countForeign(_ origin: String) -> Bool {
-        state.withLock { state in
-            let first = state.foreign.isEmpty
-            let named = state.foreign[origin] != nil || state.foreign.count < HybridBridge.maxCountedOrigins
-            state.foreign[named ? origin : HybridBridge.otherOrigins, default: 0] += 1
-            return first
-        }
-    }
-
-    /// The page messages refused unread since the last call, by origin.
-    func takeForeign() -> [String: Int] {
-        state.withLock { state in
-            defer { state.foreign = [:] }
-            return state.foreign
-        }
     }
 }
