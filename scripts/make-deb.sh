@@ -1,11 +1,13 @@
 #!/bin/sh
 # Builds tributary_<version>_amd64.deb from a staged install (make install DESTDIR=STAGE PREFIX=/usr).
-# Usage: scripts/make-deb.sh STAGE OUTDIR
-# The binaries are release builds with the Swift runtime linked statically (--static-swift-stdlib):
-# the package depends only on Debian's libraries, which dpkg-shlibdeps finds from the binaries.
+# Usage: scripts/make-deb.sh STAGE OUTDIR [VERSION_SUFFIX]
+# The binaries carry the Swift runtime, linked statically (--static-swift-stdlib): the package depends
+# only on Debian's libraries, which dpkg-shlibdeps finds from the binaries. make deb stages release
+# builds; make deb-debug the debug build, its version suffixed +debug.
 set -eu
 stage="$(cd "$1" && pwd)"
 out="$2"
+suffix="${3:-}"
 here="$(cd "$(dirname "$0")/.." && pwd)"
 
 # Version: 0.<commits>~g<hash> (+dirty when the work tree has changes): increases with every commit.
@@ -13,7 +15,7 @@ commits=$(git -C "$here" rev-list --count HEAD 2>/dev/null || echo 0)
 hash=$(git -C "$here" rev-parse --short=10 HEAD 2>/dev/null || echo unknown)
 dirty=""
 git -C "$here" diff --quiet HEAD 2>/dev/null || dirty="+dirty"
-version="0.${commits}~g${hash}${dirty}"
+version="0.${commits}~g${hash}${dirty}${suffix}"
 arch=$(dpkg --print-architecture)
 
 # Debug info off (symbols stay: the Swift backtracer names frames from the symbol table).
