@@ -33,7 +33,7 @@ SYSTEST_CUTS ?= 10
 # dpkg-shlibdeps (the .deb's dependencies) and strip.
 SYSTEST_DEB_PACKAGES := mmdebstrap qemu-system-x86 e2fsprogs dpkg-dev binutils
 
-.PHONY: all deps bench-deps build test soak run bench clean format help install release deb deb-debug system-test system-test-deps
+.PHONY: all deps bench-deps build test soak run bench clean format help install release deb deb-debug system-test system-test-base system-test-deps
 
 all: build
 
@@ -151,7 +151,7 @@ install: $(if $(or $(ROOT_WITH_BINARIES),$(filter-out $(RELEASE_DIR)/release,$(B
 # A Debian package of the release build: binaries in /usr/bin, units in /usr/lib/systemd/system, the
 # tributary user by sysusers.d, docs and an example environment file (docs/operations.md, "Install").
 deb: release system-test-deps
-	$(call make_deb,$(RELEASE_DIR)/release,$(DEB_DIR),)
+	+$(call make_deb,$(RELEASE_DIR)/release,$(DEB_DIR),)
 
 # The same package from the debug build (what make system-test installs by default): `swift build
 # --static-swift-stdlib` over the tests' .build relinks the four binaries with the Swift runtime
@@ -161,13 +161,17 @@ deb: release system-test-deps
 DEBUG_STATIC_LIBS := -Xlinker -l_FoundationICU -Xlinker -l_CFURLSessionInterface -Xlinker --as-needed -Xlinker -lcurl
 deb-debug: deps system-test-deps
 	for b in $(BINARIES); do $(SWIFT) build --static-swift-stdlib $(DEBUG_STATIC_LIBS) --product $$b || exit 1; done
-	$(call make_deb,.build/debug,$(DEB_DEBUG_DIR),+debug)
+	+$(call make_deb,.build/debug,$(DEB_DEBUG_DIR),+debug,DEB_COMPRESSION=zstd)
 
-# make_deb BUILT OUTDIR VERSION_SUFFIX: stages make install from BUILT and packs it (scripts/make-deb.sh).
+# make_deb BUILT OUTDIR VERSION_SUFFIX [ENV]: stages make install from BUILT and packs it
+# (scripts/make-deb.sh, run with ENV).
 make_deb = rm -rf "$(2)/stage" && \
 	$(MAKE) --no-print-directory install BUILT="$(1)" DESTDIR="$(CURDIR)/$(2)/stage" PREFIX=/usr SYSCONFDIR=/etc \
 	  UNITDIR=/usr/lib/systemd/system DOCDIR=/usr/share/doc/tributary && \
-	./scripts/make-deb.sh "$(2)/stage" "$(2)" "$(3)" && ls -l $(2)/tributary_*.deb
+	$(4) ./scripts/make-deb.sh "$(2)/stage" "$(2)" "$(3)" && ls -l $(2)/tributary_*.deb
+
+system-test-base: system-test-deps
+	Integration/system-test/image.sh --base "$(SYSTEST_DIR)"
 
 system-test-deps:
 	@$(call install_missing,$(SYSTEST_DEB_PACKAGES),--no-install-recommends)
@@ -176,7 +180,9 @@ system-test-deps:
 # $(SYSTEST_DIR) by its package list and the .deb's checksum.
 SYSTEST_DEB_TARGET := $(if $(filter release,$(SYSTEST_BUILD)),deb,deb-debug)
 SYSTEST_DEB_FROM   := $(if $(filter release,$(SYSTEST_BUILD)),$(DEB_DIR),$(DEB_DEBUG_DIR))
-system-test: deps system-test-deps $(SYSTEST_DEB_TARGET)
+# The image's base (mmdebstrap: downloads and dpkg, little CPU) is built while the .deb is linked.
+system-test: deps system-test-deps
+	$(MAKE) --no-print-directory -j2 $(SYSTEST_DEB_TARGET) system-test-base
 	Integration/system-test/image.sh "$(SYSTEST_DIR)" "$$(ls $(SYSTEST_DEB_FROM)/tributary_*.deb)"
 	Integration/system-test/run.sh "$(SYSTEST_DIR)" $(SYSTEST_CUTS)
 

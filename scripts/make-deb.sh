@@ -44,9 +44,11 @@ sed -e "s|@VERSION@|$version|" -e "s|@ARCH@|$arch|" -e "s|@DEPENDS@|$depends|" -
   "$here/Integration/debian/control.in" > "$stage/DEBIAN/control"
 
 # gzip -1: the four binaries carry the Swift runtime, Foundation and its ICU data each (about 110 MB
-# apiece); xz -6 took minutes on 2 cores for a package a third smaller.
+# apiece); xz -6 took minutes on 2 cores for a package a third smaller. dpkg reads zstd from Debian
+# 12 on (not 11): the system test's debug package (720 MB unpacked) uses it, DEB_COMPRESSION=zstd,
+# packed in 4 s instead of 21 and unpacked in 1 s instead of 8.
 mkdir -p "$out"
 rm -f "$out"/tributary_*.deb
 deb="$out/tributary_${version}_${arch}.deb"
-dpkg-deb --root-owner-group -Zgzip -z1 --build "$stage" "$deb" >/dev/null
+dpkg-deb --root-owner-group "-Z${DEB_COMPRESSION:-gzip}" -z1 --build "$stage" "$deb" >/dev/null
 echo "$deb"

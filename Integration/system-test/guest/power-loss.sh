@@ -3,14 +3,15 @@
 # agent uploads, and the host cuts the power (SIGKILL of qemu: what the guest's page cache held is
 # lost, what reached the virtual disk stays). Each producer's ledger is a virtio-serial port: an
 # acknowledgement leaves the guest as it is written, outside the power domain. After the last cut the
-# host boots the guest once more with the ledgers on a second disk (/dev/vdb, a tar), and the oracle
+# host boots the guest once more with the ledgers on a second disk (a tar), and the oracle
 # judges what the collector, inside the guest, holds.
 
 PG=/var/lib/myapp/power
 PINST=$(systemd-escape --path "$PG")
 PUNIT="tributary-agent@$PINST.service"
 
-# Once, at the first load boot: the group, a collector started at every boot, the agent enabled.
+# At the end of the functional boot (or at the first load boot): the group, a collector started at
+# every boot, the agent enabled.
 power_loss_setup() {
   make_group "$PG"
   # The app's first process creates the store (tributary config needs one).
@@ -55,7 +56,11 @@ power_loss_load() {
 power_loss_drain() {
   local cuts="$1" l="$STATE/ledgers/power"
   mkdir -p "$l"
-  tar -xf /dev/vdb -C "$l"
+  # The ledgers' disk is virtio (its driver a module udev loads while the boot goes on).
+  local disk=/dev/disk/by-id/virtio-ledgers
+  check "the ledgers' disk appears" wait_for 60 "$disk" test -b "$disk"
+  check "the ledgers' disk is read" tar -xf "$disk" -C "$l"
+  check "it holds the ledgers of $cuts boots" test "$(ls "$l" | wc -l)" -eq $((3 * cuts))
   log "ledgers: $(ls "$l" | wc -l) files, $(acknowledged "$l") acknowledged events"
   check_eq "the agent is active after the last boot" active "$(systemctl show -P ActiveState "$PUNIT")"
   check "the agent drains what the cuts left" wait_for 240 "the drain" drained "$PG"
