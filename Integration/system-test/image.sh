@@ -54,8 +54,10 @@ rm -f "$root"/tmp/tributary_*.deb
 # The guest's test runner, started after multi-user.target when the kernel command line names a mode.
 install -d "$root/usr/local/lib/tributary-systest"
 install -m 0755 "$here"/guest/*.sh "$root/usr/local/lib/tributary-systest/"
-install -m 0644 "$here/guest/tributary-systest.service" "$root/etc/systemd/system/"
-ln -sf /etc/systemd/system/tributary-systest.service "$root/etc/systemd/system/multi-user.target.wants/"
+for u in tributary-systest.service tributary-systest-load.service; do
+  install -m 0644 "$here/guest/$u" "$root/etc/systemd/system/"
+  ln -sf "/etc/systemd/system/$u" "$root/etc/systemd/system/multi-user.target.wants/"
+done
 # Units a test boot does without, masked: each took up to 2 s of every boot under TCG. No login
 # prompts (nobody logs in; the console shows the boot and the runner's lines only), no utmp, no
 # modules nobody uses, no daily maintenance timers.
