@@ -155,10 +155,14 @@ deb: release system-test-deps
 
 # The same package from the debug build (what make system-test installs by default): `swift build
 # --static-swift-stdlib` over the tests' .build relinks the four binaries with the Swift runtime
-# inside (about 40 s; a release build from nothing takes 15-30 min here). The debug objects were
-# compiled against the shared Foundation, whose modules do not name the static archives Foundation
-# needs (ICU, the URLSession shim and libcurl): DEBUG_STATIC_LIBS names them. Its version ends in +debug.
-DEBUG_STATIC_LIBS := -Xlinker -l_FoundationICU -Xlinker -l_CFURLSessionInterface -Xlinker --as-needed -Xlinker -lcurl
+# inside (about 30 s; a release build from nothing takes 15-30 min here). The debug objects were
+# compiled against the shared Foundation, whose modules do not name the static archives it needs
+# (which ones a link misses depends on what was built before it): DEBUG_STATIC_LIBS names them all,
+# in one linker group. Its version ends in +debug.
+DEBUG_STATIC_LIBS := -Xlinker --start-group $(addprefix -Xlinker -l,FoundationNetworking _CFURLSessionInterface \
+  Foundation CoreFoundation FoundationInternationalization _FoundationICU FoundationEssentials _FoundationCShims \
+  _FoundationCollections swiftSynchronization curl) -Xlinker --end-group
+
 deb-debug: deps system-test-deps
 	for b in $(BINARIES); do $(SWIFT) build --static-swift-stdlib $(DEBUG_STATIC_LIBS) --product $$b || exit 1; done
 	+$(call make_deb,.build/debug,$(DEB_DEBUG_DIR),+debug,DEB_COMPRESSION=zstd)
