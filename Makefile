@@ -151,7 +151,7 @@ install: $(if $(or $(ROOT_WITH_BINARIES),$(filter-out $(RELEASE_DIR)/release,$(B
 # A Debian package of the release build: binaries in /usr/bin, units in /usr/lib/systemd/system, the
 # tributary user by sysusers.d, docs and an example environment file (docs/operations.md, "Install").
 deb: release system-test-deps
-	+$(call make_deb,$(RELEASE_DIR)/release,$(DEB_DIR),)
+	$(call make_deb,$(RELEASE_DIR)/release,$(DEB_DIR),)
 
 # The same package from the debug build (what make system-test installs by default): `swift build
 # --static-swift-stdlib` over the tests' .build relinks the four binaries with the Swift runtime
@@ -165,7 +165,7 @@ DEBUG_STATIC_LIBS := -Xlinker --start-group $(addprefix -Xlinker -l,FoundationNe
 
 deb-debug: deps system-test-deps
 	for b in $(BINARIES); do $(SWIFT) build --static-swift-stdlib $(DEBUG_STATIC_LIBS) --product $$b || exit 1; done
-	+$(call make_deb,.build/debug,$(DEB_DEBUG_DIR),+debug,DEB_COMPRESSION=zstd)
+	$(call make_deb,.build/debug,$(DEB_DEBUG_DIR),+debug,DEB_COMPRESSION=zstd)
 
 # make_deb BUILT OUTDIR VERSION_SUFFIX [ENV]: stages make install from BUILT and packs it
 # (scripts/make-deb.sh, run with ENV).
