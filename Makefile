@@ -22,6 +22,12 @@ BINARIES     := tributary tributary-agent tributary-collector tributary-sim
 RELEASE_FLAGS := -c release --static-swift-stdlib --scratch-path $(RELEASE_DIR)
 # The .deb (make deb) and the system test's image and runs (make system-test, docs/system-test.md).
 DEB_DIR      := .build-deb
+# The package the system test installs by default: the same code built by `swift build` (debug, the
+# build `make test` made) and relinked with the Swift runtime inside (--static-swift-stdlib), made in
+# about a minute where a release build from nothing takes 15-30 (docs/system-test.md, "Times").
+# SYSTEST_BUILD=release tests the release package of `make deb` instead (make soak does).
+DEB_DEBUG_DIR := .build-deb-debug
+SYSTEST_BUILD ?= debug
 SYSTEST_DIR  := .build-system
 # Power cuts of the system test's power-loss scenario (make soak: 100).
 SYSTEST_CUTS ?= 10
@@ -29,7 +35,7 @@ SYSTEST_CUTS ?= 10
 # dpkg-shlibdeps (the .deb's dependencies) and strip.
 SYSTEST_DEB_PACKAGES := mmdebstrap qemu-system-x86 e2fsprogs dpkg-dev binutils
 
-.PHONY: all deps bench-deps build test soak run bench clean format help install release deb system-test system-test-deps
+.PHONY: all deps bench-deps build test soak run bench clean format help install release deb deb-debug system-test system-test-base system-test-deps
 
 all: build
 
@@ -39,7 +45,8 @@ help:
 	@echo "make test   build and run every test (unit and multi-process), then print the reliability table"
 	@echo "make soak   the reliability scenarios only, SOAK (default 20) times the iterations; then make system-test with 100 power cuts"
 	@echo "make deb    release build, then $(DEB_DIR)/tributary_<version>_amd64.deb (dpkg-deb)"
-	@echo "make system-test  the .deb installed in a Debian 12 virtual machine: the units under the real systemd, power loss ($(SYSTEST_CUTS) cuts)"
+	@echo "make deb-debug  the same package from the debug build (relinked with the Swift runtime inside): $(DEB_DEBUG_DIR)/"
+	@echo "make system-test  the .deb (make deb-debug; SYSTEST_BUILD=release: make deb) installed in a Debian 12 virtual machine: the units under the real systemd, power loss ($(SYSTEST_CUTS) cuts)"
 	@echo "make system-test-deps  the packages make system-test needs besides make deps ($(SYSTEST_DEB_PACKAGES))"
 	@echo "make run    demo: a collector, an agent, a main app, two extensions, a hybrid page and a crashing app session on a fresh group, then a summary"
 	@echo "make bench  release build, then every performance figure next to its baseline (docs/performance.md)"
@@ -104,7 +111,7 @@ soak: deps
 	@rm -f "$(RELIABILITY_TABLE)"
 	@$(TEST_ENV) TRIBUTARY_SOAK=$(SOAK) TRIBUTARY_RELIABILITY_REPORT="$(RELIABILITY_TABLE)" $(SWIFT) test --filter 'Scenarios'; \
 	  status=$$?; ./scripts/reliability-table.sh "$(RELIABILITY_TABLE)" || status=1; \
-	  $(MAKE) system-test SYSTEST_CUTS=100 || status=1; exit $$status
+	  $(MAKE) system-test SYSTEST_CUTS=100 SYSTEST_BUILD=release || status=1; exit $$status
 
 run: build
 	./scripts/run-demo.sh
@@ -129,9 +136,11 @@ release: deps
 # (`make release`), then `sudo make install`: as root, install builds only when a binary is missing, so a
 # root-owned $(RELEASE_DIR) does not get in the way of your next build.
 ROOT_WITH_BINARIES := $(and $(filter 0,$(shell id -u)),$(filter $(words $(BINARIES)),$(words $(wildcard $(addprefix $(RELEASE_DIR)/release/,$(BINARIES))))))
-install: $(if $(ROOT_WITH_BINARIES),,release)
+# BUILT: the directory the binaries come from (make deb-debug stages the debug build's).
+BUILT ?= $(RELEASE_DIR)/release
+install: $(if $(or $(ROOT_WITH_BINARIES),$(filter-out $(RELEASE_DIR)/release,$(BUILT))),,release)
 	install -d "$(DESTDIR)$(PREFIX)/bin" "$(DESTDIR)$(UNITDIR)" "$(DESTDIR)$(DOCDIR)" "$(DESTDIR)$(SYSCONFDIR)/tributary"
-	for b in $(BINARIES); do install -m 0755 "$(RELEASE_DIR)/release/$$b" "$(DESTDIR)$(PREFIX)/bin/$$b"; done
+	for b in $(BINARIES); do install -m 0755 "$(BUILT)/$$b" "$(DESTDIR)$(PREFIX)/bin/$$b"; done
 	for u in Integration/systemd/*.in; do \
 	  sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' -e 's|@DOCDIR@|$(DOCDIR)|g' "$$u" \
 	    > "$(DESTDIR)$(UNITDIR)/$$(basename "$$u" .in)"; chmod 0644 "$(DESTDIR)$(UNITDIR)/$$(basename "$$u" .in)"; \
@@ -144,23 +153,47 @@ install: $(if $(ROOT_WITH_BINARIES),,release)
 # A Debian package of the release build: binaries in /usr/bin, units in /usr/lib/systemd/system, the
 # tributary user by sysusers.d, docs and an example environment file (docs/operations.md, "Install").
 deb: release system-test-deps
-	rm -rf "$(DEB_DIR)/stage"
-	$(MAKE) --no-print-directory install DESTDIR="$(CURDIR)/$(DEB_DIR)/stage" PREFIX=/usr SYSCONFDIR=/etc \
-	  UNITDIR=/usr/lib/systemd/system DOCDIR=/usr/share/doc/tributary
-	./scripts/make-deb.sh "$(DEB_DIR)/stage" "$(DEB_DIR)"
-	@ls -l $(DEB_DIR)/tributary_*.deb
+	$(call make_deb,$(RELEASE_DIR)/release,$(DEB_DIR),)
+
+# The same package from the debug build (what make system-test installs by default): `swift build
+# --static-swift-stdlib` over the tests' .build relinks the four binaries with the Swift runtime
+# inside (about 30 s; a release build from nothing takes 15-30 min here). The debug objects were
+# compiled against the shared Foundation, whose modules do not name the static archives it needs
+# (which ones a link misses depends on what was built before it): DEBUG_STATIC_LIBS names them all,
+# in one linker group. Its version ends in +debug.
+DEBUG_STATIC_LIBS := -Xlinker --start-group $(addprefix -Xlinker -l,FoundationNetworking _CFURLSessionInterface \
+  Foundation CoreFoundation FoundationInternationalization _FoundationICU FoundationEssentials _FoundationCShims \
+  _FoundationCollections swiftSynchronization curl) -Xlinker --end-group
+
+deb-debug: deps system-test-deps
+	for b in $(BINARIES); do $(SWIFT) build --static-swift-stdlib $(DEBUG_STATIC_LIBS) --product $$b || exit 1; done
+	$(call make_deb,.build/debug,$(DEB_DEBUG_DIR),+debug,DEB_COMPRESSION=zstd)
+
+# make_deb BUILT OUTDIR VERSION_SUFFIX [ENV]: stages make install from BUILT and packs it
+# (scripts/make-deb.sh, run with ENV).
+make_deb = rm -rf "$(2)/stage" && \
+	$(MAKE) --no-print-directory install BUILT="$(1)" DESTDIR="$(CURDIR)/$(2)/stage" PREFIX=/usr SYSCONFDIR=/etc \
+	  UNITDIR=/usr/lib/systemd/system DOCDIR=/usr/share/doc/tributary && \
+	$(4) ./scripts/make-deb.sh "$(2)/stage" "$(2)" "$(3)" && ls -l $(2)/tributary_*.deb
+
+system-test-base: system-test-deps
+	Integration/system-test/image.sh --base "$(SYSTEST_DIR)"
 
 system-test-deps:
 	@$(call install_missing,$(SYSTEST_DEB_PACKAGES),--no-install-recommends)
 
 # The .deb in a Debian 12 virtual machine (docs/system-test.md): the image is cached under
 # $(SYSTEST_DIR) by its package list and the .deb's checksum.
-system-test: deps system-test-deps deb
-	Integration/system-test/image.sh "$(SYSTEST_DIR)" "$$(ls $(DEB_DIR)/tributary_*.deb)"
+SYSTEST_DEB_TARGET := $(if $(filter release,$(SYSTEST_BUILD)),deb,deb-debug)
+SYSTEST_DEB_FROM   := $(if $(filter release,$(SYSTEST_BUILD)),$(DEB_DIR),$(DEB_DEBUG_DIR))
+# The image's base (mmdebstrap: downloads and dpkg, little CPU) is built while the .deb is linked.
+system-test: deps system-test-deps
+	$(MAKE) --no-print-directory -j2 $(SYSTEST_DEB_TARGET) system-test-base
+	Integration/system-test/image.sh "$(SYSTEST_DIR)" "$$(ls $(SYSTEST_DEB_FROM)/tributary_*.deb)"
 	Integration/system-test/run.sh "$(SYSTEST_DIR)" $(SYSTEST_CUTS)
 
 format:
 	$(SWIFT) format --in-place --recursive Sources Tests Integration Benchmarks Package.swift
 
 clean:
-	rm -rf .build $(RELEASE_DIR) $(BENCH_DIR) $(DEB_DIR) $(SYSTEST_DIR) .run
+	rm -rf .build $(RELEASE_DIR) $(BENCH_DIR) $(DEB_DIR) $(DEB_DEBUG_DIR) $(SYSTEST_DIR) .run

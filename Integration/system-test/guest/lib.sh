@@ -10,7 +10,8 @@ mkdir -p "$STATE"
 
 # A line to the host (and the console): results leave the guest as they are written.
 say() { echo "$*" > "$RESULTS"; echo "systest: $*" > /dev/console; }
-log() { echo "LOG $*" > "$RESULTS"; echo "systest: $*" > /dev/console; }
+# Log lines carry the guest's uptime: where a run's time goes.
+log() { local up _; read -r up _ < /proc/uptime; echo "LOG [$up] $*" > "$RESULTS"; echo "systest: [$up] $*" > /dev/console; }
 
 # The collector on the loopback, as a transient unit: collector_start NAME [options…]; a new NAME is a
 # new database (each scenario judged on its own), the same NAME goes on with the same one.

@@ -24,6 +24,8 @@ case "$mode" in
       log "scenario $s"
       "scenario_$s"
     done
+    # The power-loss scenario's group, collector and agent, for the load boots that follow.
+    [ "$(arg cuts)" = 0 ] || { log "power loss: setup"; power_loss_setup; }
     ;;
   load) power_loss_load "$(arg boot)" ;;
   drain) power_loss_drain "$(arg cuts)" ;;
