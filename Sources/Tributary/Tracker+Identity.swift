@@ -112,16 +112,7 @@ extension Tracker {
     /// nothing was tracked (the group was not logged in, or identity changes are not tracked).
     @discardableResult
     public func signOut() throws -> TrackReceipt? {
-        committer.waitForQueued()
-        guard configuration.tracksIdentityChanges else {
-            _ = try store.logout()
-            return nil
-        }
-        guard try store.identity().loginID != nil else { return nil }
-        var logout = try prepare("$Logout", properties: [:])
-        logout.identityEvent = .logout
-        try checkSize(of: logout, identityFields: 3, named: "Event $Logout", field: "$Logout")
-        return try committer.appendAfterQueued(logout) { $0.loginID = nil }
+        try trackIdentityChange("$Logout", .logout, identityFields: 3, unchanged: { $0.loginID == nil }) { $0.loginID = nil }
     }
 
     /// Replaces the anonymous id (for apps that bring their own). Tracks `$Identify` in the same
@@ -143,15 +134,28 @@ extension Tracker {
     @discardableResult
     public func reidentify(anonymousID: String) throws -> TrackReceipt? {
         try EventRules.validateID(anonymousID, what: "anonymous id")
+        return try trackIdentityChange("$Identify", .identify, identityFields: 4, unchanged: { $0.anonymousID == anonymousID }) {
+            $0.anonymousID = anonymousID
+        }
+    }
+
+    /// Makes `change` to the group's identity once the events this process queued are committed, and
+    /// tracks `name` (recording `kind`) in the same transaction; nil when nothing was tracked: the
+    /// identity is `unchanged` by it (nothing is written), or identity changes are not tracked (the
+    /// change alone is written).
+    private func trackIdentityChange(
+        _ name: String, _ kind: IdentityEvent, identityFields: Int, unchanged: (Identity) -> Bool,
+        change: @escaping (inout Identity) -> Void
+    ) throws -> TrackReceipt? {
         committer.waitForQueued()
         guard configuration.tracksIdentityChanges else {
-            _ = try store.identify(anonymousID: anonymousID)
+            _ = try store.updateIdentity(change)
             return nil
         }
-        guard try store.identity().anonymousID != anonymousID else { return nil }
-        var identify = try prepare("$Identify", properties: [:])
-        identify.identityEvent = .identify
-        try checkSize(of: identify, identityFields: 4, named: "Event $Identify", field: "$Identify")
-        return try committer.appendAfterQueued(identify) { $0.anonymousID = anonymousID }
+        guard try !unchanged(store.identity()) else { return nil }
+        var event = try prepare(name, properties: [:])
+        event.identityEvent = kind
+        try checkSize(of: event, identityFields: identityFields, named: "Event \(name)", field: name)
+        return try committer.appendAfterQueued(event, changingIdentity: change)
     }
 }

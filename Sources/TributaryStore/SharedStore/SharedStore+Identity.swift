@@ -56,7 +56,8 @@ extension SharedStore {
         try updateIdentity { $0.anonymousID = anonymousID }
     }
 
-    private func updateIdentity(_ change: (inout Identity) -> Void) throws -> Identity {
+    /// Changes the group's identity in one write transaction; returns it as changed.
+    package func updateIdentity(_ change: (inout Identity) -> Void) throws -> Identity {
         try producerWrite { txn in
             var identity = try self.identity(in: txn, creating: true)!
             change(&identity)
