@@ -1,6 +1,8 @@
 import ArgumentParser
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import ServiceLifecycle
 import Synchronization
 import TributaryAgentCore
@@ -344,6 +346,12 @@ enum AgentCommandMain {
     static func main() async {
         StandardDescriptors.takeClosed()
         StoreCheck.walkerMain(Array(CommandLine.arguments.dropFirst()))  // a child walking a store: exits here
+        // Swift's tasks run on SwiftNIO's event loops, not libdispatch's global queues: libdispatch's first
+        // worker thread starts a monitor that wakes the process once a second for ever, and an idle agent
+        // should not wake at all (docs/agent-core.md, "When the loop sleeps"). The blocking work runs on
+        // the agent's own threads (IOExecutor) either way. Should the hook be taken already, the tasks stay
+        // on libdispatch: the agent works the same, and wakes once a second.
+        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
         // Before any other thread allocates: an arena a thread already has stays its own. (Run after the
         // command's first `await`, the pool's threads had arenas of their own, each keeping a drain
         // chunk's buffer resident: peak anon 31 MiB instead of 21 at a 1,000,000-event backlog.)

@@ -59,7 +59,7 @@ struct MetricsEndpoint {
                 }
                 group.addTask {
                     try await gracefulShutdown()
-                    try await Task.sleep(for: MetricsEndpoint.shutdownAllowance)
+                    try await EventLoopSleep.sleep(until: .now + MetricsEndpoint.shutdownAllowance)
                 }
                 // Whichever ends first: the server (shut down, or failed), or the allowance after a
                 // shutdown began, which then cancels the server.

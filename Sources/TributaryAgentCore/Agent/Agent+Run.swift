@@ -2,6 +2,8 @@ import AsyncHTTPClient
 import Foundation
 import Logging
 import GRDB
+import NIOCore
+import NIOPosix
 import Synchronization
 import TributaryStore
 
@@ -153,7 +155,9 @@ extension Agent {
     /// within its grace period anyway.
     ///
     /// No task waits on it: a child task would hold its group open as long as the shutdown hangs. The
-    /// client calls back when it is done, and a timer on a dispatch queue ends the wait at `limit`.
+    /// client calls back when it is done (on a dispatch queue: async-http-client's only way, and the
+    /// process's first libdispatch worker if the run never had one, which is why it comes last), and an
+    /// event-loop timer ends the wait at `limit`.
     func shutdown(_ clients: [HTTPClient], within limit: Duration) async {
         guard !clients.isEmpty else { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
@@ -167,7 +171,7 @@ extension Agent {
                     }) { once.resume() }
                 }
             }
-            DispatchQueue.global().asyncAfter(deadline: .now() + max(0, limit.seconds)) { once.resume() }
+            MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(max(.zero, limit))) { once.resume() }
         }
     }
 
@@ -206,7 +210,7 @@ extension Agent {
         while !Task.isCancelled {
             let alive = heartbeat.isAlive(within: interval / 2)
             if alive { notifier.watchdog() }
-            try? await Task.sleep(for: alive ? interval / 2 : interval / 8)
+            try? await EventLoopSleep.sleep(until: .now + (alive ? interval / 2 : interval / 8))
         }
     }
 }

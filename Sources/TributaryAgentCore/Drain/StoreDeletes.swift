@@ -1,4 +1,5 @@
 import Dispatch
+import Foundation
 import Logging
 import Metrics
 #if canImport(Glibc)
@@ -32,7 +33,6 @@ public final class StoreDeletes: Sendable {
     /// After how long a delete still waiting is logged as a held writer lock.
     public let reportAfter: Duration
 
-    private let queue = DispatchQueue(label: "tributary.agent.store-deletes")
     private let state = Mutex(State())
     private let logger: Logger
     private let onFinished: @Sendable () -> Void
@@ -145,7 +145,10 @@ public final class StoreDeletes: Sendable {
         }
         let outcome = Mutex<Result<Int, any Error>?>(nil)
         let done = DispatchSemaphore(value: 0)
-        queue.async { [self] in
+        // A thread for each delete (at most one is in flight: the precondition above): one chunk's delete
+        // costs two fsyncs, beside which starting a thread is nothing; a dispatch queue would start
+        // libdispatch's pool and its once-a-second monitor (EventLoopSleep).
+        Thread.detachNewThread { [self] in
             let result = Result { () throws -> Int in
                 try fatalIO.check()
                 do {

@@ -16,12 +16,13 @@ public protocol AgentClock: Sendable {
     func sleep(until deadline: ContinuousClock.Instant) async throws
 }
 
-/// The system's monotonic clock.
+/// The system's monotonic clock; its sleeps are event-loop timers (``EventLoopSleep``: `Task.sleep`
+/// would start libdispatch's once-a-second pool monitor).
 public struct SystemClock: AgentClock {
     public init() {}
     public var now: ContinuousClock.Instant { .now }
     public func sleep(until deadline: ContinuousClock.Instant) async throws {
-        try await Task.sleep(until: deadline, clock: .continuous)
+        try await EventLoopSleep.sleep(until: deadline)
     }
 }
 
