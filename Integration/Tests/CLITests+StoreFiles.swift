@@ -114,7 +114,7 @@ extension CLITests {
         }
     }
 
-    @Test("a store whose tree pages are garbage: verify says so (65) without crashing, the agent moves it aside whole, makes a new store and says so in its status, and producers go on in the new store")
+    @Test("a store whose tree pages are garbage: verify says so (65) without crashing, the agent moves it aside whole, makes a new store and says so in its status and metrics, and producers go on in the new store")
     func garbagePagesSetAside() async throws {
         try await withTemporaryGroup { group in
             let load = try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "2000"])
@@ -132,9 +132,21 @@ extension CLITests {
             let verify = try await ChildProcess.run("tributary", ["verify", "--group", group])
             #expect(verify.status == 65 && verify.stderr.contains("DAMAGED"), "\(verify.status): \(verify.stderr)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: file)) == Data(bytes), "verify writes nothing")
-            let agent = try await ChildProcess.run("tributary-agent", [
-                "--group", group, "--outbox", group + "-outbox.sqlite", "--server", "http://127.0.0.1:9/sa", "--once", "--deadline", "2",
+            // The agent as a service, its metrics endpoint up: the loss is counted where monitoring looks.
+            let metricsPort = FlushAndStatusTests.freePort()
+            let running = try ChildProcess("tributary-agent", [
+                "--group", group, "--outbox", group + "-outbox.sqlite", "--server", "http://127.0.0.1:9/sa",
+                "--metrics-address", "127.0.0.1:\(metricsPort)",
             ])
+            let limit = running.killAfter(.seconds(60))
+            defer { limit.cancel() }
+            let url = try #require(URL(string: "http://127.0.0.1:\(metricsPort)/metrics"))
+            let metrics = try await FlushAndStatusTests.scrape(url, within: 30) {
+                FlushAndStatusTests.sample($0, "tributary_damaged_stores_total") == 1
+            }
+            #expect(FlushAndStatusTests.sample(metrics, "tributary_damaged_stores_total") == 1, "\(metrics)")
+            running.send(SIGTERM)
+            let agent = await running.finish()
             #expect(agent.status == 0, "\(agent.stderr)")
             #expect(agent.stderr.contains("the shared store is damaged: moved aside whole"), "\(agent.stderr)")
             let aside = try #require(StoreCheck.setAsideStores(groupDirectory: group).first)
