@@ -24,11 +24,16 @@ public enum EventLoopSleep {
 
     /// Returns at `deadline`, or throws `CancellationError` once the task is cancelled.
     public static func sleep(until deadline: ContinuousClock.Instant) async throws {
+        try await sleep(until: deadline, timersOf: longestTimer)
+    }
+
+    /// The same, with timers of at most `longest` each (a test's way to see a long sleep split).
+    static func sleep(until deadline: ContinuousClock.Instant, timersOf longest: Duration) async throws {
         while true {
             try Task.checkCancellation()
             let left = ContinuousClock.now.duration(to: deadline)
             guard left > .zero else { return }
-            try await timer(min(left, longestTimer))
+            try await timer(min(left, longest))
         }
     }
 
