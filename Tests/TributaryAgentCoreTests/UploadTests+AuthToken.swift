@@ -33,6 +33,7 @@ extension UploadTests {
 
     // docs/wire-formats.md: on 401 everything is kept, uploads halt, and the agent retries at the backoff
     // cap, reading --auth-token-file before each retry, so a token fixed on disk takes effect without a restart.
+    // On a manual clock: the halt's waits at the cap pass in the time the work takes, however loaded the machine.
     @Test("a wrong token halts uploads on 401, keeping every event; the corrected file is read again and all arrive in order, once")
     func bearerTokenCorrected() async throws {
         try await withTemporaryGroup { group in
@@ -40,63 +41,50 @@ extension UploadTests {
             let tokenFile = group + "-token"
             try "expired\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
             try await Collector.withRunning(CollectorConfiguration(token: "s3cret")) { collector in
-                let agent = try Self.agent(group, collector) {
+                let clock = ManualClock()
+                let cap = Duration.seconds(60)
+                let agent = try ManualClockAgentTests.agent(group, collector, clock) {
                     $0.authTokenFile = tokenFile
-                    // Halted, the agent retries at the cap: 2 s leaves the test, on a loaded machine, time to fix
-                    // the file between two refusals.
-                    $0.upload.backoff = Backoff(base: .milliseconds(5), cap: .seconds(2))
-                    // A failed test stops at once rather than retrying through the default 80 s stop timeout.
-                    $0.stopTimeout = .seconds(2)
+                    $0.upload.backoff = Backoff(base: .milliseconds(5), cap: cap)
                 }
-                let running = Task { try await agent.run() }
-                defer { running.cancel() }
-                let clock = ContinuousClock()
-                // Several refusals, each followed by a re-read of the still wrong file: the halt holds. The
-                // status file is written about once a second, so it is polled with the collector's counts.
-                var waitedFrom = clock.now
+                async let run: Void = agent.run()
+                // Several refusals, each followed by a re-read of the still wrong file: the halt holds, and the
+                // agent says so in its status file.
                 var status: AgentStatus?
-                var refused = 0
-                while clock.now - waitedFrom < .seconds(30) {
+                var park = try await ManualClockAgentTests.drive(agent, clock) { _ in
                     status = AgentChannel.readStatus(groupDirectory: group)
-                    refused = try await collector.stats().rejectedBatches
-                    if status?.state == "halted" && refused >= 2 { break }
-                    try await Task.sleep(for: .milliseconds(20))
+                    return try await collector.stats().rejectedBatches >= 2 && status?.state == "halted"
                 }
                 #expect(status?.state == "halted", "the agent never reported itself halted: \(String(describing: status))")
                 #expect(status?.haltReason?.contains("401") == true, "halt reason: \(String(describing: status?.haltReason))")
-                #expect(refused >= 2, "only \(refused) requests refused in 30 s: a halted agent retries at the cap")
                 #expect(try await collector.stats().unique == 0, "the collector accepted events with a wrong token")
                 #expect(try agent.outbox.pending().count == 300, "a refused upload must keep every event in the outbox")
                 #expect(try agent.outbox.deadLetters().isEmpty, "a 401 dead-letters nothing")
+                // Halted, the loop waits out the cap before it tries again.
+                #expect(try clock.now.duration(to: #require(park.until)) >= cap / 2, "a halted agent retries at the cap")
 
-                // Fixed as an operator would, right after a refusal (the agent then waits the cap): the file
-                // replaced; no restart, no flush request. The retry must send the new token: an agent that
-                // re-read the file only after a refusal sent the old one once more, and waited the cap again.
-                let seen = try await collector.stats().rejectedBatches
-                while try await collector.stats().rejectedBatches == seen, clock.now - waitedFrom < .seconds(30) {
-                    try await Task.sleep(for: .milliseconds(5))
-                }
+                // Fixed as an operator would, while the agent waits the cap: the file replaced; no restart, no
+                // flush request. The retry must send the new token: an agent that re-read the file only after a
+                // refusal sent the old one once more, and waited the cap again.
                 let refusedAtFix = try await collector.stats().rejectedBatches
                 try "s3cret\n".write(toFile: tokenFile, atomically: true, encoding: .utf8)
-                waitedFrom = clock.now
-                var delivered = 0
-                while clock.now - waitedFrom < .seconds(30) {
-                    delivered = try await collector.stats().unique
-                    if delivered >= 300 { break }
-                    try await Task.sleep(for: .milliseconds(20))
+                park = try await ManualClockAgentTests.drive(agent, clock, from: park) { _ in
+                    try await collector.stats().unique >= 300
                 }
-                #expect(delivered == 300, "\(delivered) of 300 delivered 30 s after the token file was corrected")
                 #expect(try await collector.stats().rejectedBatches == refusedAtFix, "a retry after the fix sent the old token")
                 try await Self.expectDelivered(collector, count: 300)
-                // Once after dedup, the promise: a request that outlived its timeout on a loaded machine is sent
-                // again, and the collector's dedup drops the copy (a fresh-clone CI run saw each batch three times).
+                // Once after dedup, the promise: a request that outlived the HTTP client's own timeout (real time)
+                // on a loaded machine is sent again, and the collector's dedup drops the copy.
                 let stats = try await collector.stats()
                 #expect(stats.unique == 300 && stats.received - stats.duplicates == 300,
                         "\(stats.unique) unique, \(stats.received) received, \(stats.duplicates) duplicates")
                 // The collector counts an event once it stored it; the agent's acknowledgement commits after.
-                #expect(try await Self.eventually { try agent.outbox.pending().count == 0 }, "the outbox kept acknowledged events")
-                agent.requestStop()
-                try await running.value
+                park = try await ManualClockAgentTests.drive(agent, clock, from: park) { _ in
+                    try agent.outbox.pending().count == 0
+                }
+                #expect(try agent.outbox.pending().count == 0, "the outbox kept acknowledged events")
+                try await ManualClockAgentTests.stop(agent, clock, from: park)
+                try await run
             }
         }
     }
