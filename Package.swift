@@ -67,6 +67,8 @@ let package = Package(
         ),
         // Crash capture: async-signal-safe signal handlers that write crash records (plain C, no Swift).
         .target(name: "CTributaryCrash"),
+        // The address of Swift's global-executor hook, for the agent's binary (tributary-agent/GlobalExecutor.swift).
+        .target(name: "CTributaryExecutorHook"),
         // Automatic tracking any UI toolkit can feed: lifecycle, sessions, page views, clicks, exposure,
         // timings, crashes.
         .target(
@@ -170,6 +172,7 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
+                "CTributaryExecutorHook",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],

@@ -1,8 +1,6 @@
 import ArgumentParser
 import Foundation
 import Logging
-import NIOCore
-import NIOPosix
 import ServiceLifecycle
 import Synchronization
 import TributaryAgentCore
@@ -233,6 +231,9 @@ struct AgentCommand: AsyncParsableCommand {
             return handler
         }
         let logger = Logger(label: "tributary-agent")
+        if !GlobalExecutor.moved.load(ordering: .relaxed) {
+            logger.notice("Swift's tasks stay on libdispatch (its global-executor hook was taken): an idle agent wakes once a second")
+        }
         let stops = StopSignals()
         let forwarding = stops.forward(stopSignals, logger: logger)
         defer { forwarding.cancel() }
@@ -346,12 +347,10 @@ enum AgentCommandMain {
     static func main() async {
         StandardDescriptors.takeClosed()
         StoreCheck.walkerMain(Array(CommandLine.arguments.dropFirst()))  // a child walking a store: exits here
-        // Swift's tasks run on SwiftNIO's event loops, not libdispatch's global queues: libdispatch's first
-        // worker thread starts a monitor that wakes the process once a second for ever, and an idle agent
-        // should not wake at all (docs/agent-core.md, "When the loop sleeps"). The blocking work runs on
-        // the agent's own threads (IOExecutor) either way. Should the hook be taken already, the tasks stay
-        // on libdispatch: the agent works the same, and wakes once a second.
-        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+        // Swift's tasks run on SwiftNIO's event loops, not libdispatch's global queues, whose first worker
+        // thread starts a monitor that wakes the process once a second for ever (GlobalExecutor). Should a
+        // hook be set already, the tasks stay on libdispatch: the agent works the same, and wakes more.
+        GlobalExecutor.moveToEventLoops()
         // Before any other thread allocates: an arena a thread already has stays its own. (Run after the
         // command's first `await`, the pool's threads had arenas of their own, each keeping a drain
         // chunk's buffer resident: peak anon 31 MiB instead of 21 at a 1,000,000-event backlog.)
