@@ -63,7 +63,7 @@ echo "system-test: accelerator $accel_name"
 rows() { sed -n 's/^ROW\t//p' "$run/$1.results" >> "$table"; }
 
 total_start=$(date +%s)
-EXTRA_CMDLINE="systest.cuts=$cuts ${SYSTEST_ONLY:+systest.only=$SYSTEST_ONLY}" vm functional functional 600 || fail "the functional boot failed or timed out" functional
+EXTRA_CMDLINE="systest.cuts=$cuts ${SYSTEST_ONLY:+systest.only=$SYSTEST_ONLY}" vm functional functional 900 || fail "the functional boot failed or timed out" functional
 grep -q '^DONE' "$run/functional.results" || fail "the functional boot did not finish its scenarios" functional
 rows functional
 sed -n 's/^SCORE\t//p' "$run/functional.results" | while IFS=$'\t' read -r unit score; do

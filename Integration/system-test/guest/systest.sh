@@ -8,6 +8,7 @@ set -u
 here=/usr/local/lib/tributary-systest
 . "$here/lib.sh"
 . "$here/scenarios.sh"
+. "$here/network.sh"
 . "$here/power-loss.sh"
 
 arg() { tr ' ' '\n' < /proc/cmdline | sed -n "s/^systest\.$1=//p"; }
@@ -17,7 +18,8 @@ case "$mode" in
   probe) say "PROBE ok" ;;
   functional)
     setup_functional
-    scenarios="start watchdog stop_backlog config_errors journald permissions timer security"
+    # The netem rows come before the timer, whose first run waits for 2 min of uptime.
+    scenarios="start watchdog stop_backlog config_errors journald permissions netem_delay netem_reorder netem_loss timer security"
     # systest.only=a,b runs those alone (SYSTEST_ONLY=a,b make system-test, while iterating).
     [ -z "$(arg only)" ] || scenarios=$(arg only | tr ',' ' ')
     for s in $scenarios; do
