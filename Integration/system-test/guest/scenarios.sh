@@ -42,6 +42,11 @@ scenario_start() {
   for i in 0 1 2; do producer "$G" "start-$i" 300 "$l"; done
   wait
   check "the agent drains what the producers stored" wait_for 120 "the drain" drained "$G" || diagnose "$G" "$UNIT"
+  # The installed binary has the Swift runtime linked in: its tasks must still have left libdispatch, whose
+  # first monitored worker thread (named …-qos) starts a timer that wakes the process once a second.
+  local pid; pid=$(systemctl show -P MainPID "$UNIT")
+  log "agent threads: $(cat /proc/"$pid"/task/*/comm 2>/dev/null | sort | uniq -c | tr -s ' \n' ' ')"
+  check "the agent runs no libdispatch worker thread" sh -c "[ $pid -gt 0 ] && ! cat /proc/$pid/task/*/comm | grep -q -- '-qos\$'"
   row_judged "systemd: start, READY=1, STATUS=, producers as app user" 3 --ledger-dir "$l" --group "$G" --outbox "$OUTBOX"
 }
 
