@@ -18,8 +18,11 @@ extension UploadTests {
                 #expect(report.drained == 1200 && report.delivered == 1200)
                 try await Self.expectDelivered(collector, count: 1200)
                 let stats = try await collector.stats()
-                #expect(stats.duplicates == 0)
-                #expect(stats.batches == 3)  // 500 + 500 + 200
+                // A clean link sends each batch once; on a loaded machine a request can outlive its 5 s timeout
+                // and go again under the same key (a make test run beside a virtual machine saw two of the three
+                // twice): the collector's dedup drops those, and nothing else may be repeated.
+                #expect(stats.received - stats.duplicates == 1200, "\(stats.received) received, \(stats.duplicates) duplicates")
+                #expect(stats.batches - stats.repeatedBatches == 3, "\(stats.batches) batches, \(stats.repeatedBatches) repeated")  // 500 + 500 + 200
                 #expect(stats.producers == ["app": 600, "share": 600])
                 #expect(try agent.outbox.pending().count == 0)
             }
