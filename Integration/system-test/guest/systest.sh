@@ -1,8 +1,9 @@
 #!/bin/bash
 # The system test's runner in the guest (tributary-systest.service). The kernel command line names
 # the mode: systest.mode=probe (say so and power off: the host's KVM probe), functional (the units'
-# scenarios, one after another), load (power loss: producers write, the agent uploads, until the host
-# cuts the power) or drain (after the last cut: wait for the agent to deliver, then judge).
+# scenarios and the netem rows of network.sh, one after another), load (power loss: producers write,
+# the agent uploads, until the host cuts the power) or drain (after the last cut: wait for the agent
+# to deliver, then judge).
 # Each scenario ends in one ROW line on the results port (docs/system-test.md).
 set -u
 here=/usr/local/lib/tributary-systest
