@@ -44,8 +44,14 @@ public enum StoreCheck {
         var last = PageWalk.Outcome.intact
         for path in arguments.dropFirst() {
             let (outcome, reason) = PageWalk.walk(path: path)
-            let line = "\(outcome.rawValue)\t\(reason.replacingOccurrences(of: "\n", with: " "))\n"
-            _ = line.withCString { write(1, $0, strlen($0)) }  // unbuffered: a crash at the next path keeps it
+            // One line per path: a control character in the reason (a table name read from a damaged page
+            // can hold a NUL, a tab or a newline) is shown escaped, so it can neither end the line early nor
+            // split it (a NUL cut the line once, and the next path's verdict was read as this one's).
+            let shown = reason.unicodeScalars.map { scalar in
+                scalar.properties.generalCategory == .control ? "\\u{\(String(scalar.value, radix: 16))}" : String(scalar)
+            }.joined()
+            let line = Array("\(outcome.rawValue)\t\(shown)\n".utf8)
+            _ = line.withUnsafeBufferPointer { write(1, $0.baseAddress, $0.count) }  // unbuffered: a crash at the next path keeps it
             last = outcome
         }
         exit(last.rawValue)
