@@ -38,13 +38,17 @@ enum PageWalk {
         } catch {
             return (.damaged, error.message)
         }
-        var info = MDB_envinfo()
-        MDB.envInfo(env, &info)
-        let lastPage = info.me_last_pgno
         var txn: OpaquePointer?
         rc = MDB.txnBegin(env, UInt32(MDB_RDONLY), &txn)
         guard rc == MDB_SUCCESS else { return verdict(rc, "mdb_txn_begin") }
         defer { MDB.txnAbort(txn) }
+        // The last page in use, read after the snapshot began: producers commit while the agent walks, and
+        // a store only grows, so the newest meta's last page bounds every page the snapshot can reach. Read
+        // before it, a commit in between made the snapshot's own pages look past the end (a store judged
+        // damaged and set aside in a kill loop with two producers writing).
+        var info = MDB_envinfo()
+        MDB.envInfo(env, &info)
+        let lastPage = info.me_last_pgno
         // The free list (database 0): each value is a list of page numbers, its count first.
         let free = walkEntries(txn, 0) { _, value in
             let words = value.count / MemoryLayout<Int>.size
