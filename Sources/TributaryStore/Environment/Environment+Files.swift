@@ -126,12 +126,17 @@ extension Environment {
     /// meta page says are in use: a truncated copy (a backup cut short, a disk that filled while the file
     /// was copied). LMDB reads the store through its memory map, and a page past the end of the file is a
     /// SIGBUS that kills the process at its first read.
+    ///
+    /// The size is read after the meta page, not before: another process may commit meanwhile, and a store
+    /// only grows, so a size read first could be short of the pages a newer meta reaches (a sound store
+    /// judged cut short while producers wrote).
     static func checkNotTruncated(_ handle: OpaquePointer, _ data: DataFile, path: String) throws(StoreError) {
-        guard let file = data.stat else { return }
+        guard let fd = data.fd else { return }
         var info = MDB_envinfo()
         MDB.envInfo(handle, &info)
         let needed = (info.me_last_pgno + 1) * data.pageSize
-        guard Int(file.st_size) < needed else { return }
+        var file = stat()
+        guard fstat(fd, &file) == 0, Int(file.st_size) < needed else { return }
         throw StoreError(
             .unreadableStore,
             "The store \(path) is \(file.st_size) bytes long, shorter than the \(needed) bytes its pages reach: the "
