@@ -133,7 +133,7 @@ extension CLITests {
             #expect(verify.status == 65 && verify.stderr.contains("DAMAGED"), "\(verify.status): \(verify.stderr)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: file)) == Data(bytes), "verify writes nothing")
             // The agent as a service, its metrics endpoint up: the loss is counted where monitoring looks.
-            let metricsPort = FlushAndStatusTests.freePort()
+            let metricsPort = try freeLoopbackPort()
             let running = try ChildProcess("tributary-agent", [
                 "--group", group, "--outbox", group + "-outbox.sqlite", "--server", "http://127.0.0.1:9/sa",
                 "--metrics-address", "127.0.0.1:\(metricsPort)",

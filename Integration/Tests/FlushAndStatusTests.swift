@@ -11,23 +11,6 @@ import FoundationNetworking
 /// Flush requests, status reporting and metrics of a running agent process.
 @Suite("Flush, status and metrics", .serialized)
 struct FlushAndStatusTests {
-    /// A loopback port that was free a moment ago.
-    static func freePort() -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                bind(fd, sa, length)
-                return getsockname(fd, sa, &length)
-            }
-        }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
     @Test("beside a producer appending every millisecond, a flush ends below the bulk size: requests carry about that many events")
     func flushEndsUnderTrickle() async throws {
         try await withTemporaryGroup { group in
@@ -59,7 +42,7 @@ struct FlushAndStatusTests {
     func flushWakesAgent() async throws {
         try await withTemporaryGroup { group in
             try await Collector.withRunning(CollectorConfiguration()) { collector in
-                let metricsPort = Self.freePort()
+                let metricsPort = try freeLoopbackPort()
                 let notify = try NotifySocket(path: group + "-notify")
                 let agent = try ChildProcess("tributary-agent", [
                     "--group", group, "--server", collector.url + "/sa", "--outbox", group + "-state/outbox.sqlite",
@@ -132,7 +115,7 @@ struct FlushAndStatusTests {
                     "tributary-agent", arguments + ["--once"], environment: ["TRIBUTARY_CRASH_AT": "drain.after-outbox-commit"])
                 #expect(crashed.status == 9, "\(crashed.stderr)")
                 #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "5"]).status == 0)
-                let metricsPort = Self.freePort()
+                let metricsPort = try freeLoopbackPort()
                 let agent = try ChildProcess(
                     "tributary-agent", arguments + ["--flush-interval", "0.2", "--metrics-address", "127.0.0.1:\(metricsPort)"])
                 let limit = agent.killAfter(.seconds(60))
@@ -201,7 +184,7 @@ struct FlushAndStatusTests {
     @Test("a metrics scraper that stops reading does not hold the agent past its stop timeout")
     func stuckScraperDoesNotHoldStop() async throws {
         try await withTemporaryGroup { group in
-            let port = Self.freePort()
+            let port = try freeLoopbackPort()
             let notify = try NotifySocket(path: group + "-notify")
             let agent = try ChildProcess(
                 "tributary-agent",
@@ -351,7 +334,7 @@ struct FlushAndStatusTests {
             try await Collector.withRunning(CollectorConfiguration(faults: faults)) { collector in
                 #expect(try await ChildProcess.run("tributary-sim", ["load", "--group", group, "--count", "40"]).status == 0)
                 #expect(try await ChildProcess.run("tributary", ["track", "--create", "--group", group, "Poison"]).status == 0)
-                let metricsPort = Self.freePort()
+                let metricsPort = try freeLoopbackPort()
                 let notify = try NotifySocket(path: group + "-notify")
                 let agent = try ChildProcess(
                     "tributary-agent",

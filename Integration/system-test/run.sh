@@ -6,6 +6,9 @@
 #   CUTS  power cuts of the power-loss scenario (make system-test: 10; make soak: 100)
 # KVM is used when a short probe boot with it succeeds; otherwise software emulation (TCG).
 # A guest that does not boot or hangs fails the run with the tail of its serial console.
+# Two chains of boots run side by side, each on its own copy of the image: the functional boot (the
+# units' scenarios, much of it waiting on systemd's timers), and the power-loss boots and their drain
+# (each a boot under software emulation, CPU-bound); one after the other they took 15-17 min here.
 set -uo pipefail
 dir="$1"
 cuts="$2"
@@ -17,19 +20,22 @@ table="$run/table.tsv"
 printf 'scenario\titerations\tacknowledged\tdelivered\tlost\twire dups\tdups after dedup\torder violations\tmisattributed\tresult\n' > "$table"
 work="$run/disk.img"
 cp --sparse=always "$dir/disk.img" "$work"
+# The power-loss chain's own disk: its first load boot sets its group, collector and agent up.
+power_disk="$run/power.img"
 
 accel=(-accel tcg,thread=multi -cpu max)
 accel_name=TCG
 
-# vm NAME MODE TIMEOUT [qemu options…]: one boot; its console in NAME.console, the results port in
-# NAME.results. Returns qemu's status (124 when TIMEOUT ran out).
+# vm NAME MODE TIMEOUT [qemu options…]: one boot of the disk $DISK (default: the functional one); its
+# console in NAME.console, the results port in NAME.results. Returns qemu's status (124 when TIMEOUT
+# ran out).
 vm() {
   local name="$1" mode="$2" limit="$3"; shift 3
   local started=$(date +%s) status
   # In a subshell whose stderr is dropped: bash's own "Killed" line for a power cut says nothing.
   ( timeout --kill-after=5 "$limit" qemu-system-x86_64 "${accel[@]}" -m 1024 -smp 2 -nographic -no-reboot \
     -kernel "$dir/vmlinuz" -append "root=/dev/nvme0n1 rw console=ttyS0 quiet systest.mode=$mode $EXTRA_CMDLINE" \
-    -drive "file=$work,format=raw,if=none,id=root,cache=writeback" -device nvme,drive=root,serial=systest -nic none \
+    -drive "file=${DISK:-$work},format=raw,if=none,id=root,cache=writeback" -device nvme,drive=root,serial=systest -nic none \
     -device virtio-serial -chardev "file,id=results,path=$run/$name.results" \
     -device virtserialport,chardev=results,name=systest.results -pidfile "$run/$name.pid" "$@" \
     > "$run/$name.console" 2>&1 < /dev/null; exit $? ) 2>/dev/null
@@ -39,8 +45,11 @@ vm() {
 }
 EXTRA_CMDLINE=""
 
-# fail WHY NAME: the tail of the boot's serial console, then exit 1.
+# fail WHY NAME: the tail of the boot's serial console, then exit 1 (a boot still running in the
+# background is powered off first).
 fail() {
+  [ -z "${functional_job:-}" ] || ! kill -0 "$functional_job" 2>/dev/null ||
+    kill -KILL "$(cat "$run/functional.pid" 2>/dev/null)" 2>/dev/null
   echo "system-test: $1" >&2
   echo "--- last lines of the serial console ($run/$2.console) ---" >&2
   tail -40 "$run/$2.console" >&2
@@ -63,12 +72,19 @@ echo "system-test: accelerator $accel_name"
 rows() { sed -n 's/^ROW\t//p' "$run/$1.results" >> "$table"; }
 
 total_start=$(date +%s)
-EXTRA_CMDLINE="systest.cuts=$cuts ${SYSTEST_ONLY:+systest.only=$SYSTEST_ONLY}" vm functional functional 900 || fail "the functional boot failed or timed out" functional
-grep -q '^DONE' "$run/functional.results" || fail "the functional boot did not finish its scenarios" functional
-rows functional
-sed -n 's/^SCORE\t//p' "$run/functional.results" | while IFS=$'\t' read -r unit score; do
-  echo "system-test: systemd-analyze security $unit: $score"
-done
+# The functional boot, in the background while the power-loss chain runs; its rows come first.
+EXTRA_CMDLINE="${SYSTEST_ONLY:+systest.only=$SYSTEST_ONLY}" vm functional functional 900 &
+functional_job=$!
+
+# functional_rows: waits for the functional boot, then its rows and security scores (or fails the run).
+functional_rows() {
+  wait "$functional_job" || fail "the functional boot failed or timed out" functional
+  grep -q '^DONE' "$run/functional.results" || fail "the functional boot did not finish its scenarios" functional
+  rows functional
+  sed -n 's/^SCORE\t//p' "$run/functional.results" | while IFS=$'\t' read -r unit score; do
+    echo "system-test: systemd-analyze security $unit: $score"
+  done
+}
 
 # The table, and the run's status: a failed row fails it (the table script's own status is only about
 # skipped rows).
@@ -81,7 +97,9 @@ finish() {
   exit 0
 }
 
-[ "$cuts" -gt 0 ] || finish
+if [ "$cuts" -eq 0 ]; then functional_rows; finish; fi
+cp --sparse=always "$dir/disk.img" "$power_disk"
+export DISK="$power_disk"
 # Power loss: each load boot starts the producers, and the power goes 1-5 s after they do.
 ledgers="$run/ledgers"
 mkdir -p "$ledgers"
@@ -121,7 +139,10 @@ done
 # "ledgers" (/dev/disk/by-id/virtio-ledgers).
 tar -cf "$run/ledgers.tar" -C "$ledgers" . && truncate -s %512 "$run/ledgers.tar"
 EXTRA_CMDLINE="systest.cuts=$cuts" vm drain drain 400 \
-  -drive "file=$run/ledgers.tar,format=raw,if=none,id=ledgers,readonly=on" -device virtio-blk-pci,drive=ledgers,serial=ledgers || fail "the drain boot failed or timed out" drain
+  -drive "file=$run/ledgers.tar,format=raw,if=none,id=ledgers,readonly=on" -device virtio-blk-pci,drive=ledgers,serial=ledgers
+drained=$?
+functional_rows
+[ "$drained" -eq 0 ] || fail "the drain boot failed or timed out" drain
 grep -q '^DONE' "$run/drain.results" || fail "the drain boot did not finish" drain
 rows drain
 

@@ -82,6 +82,38 @@ extension UploadTests {
 
     // SIGTERM can come before a `--once` run's loop starts (systemd stopping the unit as it starts). The
     // stop's budget must survive the run's own, longer deadline being set after it.
+    @Test("a refused connection fails its attempt at once, with no connection retries of the HTTP client's own: the agent's backoff decides")
+    func refusedConnectionFailsAtOnce() async throws {
+        try await withTemporaryGroup { group in
+            try await Self.produce(group, count: 5)
+            // Nothing listens there: every connection is refused at once (a TCP reset).
+            let agent = try Self.agent(group, serverURL: "http://127.0.0.1:\(try freeLoopbackPort())/sa") {
+                $0.upload.requestTimeout = .seconds(30)
+            }
+            _ = try Drainer(store: agent.store, outbox: agent.outbox, logger: Self.logger).drainAvailable()
+            let clock = ContinuousClock()
+            try await withHTTPClient(readTimeout: agent.configuration.upload.requestTimeout) { client in
+                let session = UploadSession(
+                    outbox: agent.outbox, client: client, configuration: agent.configuration.upload, logger: Self.logger)
+                for attempt in 1...3 {
+                    let started = clock.now
+                    let step = try await session.step()
+                    let took = clock.now - started
+                    guard case .wait = step else {
+                        Issue.record("attempt \(attempt): a refused connection must lead to a wait, not \(step)")
+                        return
+                    }
+                    // With async-http-client's own connection retries on, each attempt waited out the
+                    // client's 5 s connect timeout while its pool retried behind it (measured: 5.0 s each);
+                    // refused, an attempt fails in milliseconds.
+                    #expect(took < .seconds(2), "attempt \(attempt) took \(took)")
+                    #expect(session.attempt == attempt)
+                }
+            }
+            #expect(try agent.outbox.pending().count == 5, "nothing delivered, nothing dead-lettered")
+        }
+    }
+
     @Test("backoff delays stay within their bounds against a failing collector")
     func backoffBounds() async throws {
         try await withTemporaryGroup { group in

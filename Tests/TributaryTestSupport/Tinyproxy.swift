@@ -14,7 +14,7 @@ public final class Tinyproxy: Sendable {
 
     /// Starts tinyproxy with its files in `directory`, and waits until it accepts connections.
     public init(directory: String) async throws {
-        port = try Self.freePort()
+        port = try freeLoopbackPort()
         logFile = directory + "/tinyproxy.log"
         let config = directory + "/tinyproxy.conf"
         let user = getuid() == 0 ? "User nobody\nGroup nogroup\n" : ""
@@ -56,24 +56,6 @@ public final class Tinyproxy: Sendable {
     public struct ProxyNotStarted: Error, CustomStringConvertible {
         public var log: String
         public var description: String { "tinyproxy did not start: \(log)" }
-    }
-
-    /// A loopback port nothing listens on now.
-    public static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sockaddrPointer in
-                bind(fd, sockaddrPointer, length) == 0 && getsockname(fd, sockaddrPointer, &length) == 0
-            }
-        }
-        guard bound else { throw POSIXError(.EADDRNOTAVAIL) }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     /// Whether something accepts TCP connections on 127.0.0.1:`port`.

@@ -74,7 +74,7 @@ extension ReliabilityScenarios {
                 try await Collector.withRunning(CollectorConfiguration()) { collector in
                     // Nothing listens on the proxy's port: each attempt is refused, and the run backs off to its deadline.
                     var environment = Self.noProxyEnvironment
-                    environment["HTTP_PROXY"] = "http://127.0.0.1:\(try Tinyproxy.freePort())"
+                    environment["HTTP_PROXY"] = "http://127.0.0.1:\(try freeLoopbackPort())"
                     let refused = try await ChildProcess.run(
                         "tributary-agent", Scenario.agentArguments(group, collector.url, ["--deadline", "3"]), environment: environment)
                     if refused.status != 0 { problems.append("refused run: exit \(refused.status), not 0: \(refused.stderr)") }

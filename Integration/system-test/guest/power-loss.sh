@@ -10,8 +10,7 @@ PG=/var/lib/myapp/power
 PINST=$(systemd-escape --path "$PG")
 PUNIT="tributary-agent@$PINST.service"
 
-# At the end of the functional boot (or at the first load boot): the group, a collector started at
-# every boot, the agent enabled.
+# At the first load boot: the group, a collector started at every boot, the agent enabled.
 power_loss_setup() {
   make_group "$PG"
   # The app's first process creates the store (tributary config needs one).

@@ -2,7 +2,8 @@
 # The system test's runner in the guest (tributary-systest.service). The kernel command line names
 # the mode: systest.mode=probe (say so and power off: the host's KVM probe), functional (the units'
 # scenarios and the netem rows of network.sh, one after another), load (power loss: producers write,
-# the agent uploads, until the host cuts the power) or drain (after the last cut: wait for the agent
+# the agent uploads, until the host cuts the power; on a disk of its own, whose first load boot sets
+# the scenario up) or drain (after the last cut: wait for the agent
 # to deliver, then judge).
 # Each scenario ends in one ROW line on the results port (docs/system-test.md).
 set -u
@@ -27,8 +28,6 @@ case "$mode" in
       log "scenario $s"
       "scenario_$s"
     done
-    # The power-loss scenario's group, collector and agent, for the load boots that follow.
-    [ "$(arg cuts)" = 0 ] || { log "power loss: setup"; power_loss_setup; }
     ;;
   load) power_loss_load "$(arg boot)" ;;
   drain) power_loss_drain "$(arg cuts)" ;;
