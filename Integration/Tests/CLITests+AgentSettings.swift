@@ -87,7 +87,8 @@ extension CLITests {
                 let accepted = try await Self.runAgent(arguments + ["--batch-size", "\(Int.max)"])
                 #expect(accepted.status == 0, "right token: stderr: \(accepted.stderr)")
                 let stats = try await collector.stats()
-                #expect(stats.unique == 20 && stats.duplicates == 0, "\(stats.unique) delivered, \(stats.duplicates) duplicates")
+                // Once after dedup; only a batch sent again under its key may repeat events.
+                #expect(stats.unique == 20 && stats.duplicates <= stats.repeatedBatches * 20, "\(stats)")
                 #expect(stats.orderViolations.values.reduce(0, +) == 0 && stats.seqViolations == 0)
             }
         }

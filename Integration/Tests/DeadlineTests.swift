@@ -480,7 +480,8 @@ struct DeadlineTests {
                 let next = try await ChildProcess.run("tributary-agent", Self.args(group, collector.url, ["--once"]))
                 #expect(next.status == 0, "\(next.stderr)")
                 let stats = try await collector.stats()
-                #expect(stats.unique == 3020 && stats.duplicates == 0, "\(stats)")
+                // Once after dedup; only a batch sent again under its key may repeat events.
+                #expect(stats.unique == 3020 && stats.duplicates <= stats.repeatedBatches * 100, "\(stats)")
             }
         }
     }

