@@ -112,7 +112,9 @@ extension Tracker {
     /// nothing was tracked (the group was not logged in, or identity changes are not tracked).
     @discardableResult
     public func signOut() throws -> TrackReceipt? {
-        try trackIdentityChange("$Logout", .logout, identityFields: 3, unchanged: { $0.loginID == nil }) { $0.loginID = nil }
+        try trackIdentityChange("$Logout", .logout, identityFields: 3, unchanged: { $0.loginID == nil }) {
+            $0.loginID = nil
+        }
     }
 
     /// Replaces the anonymous id (for apps that bring their own). Tracks `$Identify` in the same
@@ -134,7 +136,9 @@ extension Tracker {
     @discardableResult
     public func reidentify(anonymousID: String) throws -> TrackReceipt? {
         try EventRules.validateID(anonymousID, what: "anonymous id")
-        return try trackIdentityChange("$Identify", .identify, identityFields: 4, unchanged: { $0.anonymousID == anonymousID }) {
+        return try trackIdentityChange(
+            "$Identify", .identify, identityFields: 4, unchanged: { $0.anonymousID == anonymousID }
+        ) {
             $0.anonymousID = anonymousID
         }
     }

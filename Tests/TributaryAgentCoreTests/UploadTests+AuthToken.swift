@@ -34,7 +34,10 @@ extension UploadTests {
     // docs/wire-formats.md: on 401 everything is kept, uploads halt, and the agent retries at the backoff
     // cap, reading --auth-token-file before each retry, so a token fixed on disk takes effect without a restart.
     // On a manual clock: the halt's waits at the cap pass in the time the work takes, however loaded the machine.
-    @Test("a wrong token halts uploads on 401, keeping every event; the corrected file is read again and all arrive in order, once")
+    // Bounded: `drive` steps the clock until its condition holds, so an agent that never halted or never read the
+    // file again would otherwise keep the test running.
+    @Test("a wrong token halts uploads on 401, keeping every event; the corrected file is read again and all arrive in order, once",
+          .timeLimit(.minutes(2)))
     func bearerTokenCorrected() async throws {
         try await withTemporaryGroup { group in
             try await Self.produce(group, count: 300)
@@ -74,10 +77,10 @@ extension UploadTests {
                 #expect(try await collector.stats().rejectedBatches == refusedAtFix, "a retry after the fix sent the old token")
                 try await Self.expectDelivered(collector, count: 300)
                 // Once after dedup, the promise: a request that outlived the HTTP client's own timeout (real time)
-                // on a loaded machine is sent again, and the collector's dedup drops the copy.
+                // on a loaded machine is sent again under its key, and the collector's dedup drops the copy; no
+                // event may come again in another batch.
                 let stats = try await collector.stats()
-                #expect(stats.unique == 300 && stats.received - stats.duplicates == 300,
-                        "\(stats.unique) unique, \(stats.received) received, \(stats.duplicates) duplicates")
+                #expect(stats.duplicates <= stats.repeatedBatches * agent.configuration.upload.batchSize, "\(stats)")
                 // The collector counts an event once it stored it; the agent's acknowledgement commits after.
                 park = try await ManualClockAgentTests.drive(agent, clock, from: park) { _ in
                     try agent.outbox.pending().count == 0

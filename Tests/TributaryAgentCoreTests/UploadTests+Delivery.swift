@@ -21,7 +21,7 @@ extension UploadTests {
                 // A clean link sends each batch once; on a loaded machine a request can outlive its 5 s timeout
                 // and go again under the same key (a make test run beside a virtual machine saw two of the three
                 // twice): the collector's dedup drops those, and nothing else may be repeated.
-                #expect(stats.received - stats.duplicates == 1200, "\(stats.received) received, \(stats.duplicates) duplicates")
+                #expect(stats.duplicates <= stats.repeatedBatches * 500, "\(stats)")
                 #expect(stats.batches - stats.repeatedBatches == 3, "\(stats.batches) batches, \(stats.repeatedBatches) repeated")  // 500 + 500 + 200
                 #expect(stats.producers == ["app": 600, "share": 600])
                 #expect(try agent.outbox.pending().count == 0)
@@ -80,8 +80,6 @@ extension UploadTests {
         }
     }
 
-    // SIGTERM can come before a `--once` run's loop starts (systemd stopping the unit as it starts). The
-    // stop's budget must survive the run's own, longer deadline being set after it.
     @Test("a refused connection fails its attempt at once, with no connection retries of the HTTP client's own: the agent's backoff decides")
     func refusedConnectionFailsAtOnce() async throws {
         try await withTemporaryGroup { group in

@@ -20,6 +20,19 @@ extension SharedStoreTests {
         }
     }
 
+    // A NUL in a table name read from a damaged page once cut the walker's line (the page-damage fuzz,
+    // seed 84188): the next store's verdict was read as this one's.
+    @Test("a walker's verdict line escapes control characters: a reason holding a NUL, a tab or a newline stays one verdict")
+    func verdictLineEscapesControls() {
+        let line = StoreCheck.verdictLine(.damaged, "table \u{0}na\tme\nend")
+        #expect(line.last == UInt8(ascii: "\n") && line.filter { $0 == UInt8(ascii: "\n") }.count == 1)
+        #expect(!line.contains(0))
+        let text = String(decoding: line.dropLast(), as: UTF8.self)
+        #expect(StoreCheck.verdict(line: text) == .damaged(#"table \u{0}na\u{9}me\u{a}end"#))
+        let intact = String(decoding: StoreCheck.verdictLine(.intact, "").dropLast(), as: UTF8.self)
+        #expect(StoreCheck.verdict(line: intact) == .intact)
+    }
+
     @Test("a record whose CRC does not match is reported, never returned as data")
     func corruptRecordReported() throws {
         try withTemporaryGroup { group in

@@ -47,7 +47,8 @@ scenario_start() {
   wait
   check "the agent drains what the producers stored" wait_for 120 "the drain" drained "$G" "$l" || diagnose "$G" "$UNIT"
   # The installed binary has the Swift runtime linked in: its tasks must still have left libdispatch, whose
-  # first monitored worker thread (named …-qos) starts a timer that wakes the process once a second.
+  # first monitored worker thread (named …-qos) starts a timer that wakes the process once a second. A
+  # worker lives 5 s past its last job, and the drain just ended: one used by the uploads is still here.
   local pid; pid=$(systemctl show -P MainPID "$UNIT")
   log "agent threads: $(cat /proc/"$pid"/task/*/comm 2>/dev/null | sort | uniq -c | tr -s ' \n' ' ')"
   check "the agent runs no libdispatch worker thread" sh -c "[ $pid -gt 0 ] && ! cat /proc/$pid/task/*/comm | grep -q -- '-qos\$'"

@@ -7,7 +7,7 @@ import NIOPosix
 /// Why not `Task.sleep`: on Linux, Swift 6.3 sends every sleep to libdispatch (`dispatch_after` onto a
 /// global queue, whose job then runs on one of libdispatch's worker threads). The first worker thread
 /// of a process starts libdispatch's pool monitor, a timer that wakes the process once a second for
-/// as long as it lives (`_dispatch_workq_monitor_pools`): 60 of an idle agent's 76 wake-ups a minute
+/// as long as it lives (`_dispatch_workq_monitor_pools`), where an idle agent should not wake at all
 /// (docs/performance.md, "On a device"). Neither documented way around it holds in Swift 6.3: its
 /// `Task.sleep` does not consult `swift_task_enqueueGlobalWithDeadline_hook`, and a custom default
 /// executor is SPI. An event loop's timer is its `epoll_wait` timeout: it wakes the loop once, when due.

@@ -6,10 +6,9 @@ import Synchronization
 /// silently go somewhere else), TLS 1.2 or later with the system's roots or those of ``TLSSettings``,
 /// and no connection retries of the client's own: a connection that cannot be made (refused, reset,
 /// a name that does not resolve) fails the attempt at once and the agent's ``Backoff`` decides when
-/// to try again. async-http-client's pool would otherwise keep retrying behind it on a backoff of its
-/// own (100 ms × 1.25ⁿ, up to a minute) while the request waited out its whole timeout: through a 20 s
-/// partition that answered with TCP resets, the first batch after the heal went 3.4 s late, waiting
-/// for the pool's next attempt, against the agent's backoff cap of 1 s.
+/// to try again. async-http-client's pool would otherwise go on retrying behind the agent on a backoff
+/// of its own (100 ms × 1.25ⁿ, up to a minute) while the request waited, so that after an outage the
+/// next attempt could come well past the agent's backoff cap.
 package enum HTTPClientFactory {
     package static func make(
         readTimeout: Duration = .seconds(30), tls: TLSConfiguration = TLSSettings.systemDefault.configuration,

@@ -44,14 +44,9 @@ public enum StoreCheck {
         var last = PageWalk.Outcome.intact
         for path in arguments.dropFirst() {
             let (outcome, reason) = PageWalk.walk(path: path)
-            // One line per path: a control character in the reason (a table name read from a damaged page
-            // can hold a NUL, a tab or a newline) is shown escaped, so it can neither end the line early nor
-            // split it (a NUL cut the line once, and the next path's verdict was read as this one's).
-            let shown = reason.unicodeScalars.map { scalar in
-                scalar.properties.generalCategory == .control ? "\\u{\(String(scalar.value, radix: 16))}" : String(scalar)
-            }.joined()
-            let line = Array("\(outcome.rawValue)\t\(shown)\n".utf8)
-            _ = line.withUnsafeBufferPointer { write(1, $0.baseAddress, $0.count) }  // unbuffered: a crash at the next path keeps it
+            let line = verdictLine(outcome, reason)
+            // Unbuffered: a crash at the next path keeps it.
+            _ = line.withUnsafeBufferPointer { write(1, $0.baseAddress, $0.count) }
             last = outcome
         }
         exit(last.rawValue)
@@ -163,7 +158,19 @@ public enum StoreCheck {
     }
 
     /// The verdict a walker's line says (``walkerMain(_:)``).
-    private static func verdict(line: String) -> Verdict {
+    /// The walker's line for one store: its outcome's code, a tab, the reason, a newline. A control
+    /// character in the reason (a table name read from a damaged page can hold a NUL, a tab or a newline)
+    /// is written escaped (`\u{0}`), so it can neither end the line early nor split it: the parent
+    /// reads one verdict per line, in the order of the paths.
+    static func verdictLine(_ outcome: PageWalk.Outcome, _ reason: String) -> [UInt8] {
+        let shown = reason.unicodeScalars.map { scalar in
+            scalar.properties.generalCategory == .control ? "\\u{\(String(scalar.value, radix: 16))}" : String(scalar)
+        }.joined()
+        return Array("\(outcome.rawValue)\t\(shown)\n".utf8)
+    }
+
+    /// The verdict a walker's line (``verdictLine(_:_:)``, without its newline) gives.
+    static func verdict(line: String) -> Verdict {
         let parts = line.split(separator: "\t", maxSplits: 1, omittingEmptySubsequences: false)
         let reason = parts.count > 1 ? String(parts[1]) : ""
         switch parts.first.flatMap({ Int32($0) }).flatMap(PageWalk.Outcome.init(rawValue:)) {
