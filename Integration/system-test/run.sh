@@ -48,7 +48,8 @@ EXTRA_CMDLINE=""
 # fail WHY NAME: the tail of the boot's serial console, then exit 1 (a boot still running in the
 # background is powered off first).
 fail() {
-  [ -z "${functional_job:-}" ] || ! kill -0 "$functional_job" 2>/dev/null ||
+  # Still running while it has no status file (its process id alone may have been reused: below).
+  [ -z "${functional_job:-}" ] || [ -e "$run/functional.status" ] ||
     kill -KILL "$(cat "$run/functional.pid" 2>/dev/null)" 2>/dev/null
   echo "system-test: $1" >&2
   echo "--- last lines of the serial console ($run/$2.console) ---" >&2
@@ -104,7 +105,7 @@ finish() {
 
 if [ "$cuts" -eq 0 ]; then functional_rows; finish; fi
 cp --sparse=always "$dir/disk.img" "$power_disk"
-export DISK="$power_disk"
+DISK="$power_disk"
 # Power loss: each load boot starts the producers, and the power goes 1-5 s after they do.
 ledgers="$run/ledgers"
 mkdir -p "$ledgers"

@@ -3,8 +3,7 @@
 # the mode: systest.mode=probe (say so and power off: the host's KVM probe), functional (the units'
 # scenarios and the netem rows of network.sh, one after another), load (power loss: producers write,
 # the agent uploads, until the host cuts the power; on a disk of its own, whose first load boot sets
-# the scenario up) or drain (after the last cut: wait for the agent
-# to deliver, then judge).
+# the scenario up) or drain (after the last cut: wait for the agent to deliver, then judge).
 # Each scenario ends in one ROW line on the results port (docs/system-test.md).
 set -u
 here=/usr/local/lib/tributary-systest

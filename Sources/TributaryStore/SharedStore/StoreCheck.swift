@@ -157,7 +157,6 @@ public enum StoreCheck {
         return (pid, fds[0])
     }
 
-    /// The verdict a walker's line says (``walkerMain(_:)``).
     /// The walker's line for one store: its outcome's code, a tab, the reason, a newline. A control
     /// character in the reason (a table name read from a damaged page can hold a NUL, a tab or a newline)
     /// is written escaped (`\u{0}`), so it can neither end the line early nor split it: the parent
