@@ -160,12 +160,15 @@ deb: release system-test-deps
 # inside (about 30 s; a release build from nothing takes 15-30 min here). The debug objects were
 # compiled against the shared Foundation, whose modules do not name the static archives it needs
 # (which ones a link misses depends on what was built before it): DEBUG_STATIC_LIBS names them all,
-# in one linker group. Its version ends in +debug.
+# in one linker group. A plain build comes first: a module compiled during the static relink gets the
+# static runtime's link entries (-lCoreFoundation, …) in its objects, which the next plain link then
+# cannot find (`make system-test` after a change, then `make test`, failed so). Its version ends in +debug.
 DEBUG_STATIC_LIBS := -Xlinker --start-group $(addprefix -Xlinker -l,FoundationNetworking _CFURLSessionInterface \
   Foundation CoreFoundation FoundationInternationalization _FoundationICU FoundationEssentials _FoundationCShims \
   _FoundationCollections swiftSynchronization curl) -Xlinker --end-group
 
 deb-debug: deps system-test-deps
+	$(SWIFT) build
 	for b in $(BINARIES); do $(SWIFT) build --static-swift-stdlib $(DEBUG_STATIC_LIBS) --product $$b || exit 1; done
 	$(call make_deb,.build/debug,$(DEB_DEBUG_DIR),+debug,DEB_COMPRESSION=zstd)
 

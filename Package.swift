@@ -214,6 +214,7 @@ let package = Package(
         ),
         .testTarget(name: "TributaryWireTests", dependencies: ["TributaryWire", "CZlib"], swiftSettings: strict),
         .testTarget(name: "TributaryJSONTests", dependencies: ["TributaryJSON"], swiftSettings: strict),
+        .testTarget(name: "TributaryOracleTests", dependencies: ["TributaryOracle"], swiftSettings: strict),
         .testTarget(
             name: "TributaryExitStatusTests",
             dependencies: [

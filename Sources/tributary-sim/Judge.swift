@@ -68,6 +68,13 @@ struct Judge: AsyncParsableCommand {
     var allCut = false
 
     @Option(
+        name: .customLong("cut-callers"),
+        help: ArgumentHelp(
+            "The most track() callers a cut producer had at once (load --concurrency): up to N - 1 of its events below its ledger's last one may arrive unlisted (their lines were not out yet).",
+            valueName: "n"))
+    var cutCallers = 1
+
+    @Option(
         name: .customLong("unledgered-producer"),
         help: ArgumentHelp("A producer nobody kept a ledger for (a `tributary track`): never unexpected; repeatable.", valueName: "producer"))
     var unledgeredProducers: [String] = []
@@ -79,8 +86,8 @@ struct Judge: AsyncParsableCommand {
         guard !ledgers.isEmpty || ledgerDirectory != nil else {
             throw ValidationError("Name the ledgers: --ledger PRODUCER=PATH or --ledger-dir DIR.")
         }
-        guard iterations >= 0, crashWindows >= 0, inFlightWindows >= 0, batchSize > 0 else {
-            throw ValidationError("--iterations, --crash-windows and --in-flight-windows must not be negative, --batch-size must be positive.")
+        guard iterations >= 0, crashWindows >= 0, inFlightWindows >= 0, batchSize > 0, cutCallers > 0 else {
+            throw ValidationError("--iterations, --crash-windows and --in-flight-windows must not be negative, --batch-size and --cut-callers must be positive.")
         }
     }
 
@@ -90,6 +97,7 @@ struct Judge: AsyncParsableCommand {
         oracle.inFlightWindows = inFlightWindows
         oracle.batchSize = batchSize
         oracle.cutProducers = Set(allCut ? oracle.ledgers.map(\.producer) : cutProducers)
+        oracle.cutCallers = cutCallers
         oracle.unledgeredProducers = Set(unledgeredProducers)
         guard FileManager.default.fileExists(atPath: collectorDatabase) else {
             throw runFailure("No collector database at \(collectorDatabase).", exitCode: 74)

@@ -2,9 +2,10 @@
 # Reliability scenario 17's rows that need netem (systest.mode=functional): delay with jitter,
 # reordering, and delay with loss, put on the guest's loopback with `tc qdisc … netem` (the host's
 # kernel has no sch_netem; Debian's cloud kernel ships it). As the host's network rows do
-# (Integration/Tests/Reliability/NetworkFaultScenarios.swift), each row stores its events and
-# delivers them on the clean link, stores as many again and delivers them with the fault, and the
-# oracle judges both; the row names both durations. The agent is the installed tributary-fetch@
+# (Integration/Tests/Reliability/NetworkFaultScenarios.swift), events are stored and delivered on the
+# clean link, then as many again and delivered with the fault; the oracle judges both and the row names
+# both durations. The clean run is the boot's first row's alone, the baseline of all three (each run
+# is a Swift process starting under software emulation). The agent is the installed tributary-fetch@
 # unit (a bounded --once run under systemd), against the collector on the loopback.
 
 NG=/var/lib/myapp/net
@@ -89,13 +90,19 @@ net_row() {
   lo=$(lo_settings)
   check "lo: MTU $NET_MTU, one segment a packet" ip link set lo mtu "$NET_MTU" gso_max_size "$NET_MTU" gso_max_segs 1
   log "lo: $lo-> $(lo_settings)"
-  producer "$NG" "$key-clean" "$NET_EVENTS" "$l"
-  wait
-  # Retries of both runs count: the oracle judges both runs' events (an outbox not made yet has none).
+  # Retries of the row's runs count: its oracle judges their events (an outbox not made yet has none).
   r0=$(net_retries 2>/dev/null)
-  check "the clean run succeeds" net_fetch
-  clean="$DELIVERY_SECONDS s, the run $RUN_SECONDS s"
-  connect_clean=$(connect_time)
+  if [ -z "${NET_CLEAN:-}" ]; then
+    producer "$NG" "$key-clean" "$NET_EVENTS" "$l"
+    wait
+    check "the clean run succeeds" net_fetch
+    NET_CLEAN="clean link $DELIVERY_SECONDS s, the run $RUN_SECONDS s"
+    NET_CLEAN_CONNECT=$(connect_time)
+    clean="$NET_CLEAN"
+  else
+    clean="$NET_CLEAN, in the first netem row"
+  fi
+  connect_clean="$NET_CLEAN_CONNECT"
   producer "$NG" "$key-fault" "$NET_EVENTS" "$l"
   wait
   check "tc qdisc add dev lo root netem $*" tc qdisc add dev lo root netem "$@"
@@ -116,7 +123,7 @@ net_row() {
   sent=$(sed -n 's/.*Sent [0-9]* bytes \([0-9]*\) pkt.*/\1/p' <<< "$stats" | head -1)
   dropped=$(sed -n 's/.*(dropped \([0-9]*\),.*/\1/p' <<< "$stats" | head -1)
   log "netem: $(tr '\n' ' ' <<< "$stats")"
-  check "the group is drained (both runs delivered everything)" drained "$NG" || diagnose "$NG" "$NFETCH"
+  check "the group is drained (every run delivered everything)" drained "$NG" || diagnose "$NG" "$NFETCH"
   check "packets went through netem (${sent:-0})" test "${sent:-0}" -gt 0
   case "$proof" in
     connect\>=*) check "a connection took ${proof#connect>=} s or more to open (${connect} s)" \
@@ -124,7 +131,7 @@ net_row() {
     reordered) check "segments arrived out of order ($((ofo1 - ofo0)))" test $((ofo1 - ofo0)) -gt 0 ;;
     dropped) check "netem dropped packets (${dropped:-0})" test "${dropped:-0}" -gt 0 ;;
   esac
-  figures="$NET_EVENTS events delivered in $fault (clean link $clean), $((r1 - r0)) retries in both runs, connect $connect s (clean"
+  figures="$NET_EVENTS events delivered in $fault ($clean), $((r1 - r0)) retries, connect $connect s (clean"
   figures="$figures $connect_clean s), $((ofo1 - ofo0)) segments out of order, ${dropped:-0} of ${sent:-0} packets dropped"
   row_judged "17 network (VM): $scenario: $figures" 1 --ledger-dir "$l" --group "$NG" --outbox "$NOUTBOX" \
     --batch-size "$NET_BATCH" --in-flight-windows $((r1 - r0))

@@ -43,7 +43,7 @@ scenario_start() {
   local status; status=$(systemctl status --no-pager "$UNIT" 2>&1)
   log "status line: $(echo "$status" | grep 'Status:')"
   check "systemctl status shows the agent's STATUS= line" grep -q 'Status: "' <<< "$status"
-  for i in 0 1 2; do producer "$G" "start-$i" 300 "$l"; done
+  for i in 0 1 2; do producer "$G" "start-$i" 150 "$l"; done
   wait
   check "the agent drains what the producers stored" wait_for 120 "the drain" drained "$G" "$l" || diagnose "$G" "$UNIT"
   # The installed binary has the Swift runtime linked in: its tasks must still have left libdispatch, whose
@@ -60,12 +60,14 @@ scenario_watchdog() {
   collector_start watchdog
   local before pid restarts
   before=$(systemctl show -P NRestarts "$UNIT")
-  producer "$G" watchdog-0 1500 "$l" --rate 50
+  # 10 s of events, 3 s of them before the freeze and the rest while the agent is frozen.
+  producer "$G" watchdog-0 500 "$l" --rate 50
   sleep 3
   pid=$(systemctl show -P MainPID "$UNIT")
   kill -STOP "$pid"
   log "agent $pid frozen with SIGSTOP (WatchdogSec=30, TimeoutAbortSec=10)"
-  check "systemd restarts the frozen agent" wait_for 120 "the restart" \
+  # Every 2 s: each round is two systemctl processes, and the restart takes WatchdogSec and more.
+  check "systemd restarts the frozen agent" wait_for --every 2 120 "the restart" \
     sh -c "[ \$(systemctl show -P NRestarts $UNIT) -gt $before ] && [ \$(systemctl show -P ActiveState $UNIT) = active ]"
   restarts=$(systemctl show -P NRestarts "$UNIT")
   check "the journal says the watchdog fired" sh -c "journalctl -u $UNIT --no-pager | grep -q 'Watchdog timeout'"
@@ -80,9 +82,9 @@ scenario_stop_backlog() {
   local l; l=$(ledgers stop)
   # The collector holds every request without answering: the stop meets a request in flight.
   collector_start stop --hang-rate 1
-  producer "$G" stop-0 400 "$l"
+  producer "$G" stop-0 200 "$l"
   wait
-  sleep 8
+  check "the collector holds a request" wait_for 60 "a request held" collector_holds_request
   local t0 t1
   t0=$(date +%s)
   systemctl stop "$UNIT"
@@ -105,7 +107,7 @@ scenario_config_errors() {
   # A metrics address no interface has: exit 78, which does not restart.
   echo "TRIBUTARY_AGENT_OPTIONS=--metrics-address 192.0.2.1:9464" > "/etc/tributary/$cinst.env"
   systemctl start "$unit"
-  sleep 6
+  wait_for --every 1 30 "the agent's failure" sh -c "[ \"\$(systemctl is-failed $unit)\" = failed ]"
   check_eq "agent: is-failed" failed "$(systemctl is-failed "$unit")"
   check_eq "agent: exit status 78" 78 "$(systemctl show -P ExecMainStatus "$unit")"
   check_eq "agent: no restart" 0 "$(systemctl show -P NRestarts "$unit")"
@@ -163,7 +165,7 @@ scenario_timer() {
   fetch="tributary-fetch@$INST.service"
   timer="tributary-fetch@$INST.timer"
   systemctl disable --now "$UNIT"
-  producer "$G" timer-0 300 "$l"
+  producer "$G" timer-0 150 "$l"
   wait
   # The timer's first run comes 2 min after boot, within a random minute: no random delay here.
   mkdir -p /run/systemd/system/tributary-fetch@.timer.d
