@@ -19,12 +19,7 @@ UNITDIR      ?= $(PREFIX)/lib/systemd/system
 DOCDIR       ?= $(PREFIX)/share/doc/tributary
 BINARIES     := tributary tributary-agent tributary-collector tributary-sim
 # Release binaries carry the Swift runtime (linked statically): the .deb needs only Debian's libraries.
-# Linked --as-needed: a binary names only the libraries it calls. The static Foundation's link adds
-# libcurl (and through it some 30 more libraries) to every binary, which only tributary-sim's demo
-# uses (URLSession): each process start loaded them all, 46 libraries where 18 are used (in the system
-# test's emulated guest a start took 0.2-0.5 s less without them).
-AS_NEEDED    := -Xlinker --as-needed
-RELEASE_FLAGS := -c release --static-swift-stdlib $(AS_NEEDED) --scratch-path $(RELEASE_DIR)
+RELEASE_FLAGS := -c release --static-swift-stdlib --scratch-path $(RELEASE_DIR)
 # The .deb (make deb) and the system test's image and runs (make system-test, docs/system-test.md).
 DEB_DIR      := .build-deb
 # The package the system test installs by default: the same code built by `swift build` (debug, the
@@ -165,16 +160,23 @@ deb: release system-test-deps
 # inside (about 30 s; a release build from nothing takes 15-30 min here). The debug objects were
 # compiled against the shared Foundation, whose modules do not name the static archives it needs
 # (which ones a link misses depends on what was built before it): DEBUG_STATIC_LIBS names them all,
-# in one linker group. A plain build comes first: a module compiled during the static relink gets the
-# static runtime's link entries (-lCoreFoundation, …) in its objects, which the next plain link then
-# cannot find (`make system-test` after a change, then `make test`, failed so). Its version ends in +debug.
-DEBUG_STATIC_LIBS := $(AS_NEEDED) -Xlinker --start-group $(addprefix -Xlinker -l,FoundationNetworking _CFURLSessionInterface \
+# in one linker group, linked --as-needed: the group names libcurl for every binary, and only
+# tributary-sim's demo uses it (URLSession); without it a binary loads 18 libraries instead of 46 (in
+# the system test's emulated guest a start took 0.2-0.5 s less). A module compiled during the static
+# relink gets the static runtime's link entries (-lCoreFoundation, …) in its objects, which a later
+# plain link cannot find (`make system-test`, then `make test`, failed so; SwiftPM compiles Hummingbird
+# again for the static link even when the plain build is current): a plain build comes first, and
+# the objects the static relink compiled are removed after it, so the next plain build compiles them
+# again. Its version ends in +debug.
+DEBUG_STATIC_LIBS := -Xlinker --as-needed -Xlinker --start-group $(addprefix -Xlinker -l,FoundationNetworking _CFURLSessionInterface \
   Foundation CoreFoundation FoundationInternationalization _FoundationICU FoundationEssentials _FoundationCShims \
   _FoundationCollections swiftSynchronization curl) -Xlinker --end-group
 
 deb-debug: deps system-test-deps
 	$(SWIFT) build
+	touch .build/debug/.static-relink-start
 	for b in $(BINARIES); do $(SWIFT) build --static-swift-stdlib $(DEBUG_STATIC_LIBS) --product $$b || exit 1; done
+	find .build/debug -name '*.o' -newer .build/debug/.static-relink-start -delete
 	$(call make_deb,.build/debug,$(DEB_DEBUG_DIR),+debug,DEB_COMPRESSION=zstd)
 
 # make_deb BUILT OUTDIR VERSION_SUFFIX [ENV]: stages make install from BUILT and packs it

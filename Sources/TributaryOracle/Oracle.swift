@@ -131,9 +131,12 @@ public struct Oracle: Sendable {
         /// with it.
         public var mismarkedH5 = 0
         /// Events of a cut producer (``Oracle/cutProducers``) its ledger does not list: past the last one
-        /// it lists, or up to ``Oracle/cutCallers`` − 1 below it. Stored when the power went, their
-        /// acknowledgement never written. Allowed, not counted as unexpected.
+        /// it lists, or below it up to one fewer than the producer's callers (``Oracle/cutCallers``).
+        /// Stored when the power went, their acknowledgement never written. Allowed, not unexpected.
         public var unacknowledgedTail = 0
+        /// Of ``unacknowledgedTail``, those below the last event their producer's ledger lists (a
+        /// concurrent caller's line still in the machine while another's, for a later event, had left).
+        public var unlistedBelowLast = 0
         /// Failed health checks, each a sentence.
         public var healthProblems: [String] = []
         /// Up to five lost event ids, for the failure message.
@@ -158,7 +161,10 @@ public struct Oracle: Sendable {
                 + "\(duplicatesAfterDedup), producer order violations \(producerOrderViolations), seq order "
                 + "violations \(seqOrderViolations), misattributed \(misattributed)"
             if mismarkedH5 > 0 { text += ", mismarked H5 \(mismarkedH5)" }
-            if unacknowledgedTail > 0 { text += ", unacknowledged tail of cut producers \(unacknowledgedTail)" }
+            if unacknowledgedTail > 0 {
+                text += ", unacknowledged tail of cut producers \(unacknowledgedTail)"
+                if unlistedBelowLast > 0 { text += " (\(unlistedBelowLast) below a ledger's last line)" }
+            }
             if !lostExamples.isEmpty { text += "; lost e.g. \(lostExamples.joined(separator: ", "))" }
             if !healthProblems.isEmpty { text += "; health: " + healthProblems.joined(separator: "; ") }
             return text
@@ -182,12 +188,14 @@ public struct Oracle: Sendable {
     /// ledger line never left the machine (or whose `track()` had not returned yet): those past the last
     /// `producer_seq` its ledger lists may arrive without being unexpected (``Verdict/unacknowledgedTail``).
     public var cutProducers: Set<String> = []
-    /// The most `track()` callers a cut producer had at once (group-committed callers: `tributary-sim
-    /// load --concurrency`). Each writes its own ledger line once its `track()` returned, so when the
-    /// power went a caller's event could be stored, its line not yet out, while the other callers'
-    /// later lines were: up to `cutCallers` − 1 of a cut producer's events below the last one its ledger
-    /// lists may then arrive unlisted. One (the default): a single caller, whose lines go out in order.
-    public var cutCallers = 1
+    /// How many `track()` callers each cut producer had at once (group-committed callers: `tributary-sim
+    /// load --concurrency`); one for a producer not named. Each caller writes its own ledger line once
+    /// its `track()` returned, so when the power went a caller's event could be stored with its line not
+    /// out yet while another caller's line, for a later event, had left: up to one fewer than its callers
+    /// of a cut producer's unlisted events may lie below the last line its ledger lists; more there are
+    /// unexpected. (Past the last line any number is allowed: a ledger line written but still queued in
+    /// the machine when the power went is lost with it.) ``CutCallersRule`` resolves `--cut-callers`.
+    public var cutCallers: [String: Int] = [:]
 
     public init(ledgers: [Ledger]) {
         self.ledgers = ledgers
@@ -238,10 +246,12 @@ public struct Oracle: Sendable {
                 if let producer = delivery.producer, cutProducers.contains(producer),
                     let producerSeq = delivery.producerSeq
                 {
+                    let callers = max(1, cutCallers[producer] ?? 1)
                     if producerSeq > lastLedgered[producer, default: 0] {
                         verdict.unacknowledgedTail += 1
-                    } else if unlistedBelowLast[producer, default: 0] < cutCallers - 1 {
+                    } else if unlistedBelowLast[producer, default: 0] < callers - 1 {
                         unlistedBelowLast[producer, default: 0] += 1
+                        verdict.unlistedBelowLast += 1
                         verdict.unacknowledgedTail += 1
                     } else {
                         verdict.unexpected += 1

@@ -70,9 +70,9 @@ struct Judge: AsyncParsableCommand {
     @Option(
         name: .customLong("cut-callers"),
         help: ArgumentHelp(
-            "The most track() callers a cut producer had at once (load --concurrency): up to N - 1 of its events below its ledger's last one may arrive unlisted (their lines were not out yet).",
-            valueName: "n"))
-    var cutCallers = 1
+            "The track() callers the cut producers matching PATTERN (a shell pattern: pl-*-2) had at once (load --concurrency; 1 when unnamed): up to N - 1 of such a producer's events below its ledger's last one may arrive unlisted; repeatable, the first match counts.",
+            valueName: "pattern=n"))
+    var cutCallers: [String] = []
 
     @Option(
         name: .customLong("unledgered-producer"),
@@ -86,8 +86,11 @@ struct Judge: AsyncParsableCommand {
         guard !ledgers.isEmpty || ledgerDirectory != nil else {
             throw ValidationError("Name the ledgers: --ledger PRODUCER=PATH or --ledger-dir DIR.")
         }
-        guard iterations >= 0, crashWindows >= 0, inFlightWindows >= 0, batchSize > 0, cutCallers > 0 else {
-            throw ValidationError("--iterations, --crash-windows and --in-flight-windows must not be negative, --batch-size and --cut-callers must be positive.")
+        guard iterations >= 0, crashWindows >= 0, inFlightWindows >= 0, batchSize > 0 else {
+            throw ValidationError("--iterations, --crash-windows and --in-flight-windows must not be negative, --batch-size must be positive.")
+        }
+        for rule in cutCallers where CutCallersRule(argument: rule) == nil {
+            throw ValidationError("--cut-callers takes PATTERN=N, N a positive number of callers, not '\(rule)'.")
         }
     }
 
@@ -97,7 +100,7 @@ struct Judge: AsyncParsableCommand {
         oracle.inFlightWindows = inFlightWindows
         oracle.batchSize = batchSize
         oracle.cutProducers = Set(allCut ? oracle.ledgers.map(\.producer) : cutProducers)
-        oracle.cutCallers = cutCallers
+        oracle.cutCallers = CutCallersRule.resolve(cutCallers.compactMap(CutCallersRule.init(argument:)), producers: oracle.cutProducers)
         oracle.unledgeredProducers = Set(unledgeredProducers)
         guard FileManager.default.fileExists(atPath: collectorDatabase) else {
             throw runFailure("No collector database at \(collectorDatabase).", exitCode: 74)

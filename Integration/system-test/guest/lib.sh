@@ -28,15 +28,18 @@ collector_stop() { systemctl stop systest-collector.service; }
 
 # The collector's GET /stats, through bash's own /dev/tcp: the waits ask for it twice a second, and
 # under software emulation a curl (a process, its libraries loaded) took 0.4 s of CPU each time, which
-# the agent being waited for then lacked. Sets STATS (the body); false unless the collector answered.
+# the agent being waited for then lacked. Sets STATS (the body, its JSON); false unless the collector
+# answered 200.
 collector_stats() {
-  local line
+  local line response=""
   STATS=""
   { exec 3<>"/dev/tcp/127.0.0.1/$PORT"; } 2>/dev/null || return 1
   printf 'GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n' >&3
-  while IFS= read -r -t 10 line <&3 || [ -n "$line" ]; do STATS+="$line"; line=""; done
+  # Each line with its CR (the headers'); the blank line after them is a lone CR.
+  while IFS= read -r -t 10 line <&3 || [ -n "$line" ]; do response+="$line"$'\n'; line=""; done
   exec 3<&-
-  [[ $STATS == "HTTP/1.1 200"* ]]
+  [[ $response == "HTTP/1.1 200"* ]] || return 1
+  STATS=${response#*$'\r\n\r\n'}
 }
 # The collector's count of unique events (nothing when it does not answer).
 collector_unique() {
@@ -49,7 +52,7 @@ collector_holds_request() {
 }
 
 # wait_for [--every S] SECONDS WHAT COMMAND…: runs COMMAND every half second (every S seconds) until
-# it succeeds; false after SECONDS. Its clock is bash's SECONDS: no process per round.
+# it succeeds; false after SECONDS. Its clock is bash's SECONDS (a round starts no `date`).
 wait_for() {
   local every=0.5
   if [ "$1" = --every ]; then every="$2"; shift 2; fi

@@ -12,7 +12,7 @@ CINST=$(systemd-escape --path "$CFG")
 CUNIT="tributary-agent@$CINST.service"
 
 # The store and the outbox hold nothing more to send (what `tributary status` says): drained GROUP
-# [LEDGER_DIR]. With the ledgers, the collector must first hold as many events as they list (curl):
+# [LEDGER_DIR]. With the ledgers, the collector must first hold as many events as they list (/dev/tcp):
 # wait_for asks twice a second, and each `tributary status` is a Swift process starting under software
 # emulation, whose CPU the agent being waited for then lacks.
 drained() {
@@ -60,7 +60,8 @@ scenario_watchdog() {
   collector_start watchdog
   local before pid restarts
   before=$(systemctl show -P NRestarts "$UNIT")
-  # 10 s of events, 3 s of them before the freeze and the rest while the agent is frozen.
+  # 10 s of events at 50 a second: the agent is frozen 3 s after the producer starts (which itself
+  # takes a second or two here), and the rest are stored while it is frozen.
   producer "$G" watchdog-0 500 "$l" --rate 50
   sleep 3
   pid=$(systemctl show -P MainPID "$UNIT")
