@@ -86,11 +86,24 @@ extension ReliabilityScenarios {
                         // the rest 0–300 ms after its READY=1, while it drains and uploads. A debug agent may
                         // take over a second to start on a loaded machine: kills timed from the spawn alone
                         // would all land before it did anything.
-                        if rng.next() % 4 == 0 {
+                        // The last kill, when no upload has started yet (a debug agent on a loaded machine may
+                        // take longer than 300 ms from READY=1 to its first request, and every kill landed
+                        // before it: a CI run on 2026-11-29), waits for the first request: the scenario is
+                        // about kills while uploads are in flight too.
+                        let requestsSoFar = try await collector.stats().requests
+                        let lastAndNoRequestYet = kill == kills - 1 && requestsSoFar == 0
+                        if !lastAndNoRequestYet && rng.next() % 4 == 0 {
                             try await Task.sleep(for: .milliseconds(30 + Int(rng.next() % 120)))
                         } else {
                             #expect(await notify.wait(for: "READY=1", timeout: 30) != nil, "the agent never sent READY=1")
-                            try await Task.sleep(for: .milliseconds(Int(rng.next() % 300)))
+                            if lastAndNoRequestYet {
+                                let deadline = ContinuousClock.now + .seconds(30)
+                                while try await collector.stats().requests == 0, ContinuousClock.now < deadline {
+                                    try await Task.sleep(for: .milliseconds(20))
+                                }
+                            } else {
+                                try await Task.sleep(for: .milliseconds(Int(rng.next() % 300)))
+                            }
                             killedRunning += 1
                         }
                         agent.send(SIGKILL)
