@@ -100,10 +100,10 @@ extension Outbox {
     }
 
     /// The rows that follow the batch in flight `batchID`, chosen as ``nextBatch(maxCount:maxBytes:each:)``
-    /// would choose them once that batch is acknowledged, handed to `each` on a reader connection (the
-    /// drain and the uploader may write meanwhile: only rows after these are ever added, only the
-    /// uploader ends a row's wait, and the drain removes only delivered rows, emptying or trimming a
-    /// table, ``Tables``). Nil when `batchID` is not in flight or no row follows it.
+    /// would choose them once that batch is acknowledged, handed to `each` in a read transaction (the
+    /// drain and the uploader may write after it and before the batch is sent: only rows after these
+    /// are ever added, only the uploader ends a row's wait, and the drain removes only delivered rows,
+    /// emptying or trimming a table, ``Tables``). Nil when `batchID` is not in flight or no row follows it.
     public func peekBatch(
         after batchID: String, maxCount: Int, maxBytes: Int, each: (BatchEvent) throws -> Void
     ) throws -> PreparedBatch? {
