@@ -168,19 +168,25 @@ package final class LMDBFaults: Sendable {
     }
 
     private let table = Mutex<[Site: [Int32]]>([:])
+    /// Set by the first ``inject(_:at:times:)`` and never cleared: until then ``take(_:)`` is one atomic
+    /// load, not a lock and a lookup, on every `mdb_put` of every event appended (production never
+    /// injects).
+    private let armed = Atomic<Bool>(false)
 
     init() {}
 
     /// Makes the next `times` calls at `site` return `code` instead of calling LMDB.
     package func inject(_ code: Int32, at site: Site, times: Int = 1) {
         table.withLock { $0[site, default: []].append(contentsOf: repeatElement(code, count: times)) }
+        armed.store(true, ordering: .releasing)
     }
 
     /// Removes every injected fault.
     package func reset() { table.withLock { $0.removeAll() } }
 
     func take(_ site: Site) -> Int32? {
-        table.withLock { faults in
+        guard armed.load(ordering: .acquiring) else { return nil }
+        return table.withLock { faults in
             guard var queue = faults[site], !queue.isEmpty else { return nil }
             let rc = queue.removeFirst()
             faults[site] = queue.isEmpty ? nil : queue
