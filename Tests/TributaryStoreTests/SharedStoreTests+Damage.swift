@@ -94,6 +94,27 @@ extension SharedStoreTests {
         }
     }
 
+    // A table name read from a damaged page that is not valid UTF-8 was opened as U+FFFD in its place,
+    // which LMDB did not find: "no verdict" where it is damage (the page-damage fuzz, seed 568148).
+    @Test("a table name in the main database that cannot be opened by its bytes is damage, not a walk left undone")
+    func damagedTableName() throws {
+        try withTemporaryGroup { group in
+            do { _ = try SharedStore(groupDirectory: group) }  // a new store, closed again
+            var bytes = [UInt8](try Data(contentsOf: URL(fileURLWithPath: group + "/" + SharedStore.fileName)))
+            let name = Array("producers".utf8)
+            // Every copy of it (pages of earlier transactions hold some): one of them is the live page's.
+            let found = (0...(bytes.count - name.count)).filter { Array(bytes[$0..<$0 + name.count]) == name }
+            try #require(!found.isEmpty, "the table's name is in the main database's page")
+            for at in found { bytes[at] = 0xFF }  // no longer UTF-8
+            let copy = group + "/damaged"
+            try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: false)
+            try Data(bytes).write(to: URL(fileURLWithPath: copy + "/" + SharedStore.fileName))
+            let (outcome, reason) = PageWalk.walk(path: copy + "/" + SharedStore.fileName)
+            #expect(outcome == .damaged, "\(reason)")
+            #expect(reason.contains("cannot be opened by that name"), "\(reason)")
+        }
+    }
+
     @Test("a data file that is not an LMDB environment is refused as unreadable (not as a newer schema) and left untouched")
     func unreadableDataFile() throws {
         try withTemporaryGroup { group in

@@ -77,6 +77,12 @@ enum PageWalk {
             rc = MDB.dbiOpen(txn, name, 0, &dbi)
             // MDB_INCOMPATIBLE: a plain key of the main database, not a named one (none in a Tributary store).
             if rc == MDB_INCOMPATIBLE { continue }
+            // A key the main database lists that cannot be opened by its name: bytes that are not a table
+            // name (not UTF-8, or holding a NUL), read from a damaged page. A Tributary store's table names
+            // are ASCII.
+            if rc == MDB_NOTFOUND {
+                return (.damaged, "the main database lists a table \(name.debugDescription) that cannot be opened by that name")
+            }
             guard rc == MDB_SUCCESS else { return verdict(rc, "mdb_dbi_open \(name)") }
             if let found = walkEntries(txn, dbi, { _, _ in nil }) { return (found.outcome, "table \(name): " + found.reason) }
         }
