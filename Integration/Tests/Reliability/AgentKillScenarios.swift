@@ -90,8 +90,7 @@ extension ReliabilityScenarios {
                         // take longer than 300 ms from READY=1 to its first request, and every kill landed
                         // before it: a CI run on 2026-11-29), waits for the first request: the scenario is
                         // about kills while uploads are in flight too.
-                        let requestsSoFar = try await collector.stats().requests
-                        let lastAndNoRequestYet = kill == kills - 1 && requestsSoFar == 0
+                        let lastAndNoRequestYet = kill == kills - 1 ? try await collector.stats().requests == 0 : false
                         if !lastAndNoRequestYet && rng.next() % 4 == 0 {
                             try await Task.sleep(for: .milliseconds(30 + Int(rng.next() % 120)))
                         } else {

@@ -67,7 +67,13 @@ enum PageWalk {
         guard rc == MDB_SUCCESS else { return verdict(rc, "mdb_dbi_open") }
         var names: [String] = []
         if let found = walkEntries(txn, main, { key, _ in
-            names.append(String(decoding: key, as: UTF8.self))
+            // A Tributary store's table names are ASCII. Bytes read from a damaged page that are not text
+            // (not UTF-8, or holding a NUL, which would end the C string early and open another table)
+            // are no name LMDB can be asked for.
+            guard !key.contains(0), let name = String(validating: key, as: UTF8.self) else {
+                return "the main database lists a table whose name \(Array(key.prefix(16))) is not text: it cannot be opened by that name"
+            }
+            names.append(name)
             return nil
         }) {
             return found
@@ -77,9 +83,7 @@ enum PageWalk {
             rc = MDB.dbiOpen(txn, name, 0, &dbi)
             // MDB_INCOMPATIBLE: a plain key of the main database, not a named one (none in a Tributary store).
             if rc == MDB_INCOMPATIBLE { continue }
-            // A key the main database lists that cannot be opened by its name: bytes that are not a table
-            // name (not UTF-8, or holding a NUL), read from a damaged page. A Tributary store's table names
-            // are ASCII.
+            // A name the main database lists that LMDB then does not find: the listing is damaged.
             if rc == MDB_NOTFOUND {
                 return (.damaged, "the main database lists a table \(name.debugDescription) that cannot be opened by that name")
             }
