@@ -43,7 +43,9 @@ if [ -s "$dir/disk.img" ] && [ "$(cat "$dir/disk.key" 2>/dev/null)" = "$image_ke
 fi
 start=$(date +%s)
 root="$dir/root"
-rm -rf "$root" "$dir/disk.img" "$dir/disk.key"
+# A run cut short may have left the image's /proc mounted: never remove beneath it.
+umount "$root/proc" 2>/dev/null || true
+rm -rf --one-file-system "$root" "$dir/disk.img" "$dir/disk.key"
 mkdir -p "$root"
 tar -xf "$base" -C "$root"
 # Installed the way a Debian user installs it; the dependencies are in the image already.
@@ -67,11 +69,23 @@ for u in serial-getty@ttyS0.service getty@.service getty-static.service systemd-
   fstrim.timer e2scrub_all.timer; do
   ln -sf /dev/null "$root/etc/systemd/system/$u"
 done
+# Generators a test boot does without, masked: systemd runs each at every boot and reload (about 2 s
+# of the first boot under TCG). The fstab generator stays.
+install -d "$root/etc/systemd/system-generators"
+for g in cryptsetup debug getty gpt-auto hibernate-resume integritysetup rc-local run system-update sysv \
+  veritysetup; do
+  ln -sf /dev/null "$root/etc/systemd/system-generators/systemd-$g-generator"
+done
+# What the scenarios start from (guest/fixtures.sh): made here, by the installed binaries, as in the guest.
+mount -t proc proc "$root/proc"
+chroot "$root" /usr/local/lib/tributary-systest/fixtures.sh > "$dir/fixtures.log" 2>&1 || status=$?
+umount "$root/proc"
+[ "${status:-0}" -eq 0 ] || { tail -20 "$dir/fixtures.log"; echo "system-test: the guest's fixtures failed" >&2; exit 1; }
 # The root file system is an NVMe disk: the cloud kernel has its driver (and ext4) built in, so the
 # guest boots with no initrd (unpacking it and its udev took seconds of every boot under TCG).
 echo "/dev/nvme0n1 / ext4 rw,errors=remount-ro 0 1" > "$root/etc/fstab"
 cp "$root"/boot/vmlinuz-* "$dir/vmlinuz"
 mkfs.ext4 -q -F -L root -d "$root" "$dir/disk.img" 2G
-rm -rf "$root"
+rm -rf --one-file-system "$root"
 echo "$image_key" > "$dir/disk.key"
 echo "system-test: disk image built in $(( $(date +%s) - start )) s ($image_key)"

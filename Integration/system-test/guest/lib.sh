@@ -12,6 +12,9 @@ mkdir -p "$STATE"
 say() { echo "$*" > "$RESULTS"; echo "systest: $*" > /dev/console; }
 # Log lines carry the guest's uptime: where a run's time goes.
 log() { local up _; read -r up _ < /proc/uptime; echo "LOG [$up] $*" > "$RESULTS"; echo "systest: [$up] $*" > /dev/console; }
+# The CPU seconds the guest has spent busy since it booted (all CPUs: user, nice, system, interrupts),
+# from /proc/stat: with the uptime, whether a scenario's time went on work or on waiting.
+cpu_busy() { awk '$1 == "cpu" { printf "%.1f", ($2 + $3 + $4 + $7 + $8) / 100; exit }' /proc/stat; }
 
 # The collector on the loopback, as a transient unit: collector_start NAME [options…]; a new NAME is a
 # new database (each scenario judged on its own), the same NAME goes on with the same one.
@@ -122,6 +125,16 @@ make_group() {
   id -nG tributary | grep -qw myapp || usermod -a -G myapp tributary
   install -d -m 0755 "$(dirname "$1")"
   install -d -m 2770 -o app1 -g myapp "$1"
+}
+
+# A group as the app's first process leaves it, with the app's settings: the collector's URL and
+# SETTINGS (tributary config set). app_group DIR [SETTING=VALUE…]
+app_group() {
+  local dir="$1"; shift
+  make_group "$dir"
+  # The app's first process creates the store (tributary config needs one).
+  runuser -u app1 -- tributary-sim load --group "$dir" --producer-id setup --events 0 >/dev/null
+  runuser -u app1 -- tributary config set --group "$dir" "server_url=$COLLECTOR_URL/sa" "$@" >/dev/null
 }
 
 # A producer as the app's user: producer GROUP ID EVENTS LEDGER_DIR [load options…] (in the background).

@@ -20,20 +20,23 @@ NET_BATCH=50
 # spans several packets, which netem can delay apart and reorder.
 NET_MTU=1500
 
-# The group the rows' fetch runs drain (no long-lived agent ever runs on it), its settings, and
-# sch_netem loaded; once per boot.
-net_setup() {
-  [ ! -e "$STATE/net-setup" ] || return 0
-  make_group "$NG"
-  runuser -u app1 -- tributary-sim load --group "$NG" --producer-id setup --events 0 >/dev/null
-  runuser -u app1 -- tributary config set --group "$NG" "server_url=$COLLECTOR_URL/sa" >/dev/null
-  # The rows' agent options, as an operator sets them for one group: batches of 50, the host rows'
-  # backoff (0.1 s, cap 1 s), a request timeout over any round trip the faults make.
+# The group the rows' fetch runs drain (no long-lived agent ever runs on it), its settings, and the
+# rows' agent options, as an operator sets them for one group: batches of 50, the host rows' backoff
+# (0.1 s, cap 1 s), a request timeout over any round trip the faults make. Made with the image
+# (fixtures.sh).
+fixture_network() {
+  app_group "$NG"
   echo "TRIBUTARY_AGENT_OPTIONS=--batch-size $NET_BATCH --request-timeout 10 --backoff-base 0.1 --backoff-cap 1" \
     > "/etc/tributary/$NINST.env"
+}
+
+# sch_netem loaded, once per boot; the outbox's count of failed attempts before the first row.
+net_setup() {
+  [ -z "${NET_RETRIES:-}" ] || return 0
   check "modprobe sch_netem" modprobe sch_netem
   log "netem: $(grep -w sch_netem /proc/modules | cut -d' ' -f1-2), $(uname -r)"
-  touch "$STATE/net-setup"
+  # No fetch run has made the group's outbox yet: no attempt has failed.
+  NET_RETRIES=0
 }
 
 # One bounded run of the group's tributary-fetch@ unit (systemctl start returns once it exited). Sets
@@ -65,9 +68,9 @@ fetch_ended_after() { [ "$(fetch_runs)" -gt "$1" ]; }
 # lo's MTU and GSO limits, as `ip link set` takes them: mtu N gso_max_size N gso_max_segs N
 lo_settings() { ip -d link show lo | grep -o '\bmtu [0-9]*\|gso_max_size [0-9]*\|gso_max_segs [0-9]*' | tr '\n' ' '; }
 
-# The outbox's count of failed attempts, as tributary status says it (each may have lost one
+# The outbox's count of failed attempts in the text of a `tributary status` (each may have lost one
 # acknowledgement: the oracle allows one batch of wire duplicates per retry).
-net_retries() { tributary status --group "$NG" | sed -n 's/.*delivered: .* \([0-9]*\) retries.*/\1/p'; }
+status_retries() { sed -n 's/.*delivered: .* \([0-9]*\) retries.*/\1/p' <<< "$1"; }
 
 # A TcpExt counter of /proc/net/netstat: tcp_ext NAME.
 tcp_ext() {
@@ -83,15 +86,15 @@ connect_time() { curl -s -o /dev/null -w '%{time_connect}' "$COLLECTOR_URL/stats
 # (segments arrived out of order, TcpExtTCPOFOQueue) or "dropped" (netem dropped packets).
 net_row() {
   local scenario="$1" key="$2" proof="$3"; shift 3
-  local l clean fault r0 r1 ofo0 ofo1 stats sent dropped connect connect_clean figures lo
+  local l clean fault r0 r1 ofo0 ofo1 stats status sent dropped connect connect_clean figures lo
   net_setup
   l=$(ledgers "$key")
   collector_start "$key"
   lo=$(lo_settings)
   check "lo: MTU $NET_MTU, one segment a packet" ip link set lo mtu "$NET_MTU" gso_max_size "$NET_MTU" gso_max_segs 1
   log "lo: $lo-> $(lo_settings)"
-  # Retries of the row's runs count: its oracle judges their events (an outbox not made yet has none).
-  r0=$(net_retries 2>/dev/null)
+  # Retries of the row's runs count: its oracle judges their events (the count after the last row's).
+  r0=$NET_RETRIES
   if [ -z "${NET_CLEAN:-}" ]; then
     producer "$NG" "$key-clean" "$NET_EVENTS" "$l"
     wait
@@ -119,11 +122,14 @@ net_row() {
   ip link set lo $lo
   check_eq "lo's own settings are back" "$lo" "$(lo_settings)"
   check "the netem qdisc is removed" sh -c "! tc qdisc show dev lo | grep -q netem"
-  r1=$(net_retries)
+  # One `tributary status` (a Swift process starting under software emulation) for both questions.
+  status=$(tributary status --group "$NG" 2>&1)
+  r1=$(status_retries "$status")
+  NET_RETRIES=${r1:-$r0}
   sent=$(sed -n 's/.*Sent [0-9]* bytes \([0-9]*\) pkt.*/\1/p' <<< "$stats" | head -1)
   dropped=$(sed -n 's/.*(dropped \([0-9]*\),.*/\1/p' <<< "$stats" | head -1)
   log "netem: $(tr '\n' ' ' <<< "$stats")"
-  check "the group is drained (every run delivered everything)" drained "$NG" || diagnose "$NG" "$NFETCH"
+  check "the group is drained (every run delivered everything)" status_drained "$status" || diagnose "$NG" "$NFETCH"
   check "packets went through netem (${sent:-0})" test "${sent:-0}" -gt 0
   case "$proof" in
     connect\>=*) check "a connection took ${proof#connect>=} s or more to open (${connect} s)" \

@@ -10,27 +10,28 @@ PG=/var/lib/myapp/power
 PINST=$(systemd-escape --path "$PG")
 PUNIT="tributary-agent@$PINST.service"
 
-# At the first load boot: the group, a collector started at every boot, the agent enabled.
-power_loss_setup() {
-  make_group "$PG"
-  # The app's first process creates the store (tributary config needs one).
-  runuser -u app1 -- tributary-sim load --group "$PG" --producer-id setup --events 0 >/dev/null
-  runuser -u app1 -- tributary config set --group "$PG" "server_url=$COLLECTOR_URL/sa" \
-    flush_interval_seconds=5 flush_bulk_size=100 >/dev/null
-  cat > /etc/systemd/system/systest-collector-power.service <<UNIT
+# Made with the image (fixtures.sh): the group, and a collector and the group's agent that systemd
+# starts at every boot of the power-loss chain (load and drain boots alone: the functional boot runs
+# on a copy of the same image).
+fixture_power_loss() {
+  app_group "$PG" flush_interval_seconds=5 flush_bulk_size=100
+  local unit=/etc/systemd/system/systest-collector-power.service
+  cat > "$unit" <<UNIT
 [Unit]
 Description=Tributary collector of the power-loss scenario
 Before=$PUNIT
+ConditionKernelCommandLine=|systest.mode=load
+ConditionKernelCommandLine=|systest.mode=drain
 [Service]
 ExecStart=/usr/bin/tributary-collector --port $PORT --db $STATE/power.sqlite
 [Install]
 WantedBy=multi-user.target
 UNIT
-  systemctl daemon-reload
-  systemctl enable --now systest-collector-power.service
-  systemctl enable --now "$PUNIT"
-  touch "$STATE/power-setup"
-  sync
+  # The installed unit, as it is, with the power-loss boots' condition on this one instance.
+  mkdir -p "/etc/systemd/system/$PUNIT.d"
+  printf '[Unit]\nConditionKernelCommandLine=|systest.mode=load\nConditionKernelCommandLine=|systest.mode=drain\n' \
+    > "/etc/systemd/system/$PUNIT.d/power-loss.conf"
+  systemctl enable systest-collector-power.service "$PUNIT"
 }
 
 # power_loss_load BOOT: producers pl-BOOT-0..2 write until the host cuts the power. The host times
@@ -38,7 +39,6 @@ UNIT
 # polls (each command a Swift process starting under software emulation would slow the producers).
 power_loss_load() {
   local boot="$1" i
-  [ -e "$STATE/power-setup" ] || power_loss_setup
   # This runner starts after basic.target: systemd may still be starting the agent (the cut can come
   # while it recovers what the last one left). Whether it came up is the drain boot's check.
   log "the agent is $(systemctl show -P ActiveState "$PUNIT")"
