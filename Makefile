@@ -157,15 +157,15 @@ deb: release system-test-deps
 
 # The same package from the debug build (what make system-test installs by default): `swift build
 # --static-swift-stdlib` over the tests' .build relinks the four binaries with the Swift runtime
-# inside (about 30 s; a release build from nothing takes 15-30 min here). The debug objects were
+# inside (about 80 s with the staging; a release build from nothing takes 15-30 min here). The debug objects were
 # compiled against the shared Foundation, whose modules do not name the static archives it needs
 # (which ones a link misses depends on what was built before it): DEBUG_STATIC_LIBS names them all,
 # in one linker group, linked --as-needed: the group names libcurl for every binary, and only
 # tributary-sim's demo uses it (URLSession); without it a binary loads 18 libraries instead of 46 (in
 # the system test's emulated guest a start took 0.2-0.5 s less). A module compiled during the static
 # relink gets the static runtime's link entries (-lCoreFoundation, …) in its objects, which a later
-# plain link cannot find (`make system-test`, then `make test`, failed so; SwiftPM compiles Hummingbird
-# again for the static link even when the plain build is current): a plain build comes first, and
+# plain link cannot find (`make system-test`, then `make test`, failed so; SwiftPM compiled HummingbirdCore
+# again whenever its trait flags came in another order, until Package.swift named one trait): a plain build comes first, and
 # the objects the static relink compiled are removed after it, so the next plain build compiles them
 # again. Its version ends in +debug.
 DEBUG_STATIC_LIBS := -Xlinker --as-needed -Xlinker --start-group $(addprefix -Xlinker -l,FoundationNetworking _CFURLSessionInterface \

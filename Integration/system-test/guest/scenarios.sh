@@ -48,7 +48,7 @@ scenario_start() {
   local status; status=$(systemctl status --no-pager "$UNIT" 2>&1)
   log "status line: $(echo "$status" | grep 'Status:')"
   check "systemctl status shows the agent's STATUS= line" grep -q 'Status: "' <<< "$status"
-  for i in 0 1 2; do producer "$G" "start-$i" 150 "$l"; done
+  for i in 0 1 2; do producer "$G" "start-$i" 100 "$l"; done
   wait
   check "the agent drains what the producers stored" wait_for 120 "the drain" drained "$G" "$l" || diagnose "$G" "$UNIT"
   # The installed binary has the Swift runtime linked in: its tasks must still have left libdispatch, whose
@@ -99,7 +99,7 @@ scenario_stop_backlog() {
   local l; l=$(ledgers stop)
   # The collector holds every request without answering: the stop meets a request in flight.
   collector_start stop --hang-rate 1
-  producer "$G" stop-0 200 "$l"
+  producer "$G" stop-0 150 "$l"
   wait
   check "the collector holds a request" wait_for 60 "a request held" collector_holds_request
   local t0 t1
