@@ -15,13 +15,14 @@ PUNIT="tributary-agent@$PINST.service"
 # on a copy of the same image).
 fixture_power_loss() {
   app_group "$PG" flush_interval_seconds=5 flush_bulk_size=100
+  # Both units start on the power-loss chain's boots alone.
+  local only=$'ConditionKernelCommandLine=|systest.mode=load\nConditionKernelCommandLine=|systest.mode=drain'
   local unit=/etc/systemd/system/systest-collector-power.service
   cat > "$unit" <<UNIT
 [Unit]
 Description=Tributary collector of the power-loss scenario
 Before=$PUNIT
-ConditionKernelCommandLine=|systest.mode=load
-ConditionKernelCommandLine=|systest.mode=drain
+$only
 [Service]
 ExecStart=/usr/bin/tributary-collector --port $PORT --db $STATE/power.sqlite
 [Install]
@@ -29,8 +30,7 @@ WantedBy=multi-user.target
 UNIT
   # The installed unit, as it is, with the power-loss boots' condition on this one instance.
   mkdir -p "/etc/systemd/system/$PUNIT.d"
-  printf '[Unit]\nConditionKernelCommandLine=|systest.mode=load\nConditionKernelCommandLine=|systest.mode=drain\n' \
-    > "/etc/systemd/system/$PUNIT.d/power-loss.conf"
+  printf '[Unit]\n%s\n' "$only" > "/etc/systemd/system/$PUNIT.d/power-loss.conf"
   systemctl enable systest-collector-power.service "$PUNIT"
 }
 

@@ -2,7 +2,8 @@
 # The system test's runner in the guest (tributary-systest.service). The kernel command line names
 # the mode: systest.mode=probe (say so and power off: the host's KVM probe), functional (the units'
 # scenarios and the netem rows of network.sh, one after another), load (power loss: producers write,
-# the agent uploads, until the host cuts the power; on a disk of its own) or drain (after the last cut: wait for the agent to deliver, then judge).
+# the agent uploads, until the host cuts the power; on a disk of its own) or drain (after the last
+# cut: wait for the agent to deliver, then judge).
 # Each scenario ends in one ROW line on the results port (docs/system-test.md). What the scenarios
 # start from (the app's group and users, the groups' stores and settings, the power-loss units) is in
 # the image already (fixtures.sh).
