@@ -32,8 +32,8 @@ SYSTEST_DIR  := .build-system
 # Power cuts of the system test's power-loss scenario (make soak: 100).
 SYSTEST_CUTS ?= 10
 # What make system-test needs besides make deps: the image builder, the virtual machine, mkfs.ext4 -d,
-# dpkg-shlibdeps (the .deb's dependencies) and strip.
-SYSTEST_DEB_PACKAGES := mmdebstrap qemu-system-x86 e2fsprogs dpkg-dev binutils
+# dpkg-shlibdeps (the .deb's dependencies), strip, and jq (the debug build's link commands).
+SYSTEST_DEB_PACKAGES := mmdebstrap qemu-system-x86 e2fsprogs dpkg-dev binutils jq
 
 .PHONY: all deps bench-deps build test soak run bench clean format help install release deb deb-debug system-test system-test-base system-test-deps
 
@@ -155,29 +155,16 @@ install: $(if $(or $(ROOT_WITH_BINARIES),$(filter-out $(RELEASE_DIR)/release,$(B
 deb: release system-test-deps
 	$(call make_deb,$(RELEASE_DIR)/release,$(DEB_DIR),)
 
-# The same package from the debug build (what make system-test installs by default): `swift build
-# --static-swift-stdlib` over the tests' .build relinks the four binaries with the Swift runtime
-# inside (about 80 s with the staging; a release build from nothing takes 15-30 min here). The debug objects were
-# compiled against the shared Foundation, whose modules do not name the static archives it needs
-# (which ones a link misses depends on what was built before it): DEBUG_STATIC_LIBS names them all,
-# in one linker group, linked --as-needed: the group names libcurl for every binary, and only
-# tributary-sim's demo uses it (URLSession); without it a binary loads 18 libraries instead of 46 (in
-# the system test's emulated guest a start took 0.2-0.5 s less). A module compiled during the static
-# relink gets the static runtime's link entries (-lCoreFoundation, …) in its objects, which a later
-# plain link cannot find (`make system-test`, then `make test`, failed so; SwiftPM compiled HummingbirdCore
-# again whenever its trait flags came in another order, until Package.swift named one trait): a plain build comes first, and
-# the objects the static relink compiled are removed after it, so the next plain build compiles them
-# again. Its version ends in +debug.
-DEBUG_STATIC_LIBS := -Xlinker --as-needed -Xlinker --start-group $(addprefix -Xlinker -l,FoundationNetworking _CFURLSessionInterface \
-  Foundation CoreFoundation FoundationInternationalization _FoundationICU FoundationEssentials _FoundationCShims \
-  _FoundationCollections swiftSynchronization curl) -Xlinker --end-group
+# The same package from the debug build (what make system-test installs by default; a release build
+# from nothing takes 15-30 min here): the four binaries linked again from the debug build's objects
+# with the Swift runtime inside (scripts/static-relink.sh: SwiftPM's own link commands, with
+# -static-stdlib; 6 s, the build left as it was). Its version ends in +debug.
+DEB_DEBUG_BIN := $(DEB_DEBUG_DIR)/bin
 
 deb-debug: deps system-test-deps
 	$(SWIFT) build
-	touch .build/debug/.static-relink-start
-	for b in $(BINARIES); do $(SWIFT) build --static-swift-stdlib $(DEBUG_STATIC_LIBS) --product $$b || exit 1; done
-	find .build/debug -name '*.o' -newer .build/debug/.static-relink-start -delete
-	$(call make_deb,.build/debug,$(DEB_DEBUG_DIR),+debug,DEB_COMPRESSION=zstd)
+	./scripts/static-relink.sh .build/debug.yaml "$$($(SWIFT) build --show-bin-path)" $(DEB_DEBUG_BIN) $(BINARIES)
+	$(call make_deb,$(DEB_DEBUG_BIN),$(DEB_DEBUG_DIR),+debug,DEB_COMPRESSION=zstd)
 
 # make_deb BUILT OUTDIR VERSION_SUFFIX [ENV]: stages make install from BUILT and packs it
 # (scripts/make-deb.sh, run with ENV).

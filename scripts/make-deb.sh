@@ -28,8 +28,9 @@ each_binary() {
   return $failed
 }
 
-# Debug info off (symbols stay: the Swift backtracer names frames from the symbol table).
-each_binary strip --strip-debug
+# Debug info off (symbols stay: the Swift backtracer names frames from the symbol table), and the
+# debug build's .swift_ast (its modules serialized for LLDB's expressions: 36 MB a binary).
+each_binary strip --strip-debug --remove-section=.swift_ast
 
 # The tributary user and group, made by systemd-sysusers at install (and at every boot, if missing).
 install -d "$stage/usr/lib/sysusers.d"
