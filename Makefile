@@ -23,8 +23,8 @@ RELEASE_FLAGS := -c release --static-swift-stdlib --scratch-path $(RELEASE_DIR)
 # The .deb (make deb) and the system test's image and runs (make system-test, docs/system-test.md).
 DEB_DIR      := .build-deb
 # The package the system test installs by default: the same code built by `swift build` (debug, the
-# build `make test` made) and relinked with the Swift runtime inside (--static-swift-stdlib), made in
-# about a minute where a release build from nothing takes 15-30 (docs/system-test.md, "Times").
+# build `make test` made) and linked again with the Swift runtime inside (-static-stdlib), made in
+# under a minute where a release build from nothing takes 15-30 (docs/system-test.md, "Times").
 # SYSTEST_BUILD=release tests the release package of `make deb` instead (make soak does).
 DEB_DEBUG_DIR := .build-deb-debug
 SYSTEST_BUILD ?= debug

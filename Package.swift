@@ -28,8 +28,8 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         // Its default traits less ConfigurationSupport (swift-configuration: unused here). With two traits
-        // their -D flags came in either order from one build to the next, and SwiftPM compiled
-        // HummingbirdCore again whenever the order changed (make deb-debug: 32 s of its relink).
+        // their -D flags came in either order from one SwiftPM run to the next, and SwiftPM compiled
+        // HummingbirdCore again (32 s) whenever the order changed.
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1", traits: ["FullFoundation"]),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
