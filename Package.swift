@@ -235,7 +235,7 @@ let package = Package(
         ),
         .testTarget(
             name: "TributaryAgentCoreTests",
-            dependencies: ["TributaryAgentCore", "TributaryCollector", "Tributary", "TributaryTestSupport",
+            dependencies: ["TributaryAgentCore", "TributaryCollector", "Tributary", "TributaryTestSupport", "TributarySQLite",
                            .product(name: "AsyncHTTPClient", package: "async-http-client"),
                            .product(name: "Hummingbird", package: "hummingbird"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")],

@@ -45,6 +45,10 @@ package struct RawStatement {
 
     @inlinable package func int64(_ column: Int32) -> Int64 { sqlite3_column_int64(handle, column) }
 
+    /// How many times SQLite compiled the statement again since it was prepared
+    /// (`SQLITE_STMTSTATUS_REPREPARE`): after a schema change, or once something expired it.
+    package var recompiles: Int32 { sqlite3_stmt_status(handle, Int32(SQLITE_STMTSTATUS_REPREPARE), 0) }
+
     /// A blob column's bytes, valid until the next ``step()`` or ``reset()``.
     @inlinable package func blob(_ column: Int32) -> UnsafeRawBufferPointer {
         // sqlite.org/c3ref/column_blob.html: call _blob first, then _bytes, for the pointer to stay valid.

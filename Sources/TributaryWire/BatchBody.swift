@@ -66,6 +66,14 @@ public struct BatchBodyBuilder: Sendable {
 public func appendJSONObject(_ object: UnsafeRawBufferPointer, adding member: UnsafeRawBufferPointer, to out: inout [UInt8])
     -> Bool
 {
+    appendJSONObject(object, to: &out) { $0.append(contentsOf: member) }
+}
+
+/// ``appendJSONObject(_:adding:to:)`` with the member written by `writeMember` straight into `out`
+/// (`"key":value`, valid JSON), so that a member made for each event needs no buffer of its own.
+public func appendJSONObject(
+    _ object: UnsafeRawBufferPointer, to out: inout [UInt8], addingMember writeMember: (inout [UInt8]) -> Void
+) -> Bool {
     func lastNonSpace(before end: Int) -> Int? {
         var i = end - 1
         while i >= 0 {
@@ -80,7 +88,7 @@ public func appendJSONObject(_ object: UnsafeRawBufferPointer, adding member: Un
     let isEmpty = lastNonSpace(before: close).map { object[$0] == UInt8(ascii: "{") } ?? true
     out.append(contentsOf: UnsafeRawBufferPointer(rebasing: object[..<close]))
     if !isEmpty { out.append(UInt8(ascii: ",")) }
-    out.append(contentsOf: member)
+    writeMember(&out)
     out.append(contentsOf: UnsafeRawBufferPointer(rebasing: object[close...]))
     return true
 }

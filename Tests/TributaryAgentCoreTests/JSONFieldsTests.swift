@@ -10,6 +10,10 @@ struct JSONFieldsTests {
         (#"{"s":"\"event_id\":\"fake\"","event_id":"real"}"#, "real"),
         (#"{"list":["event_id",{"event_id":"x"}], "event_id" : "spaced" }"#, "spaced"),
         (#"{"event_id":"esc\"aped\u00e9"}"#, "esc\"apedé"),
+        // A quote after an even run of backslashes ends the string; after an odd one it is escaped.
+        (#"{"s":"ends in a backslash\\","event_id":"after"}"#, "after"),
+        (#"{"s":"\\\",\"event_id\":\"inside\\\\","event_id":"outside"}"#, "outside"),
+        (#"{"":"empty key","event_id":"x\\"}"#, "x\\"),
     ])
     func string(json: String, expected: String) {
         #expect(JSONFields.string("event_id", in: Array(json.utf8)) == expected)

@@ -3,6 +3,7 @@ import GRDB
 import Logging
 import Testing
 import Tributary
+import TributarySQLite
 import TributaryStore
 import TributaryTestSupport
 
@@ -237,6 +238,35 @@ struct OutboxTests {
             let last = try outbox.nextBatch(maxCount: 100, maxBytes: 1 << 20)
             let lastID = try #require(last.first?.batchID)
             #expect(try outbox.peekBatch(after: lastID, maxCount: 100, maxBytes: 1 << 20) { _ in } == nil)
+        }
+    }
+
+    @Test("the agent's reads and writes keep the connection's statements compiled: nothing expires them")
+    func statementsStayCompiled() throws {
+        try withTemporaryGroup { dir in
+            let outbox = try Outbox(path: dir + "/outbox.sqlite")
+            var seq: UInt64 = 0
+            var inFlight = try outbox.nextBatch(maxCount: 4, maxBytes: 1 << 20).first?.batchID
+            // A loop turn's worth, three times: a drained chunk, the status figures, a batch read
+            // ahead beside the one in flight, the acknowledgement that makes it the batch in flight.
+            for _ in 1...3 {
+                try outbox.insertDrained((seq + 1...seq + 8).map { .event(Self.row($0)) })
+                seq += 8
+                _ = try (outbox.pending(), outbox.counters(), outbox.lastDrainedSeq())
+                guard let batchID = inFlight else {
+                    inFlight = try outbox.nextBatch(maxCount: 4, maxBytes: 1 << 20).first?.batchID
+                    continue
+                }
+                let next = try #require(try outbox.peekBatch(after: batchID, maxCount: 4, maxBytes: 1 << 20) { _ in })
+                #expect(try outbox.acknowledge(batchID, then: next))
+                inFlight = next.id
+            }
+            // GRDB's `read` switched `PRAGMA query_only` on and off around each read, which expired every
+            // statement: each of these was compiled again at its next use (Outbox.read).
+            let recompiles = try outbox.read { db in
+                try (Outbox.selectBatchSQL + Outbox.insertSQL).map { RawStatement(try db.cachedStatement(sql: $0)).recompiles }
+            }
+            #expect(recompiles.allSatisfy { $0 == 0 }, "recompiled: \(recompiles)")
         }
     }
 

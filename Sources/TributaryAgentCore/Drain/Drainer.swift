@@ -45,8 +45,8 @@ public struct Drainer: Sendable {
             try deletes.rethrowLateFailure()
         }
         let enricher = try Enricher(store: store)
-        var chunk = Outbox.DrainedChunk()
-        try store.scanEvents(limit: chunkSize, restart: { chunk = Outbox.DrainedChunk() }) { seq, raw, record in
+        var chunk = Outbox.DrainedChunk(reservingFor: chunkSize)
+        try store.scanEvents(limit: chunkSize, restart: { chunk = Outbox.DrainedChunk(reservingFor: chunkSize) }) { seq, raw, record in
             switch record {
             case .success(let view):
                 do {

@@ -75,18 +75,18 @@ public struct Enricher: Sendable {
         }
         let producer = chunk.store(view.producerID)
         let bootID = chunk.store(view.bootID)
-        var member = Array(#""_tributary":{"seq":"#.utf8)
-        member.reserveCapacity(96 + view.producerID.count)
-        appendDecimal(seq, to: &member)
-        member.append(contentsOf: #","producer":"#.utf8)
-        JSONString.append(view.producerID, to: &member)
-        member.append(contentsOf: #","producer_kind":""#.utf8)
-        member.append(contentsOf: view.producerKind.description.utf8)
-        member.append(contentsOf: #"","producer_seq":"#.utf8)
-        appendDecimal(view.producerSeq, to: &member)
-        member.append(UInt8(ascii: "}"))
         let start = chunk.bytes.count
-        let added = member.withUnsafeBytes { appendJSONObject(body, adding: $0, to: &chunk.bytes) }
+        let added = appendJSONObject(body, to: &chunk.bytes) { out in
+            appendLiteral(#""_tributary":{"seq":"#, to: &out)
+            appendDecimal(seq, to: &out)
+            appendLiteral(#","producer":"#, to: &out)
+            JSONString.append(view.producerID, to: &out)
+            appendLiteral(#","producer_kind":""#, to: &out)
+            out.append(contentsOf: view.producerKind.description.utf8)
+            appendLiteral(#"","producer_seq":"#, to: &out)
+            appendDecimal(view.producerSeq, to: &out)
+            out.append(UInt8(ascii: "}"))
+        }
         guard added else { throw EnrichError(seq: seq, reason: "the event body is not a JSON object") }
         chunk.appendEvent(
             seq: seq, producerKind: view.producerKind, producerSeq: view.producerSeq, wallMillis: view.wallTimeMillis,
@@ -170,6 +170,11 @@ public struct EnrichError: TributaryError {
     }
 
     public var description: String { "event seq \(seq): \(reason)" }
+}
+
+/// Appends the bytes of `literal` to `out` (from its static storage: no `String` in between).
+func appendLiteral(_ literal: StaticString, to out: inout [UInt8]) {
+    out.append(contentsOf: UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
 }
 
 /// Appends the decimal digits of `value` to `out`.

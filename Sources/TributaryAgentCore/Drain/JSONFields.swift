@@ -71,7 +71,8 @@ enum JSONFields {
                 continue
             }
             guard json[i] == UInt8(ascii: "\""), let keyEnd = stringEnd(json, i) else { return nil }
-            let matches = UnsafeRawBufferPointer(rebasing: json[(i + 1)..<(keyEnd - 1)]).elementsEqual(key)
+            let matches = keyEnd - 2 - i == key.count
+                && (key.isEmpty || memcmp(json.baseAddress! + i + 1, key.baseAddress!, key.count) == 0)
             i = skipSpace(json, keyEnd)
             guard i < json.count, json[i] == UInt8(ascii: ":") else { return nil }
             i = skipSpace(json, i + 1)
@@ -89,15 +90,21 @@ enum JSONFields {
         return i
     }
 
-    /// Index just past the closing quote of the string starting at `start`.
+    /// Index just past the closing quote of the string whose opening quote is at `start`.
+    ///
+    /// Each quote is found with `memchr` (vectorized in glibc) and is the end unless escaped, that is
+    /// preceded by an odd number of backslashes: a byte loop cost the drain about 7 instructions a byte
+    /// of every string it passed.
     private static func stringEnd(_ json: UnsafeRawBufferPointer, _ start: Int) -> Int? {
-        var i = start + 1
-        while i < json.count {
-            switch json[i] {
-            case UInt8(ascii: "\\"): i += 2
-            case UInt8(ascii: "\""): return i + 1
-            default: i += 1
-            }
+        guard let base = json.baseAddress else { return nil }
+        var from = start + 1
+        while from < json.count {
+            guard let found = memchr(base + from, Int32(UInt8(ascii: "\"")), json.count - from) else { return nil }
+            let quote = base.distance(to: UnsafeRawPointer(found))
+            var backslash = quote - 1
+            while backslash > start, json[backslash] == UInt8(ascii: "\\") { backslash -= 1 }
+            if (quote - 1 - backslash) % 2 == 0 { return quote + 1 }
+            from = quote + 1
         }
         return nil
     }

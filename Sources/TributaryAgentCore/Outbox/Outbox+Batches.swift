@@ -107,7 +107,7 @@ extension Outbox {
     public func peekBatch(
         after batchID: String, maxCount: Int, maxBytes: Int, each: (BatchEvent) throws -> Void
     ) throws -> PreparedBatch? {
-        try writer.read { db in
+        try read { db in
             guard let inFlight = try Self.inFlight(db), inFlight.id == batchID else { return nil }
             let scanned = try Self.scan(
                 db, from: inFlight.lastID + 1, through: .max, maxCount: maxCount, maxBytes: maxBytes, each)
@@ -187,7 +187,7 @@ extension Outbox {
     /// The rows of batch `batchID`, in upload order (to bisect or dead-letter a batch the collector refused);
     /// empty unless `batchID` is the batch in flight.
     public func rows(inBatch batchID: String) throws -> [Row] {
-        try writer.read { db in
+        try read { db in
             guard let inFlight = try Self.inFlight(db), inFlight.id == batchID else { return [] }
             return try Self.rows(db, inFlight)
         }

@@ -75,7 +75,7 @@ extension Outbox {
     /// Events dead-lettered since an event was last delivered (by this agent's runs and the ones before):
     /// what ``UploadConfiguration/haltAfterDeadLetters`` is held against. A delivery sets it back to 0.
     public func deadLettersInARow() throws -> Int {
-        try writer.read { db in Int(try Self.state(db, .deadLettersInARow)) }
+        try read { db in Int(try Self.state(db, .deadLettersInARow)) }
     }
 
     /// The run of dead letters as it stands for uploads to `destination` (a fingerprint of the collector
@@ -103,12 +103,12 @@ extension Outbox {
 
     /// How many dead letters the outbox holds.
     public func deadLetterCount() throws -> Int {
-        try writer.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM dead_letters") ?? 0 }
+        try read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM dead_letters") ?? 0 }
     }
 
     /// Dead letters, oldest first.
     public func deadLetters(limit: Int = 1000) throws -> [DeadLetter] {
-        try writer.read { db in
+        try read { db in
             try GRDB.Row.fetchAll(db, sql: "SELECT * FROM dead_letters ORDER BY id LIMIT ?", arguments: [limit]).map { r in
                 DeadLetter(
                     id: r["id"], seq: UInt64(r["seq"] as Int64), eventID: r["event_id"], producer: r["producer"],
@@ -157,7 +157,7 @@ extension Outbox {
         // running agent waits for the outbox's writer one chunk at a time, never for the whole replay
         // (its busy timeout would stop it), and the bodies in memory are one chunk's. Oldest first, in
         // the order they were refused (`id`; seqs of two stores, or handed out again, do not order them).
-        let chosen = try writer.read { db in
+        let chosen = try read { db in
             try Self.chosenDeadLetters(db, columns: "id", filter: "event_id IS NOT NULL", ids: ids, replaying: true)
                 .map { $0["id"] as Int64 }
         }

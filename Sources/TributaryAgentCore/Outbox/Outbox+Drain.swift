@@ -8,7 +8,7 @@ import TributaryStore
 extension Outbox {
     /// The highest store sequence number ever committed to this outbox (drained), or 0.
     public func lastDrainedSeq() throws -> UInt64 {
-        try writer.read { db in UInt64(try Self.state(db, .lastDrainedSeq)) }
+        try read { db in UInt64(try Self.state(db, .lastDrainedSeq)) }
     }
 
     /// What the drain hands the outbox for one store entry.
@@ -75,6 +75,17 @@ extension Outbox {
 
         var bytes: [UInt8] = []
         var entries: [Entry] = []
+
+        /// An empty chunk.
+        init() {}
+
+        /// An empty chunk with room for `events` events of about 1 KiB (a tracked event and its
+        /// `_tributary` are about 0.9 KiB): growing the buffer by doubling copied each chunk's bytes
+        /// about once more. Room not written to is never touched, so it costs no memory.
+        init(reservingFor events: Int) {
+            bytes.reserveCapacity(events * 1024)
+            entries.reserveCapacity(events)
+        }
         /// ``Outbox/recordIdentity(_:)`` of the store record of the last entry (0: not known).
         var lastRecordIdentity: UInt64 = 0
 
@@ -216,7 +227,7 @@ extension Outbox {
     public func reconcile(
         lastAssignedSeq: UInt64, oldestSeq: UInt64?, identityAt: (UInt64) throws -> UInt64?
     ) throws -> (before: UInt64, after: UInt64)? {
-        let (drained, identity) = try writer.read { db in
+        let (drained, identity) = try read { db in
             let seq = UInt64(try Self.state(db, .lastDrainedSeq))
             let identitySeq = UInt64(try Self.state(db, .lastDrainedRecordSeq))
             // Not known unless it is the record at `last_drained_seq`.

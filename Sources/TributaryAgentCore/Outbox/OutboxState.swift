@@ -61,7 +61,7 @@ extension Outbox {
     /// Number of events waiting and their total body size, and the dead letters' bytes (with the
     /// pending bytes, what the outbox quota bounds): one read of the counters.
     public func pending() throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
-        try writer.read { db in try pending(db) }
+        try read { db in try pending(db) }
     }
 
     private func pending(_ db: Database) throws -> (count: Int, bytes: Int, deadLetterBytes: Int) {
@@ -83,7 +83,7 @@ extension Outbox {
     public func statusFigures(
         settling: (batchID: String, count: Int)?
     ) throws -> (counters: Counters, pending: (count: Int, bytes: Int, deadLetterBytes: Int)) {
-        try writer.read { db in
+        try read { db in
             var counters = try counters(db)
             var pending = try pending(db)
             if let settling, try Self.inFlightBatchID(db) == settling.batchID {
@@ -102,7 +102,7 @@ extension Outbox {
 
     /// The persistent counters.
     public func counters() throws -> Counters {
-        try writer.read { db in try counters(db) }
+        try read { db in try counters(db) }
     }
 
     private func counters(_ db: Database) throws -> Counters {
