@@ -360,7 +360,7 @@ final class AgentSession {
 
     /// `tributary-agent --once` (with `--deadline` if given) on a copy of the backlog of `events`
     /// events, against a fresh reference collector; verified.
-    func agentRun(events: Int, deadline: Double?, overTLS: Bool = false) throws -> AgentRun {
+    func agentRun(events: Int, deadline: Double?, overTLS: Bool = false, extraArguments: [String] = []) throws -> AgentRun {
         let run = try prepareRun(events: events)
         defer { try? FileManager.default.removeItem(atPath: run.directory) }
         let outbox = run.directory + "/outbox/outbox.sqlite"
@@ -373,6 +373,7 @@ final class AgentSession {
         ]
         if let tls { arguments += ["--ca-file", tls.caFile] }
         if let deadline { arguments += ["--deadline", "\(deadline)"] }
+        arguments += extraArguments
         let agent = try SpawnedProcess(
             name: "tributary-agent", executable: binDirectory + "/tributary-agent", arguments: arguments)
         let sampler = MemorySampler(pid: agent.pid)

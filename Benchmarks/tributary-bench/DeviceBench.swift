@@ -18,9 +18,13 @@ struct DeviceBench: ParsableCommand {
             WATCHDOG_USEC=30 s): wake-ups (voluntary context switches of every thread), write_bytes and \
             CPU from /proc; once. latency: a copy of a --latency-backlog store; the producer tracks \
             --latency-events, one every --latency-interval-us, first with no agent, then while \
-            tributary-agent drains the backlog; the agent's store-lock hold times from its metrics. \
-            energy: tributary-agent --once on --energy-events (verified as the e2e runs) and the C drain \
-            with gzip on a copy of the same backlog, CPU from wait4/getrusage. See docs/performance.md.
+            tributary-agent drains the backlog, then beside the C floor's drain of a copy (the same \
+            reads, deletes, outbox commits and gzip, nothing else); the agent's store-lock hold times from its \
+            metrics. \
+            energy: tributary-agent --once on --energy-events (verified as the e2e runs), its requests of \
+            --chunk events as the floor compresses them, then with the default batch size; between the two \
+            the C drain with gzip on a copy of the same backlog; CPU from wait4/getrusage. See \
+            docs/performance.md.
             """
     )
 
@@ -48,7 +52,7 @@ struct DeviceBench: ParsableCommand {
     @Option(name: .customLong("energy-events"), help: "Backlog of each energy run.")
     var energyEvents: Int = 100_000
 
-    @Option(help: "Events per drain transaction of the C floor (the agent's default chunk).")
+    @Option(help: "Events per drain transaction of the C floor (the agent's default chunk), and per request of the agent's like-for-like energy runs.")
     var chunk: Int = 2000
 
     @Option(name: .customLong("work-dir"), help: ArgumentHelp("Where stores are created (must not be tmpfs).", valueName: "dir"))
@@ -92,6 +96,7 @@ struct DeviceBench: ParsableCommand {
             if parts.contains(.energy) {
                 for rep in 1...reps { report.energy.append(try session.energyRun(rep, of: reps, events: energyEvents)) }
                 report.energyEvents = energyEvents
+                report.energyChunk = chunk
             }
         } catch {
             writeError("tributary-bench device: run failed, aborting: \(error)")
@@ -248,13 +253,47 @@ extension AgentSession {
         kill(agent.pid, SIGTERM)
         let exit = try agent.wait()
         guard exit.status == 0 else { throw BenchFailure("the draining agent did not stop cleanly: \(exit).") }
-        let sample = LatencySample(idle: idle, draining: draining, overlapped: leftAtEnd > 0, holds: holds)
+        let (floorDraining, floorLeft) = try floorLatencies(backlog: backlog, events: events, intervalMicros: intervalMicros)
+        let sample = LatencySample(
+            idle: idle, draining: draining, floorDraining: floorDraining, overlapped: leftAtEnd > 0 && floorLeft > 0,
+            holds: holds)
         progress(
             "rep \(rep)/\(reps)  track() p50/p99/p99.9/max µs, no agent: \(LatencySample.text(idle)); "
                 + "agent draining \(Report.grouped(Double(backlog))): \(LatencySample.text(draining))"
-                + (leftAtEnd > 0 ? "" : " (the drain ended before the producer)") + "; lock holds: \(holds.text)")
+                + (leftAtEnd > 0 ? "" : " (the drain ended before the producer)")
+                + "; C floor draining: \(LatencySample.text(floorDraining))"
+                + (floorLeft > 0 ? "" : " (the drain ended before the producer)") + "; lock holds: \(holds.text)")
         return sample
     }
+
+    /// The same producer beside the C floor's drain of a copy of the backlog (`lmdb-baseline drain`: the
+    /// store's reads and deletes, a chunk at a time, the outbox's commits and gzip, with nothing else):
+    /// what draining the store costs a producer whoever drains it. Returns the latencies and what the
+    /// store still held when the producer's last call returned.
+    private func floorLatencies(backlog: Int, events: Int, intervalMicros: Int) throws -> ([UInt64], Int) {
+        let run = try prepareRun(events: backlog)
+        defer { try? FileManager.default.removeItem(atPath: run.directory) }
+        guard mkdir(run.directory + "/outbox", 0o700) == 0 else { throw BenchFailure("mkdir outbox failed.") }
+        let floor = try ProducerProcess(
+            name: "C drain", executable: binDirectory + "/lmdb-baseline",
+            arguments: [
+                "drain", "--group", run.group, "--outbox", run.directory + "/outbox/outbox.sqlite", "--chunk", "\(chunk)",
+                "--synchronous", "full", "--map-size", "\(Self.floorMapBytes)", "--gzip-level", "1",
+            ])
+        try floor.waitUntilReady()
+        try floor.start()
+        let latencies = try producerLatencies(group: run.group, id: "app-floor", events: events, intervalMicros: intervalMicros)
+        let left = try Backlog.pendingInStore(group: run.group)
+        let report = try floor.finish()
+        guard report.events == backlog + events else {
+            throw BenchFailure("the C floor drained \(report.events) of \(backlog + events).")
+        }
+        return (latencies, left)
+    }
+
+    /// The C floor's LMDB map for the latency runs' backlog (about 0.8 GB for 1,000,000 events) and the
+    /// producer's events beside it.
+    static let floorMapBytes = 4 << 30
 
     /// One paced producer's `track()` latencies, in nanoseconds.
     private func producerLatencies(group: String, id: String, events: Int, intervalMicros: Int) throws -> [UInt64] {
@@ -271,9 +310,33 @@ extension AgentSession {
     // MARK: Energy per event
 
     /// The agent's CPU and disk bytes per delivered event (`--once`, verified), and the C floor's CPU per
-    /// event on a copy of the same backlog.
+    /// event on a copy of the same backlog: the agent first with requests of a chunk's events (what the
+    /// floor compresses at a time: like for like), then with its default batch size.
     func energyRun(_ rep: Int, of reps: Int, events: Int) throws -> EnergySample {
-        let agent = try agentRun(events: events, deadline: nil)
+        let matched = try agentRun(
+            events: events, deadline: nil,
+            extraArguments: ["--batch-size", "\(chunk)", "--max-batch-bytes", "\(chunk * Self.batchBytesPerEvent)"])
+        let floor = try floorRun(events: events)
+        let defaults = try agentRun(events: events, deadline: nil)
+        let sample = EnergySample(
+            agentCPUSeconds: matched.exit.cpuSeconds, delivered: matched.delivered,
+            agentWrittenBytes: matched.exit.writtenBytes, defaultCPUSeconds: defaults.exit.cpuSeconds,
+            defaultDelivered: defaults.delivered, floorCPUSeconds: floor, floorEvents: events, eventBytes: recordSize)
+        progress(
+            "rep \(rep)/\(reps)  CPU per event: agent \(Report.decimal(sample.agentMicros, 1)) µs with requests of "
+                + "\(chunk) (default batches: \(Report.decimal(sample.defaultMicros, 1)) µs), "
+                + "C drain + gzip \(Report.decimal(sample.floorMicros, 1)) µs (x\(Report.decimal(sample.ratio, 2)), "
+                + "x\(Report.decimal(sample.defaultRatio, 2))); agent wrote \(Report.decimal(sample.bytesPerEvent, 0)) bytes "
+                + "per \(Report.decimal(recordSize, 0))-byte event (x\(Report.decimal(sample.writeAmplification, 2)))")
+        return sample
+    }
+
+    /// Room per event in the like-for-like run's requests (`--max-batch-bytes`): a chunk's events always
+    /// fit (a benchmark event is about 0.9 KiB with `_tributary`), so the count alone makes the batches.
+    static let batchBytesPerEvent = 4096
+
+    /// The C floor on a copy of an `events` backlog: its CPU seconds (drain into SQLite, gzip).
+    private func floorRun(events: Int) throws -> Double {
         let run = try prepareRun(events: events)
         defer { try? FileManager.default.removeItem(atPath: run.directory) }
         guard mkdir(run.directory + "/outbox", 0o700) == 0 else { throw BenchFailure("mkdir outbox failed.") }
@@ -287,15 +350,7 @@ extension AgentSession {
         try floor.start()
         let report = try floor.finish()
         guard report.events == events else { throw BenchFailure("the C floor drained \(report.events) of \(events).") }
-        let sample = EnergySample(
-            agentCPUSeconds: agent.exit.cpuSeconds, delivered: agent.delivered, agentWrittenBytes: agent.exit.writtenBytes,
-            floorCPUSeconds: Double(report.cpuNanos ?? 0) / 1e9, floorEvents: report.events, eventBytes: recordSize)
-        progress(
-            "rep \(rep)/\(reps)  CPU per event: agent \(Report.decimal(sample.agentMicros, 1)) µs, "
-                + "C drain + gzip \(Report.decimal(sample.floorMicros, 1)) µs (x\(Report.decimal(sample.ratio, 2))); "
-                + "agent wrote \(Report.decimal(sample.bytesPerEvent, 0)) bytes per \(Report.decimal(recordSize, 0))-byte event "
-                + "(x\(Report.decimal(sample.writeAmplification, 2)))")
-        return sample
+        return Double(report.cpuNanos ?? 0) / 1e9
     }
 }
 

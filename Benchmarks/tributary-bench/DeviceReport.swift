@@ -52,11 +52,13 @@ struct LockHolds {
     }
 }
 
-/// One latency repetition: the producer's `track()` latencies (ns) with no agent and beside the drain.
+/// One latency repetition: the producer's `track()` latencies (ns) with no agent, beside the agent's
+/// drain, and beside the C floor's drain of the same backlog.
 struct LatencySample {
     var idle: [UInt64]
     var draining: [UInt64]
-    /// Whether the backlog was still being drained when the producer's last call returned.
+    var floorDraining: [UInt64]
+    /// Whether both backlogs were still being drained when the producer's last call returned.
     var overlapped: Bool
     var holds: LockHolds
 
@@ -68,11 +70,14 @@ struct LatencySample {
     }
 }
 
-/// One energy repetition: the agent's CPU and disk bytes per delivered event, and the C floor's CPU.
+/// One energy repetition: the agent's CPU and disk bytes per delivered event with requests of the
+/// floor's chunk, its CPU with the default batch size, and the C floor's CPU.
 struct EnergySample {
     var agentCPUSeconds: Double
     var delivered: Int
     var agentWrittenBytes: Int
+    var defaultCPUSeconds: Double
+    var defaultDelivered: Int
     var floorCPUSeconds: Double
     var floorEvents: Int
     /// The stored size of one event (record header and body).
@@ -81,6 +86,8 @@ struct EnergySample {
     var agentMicros: Double { agentCPUSeconds * 1e6 / Double(max(delivered, 1)) }
     var floorMicros: Double { floorCPUSeconds * 1e6 / Double(max(floorEvents, 1)) }
     var ratio: Double { agentMicros / floorMicros }
+    var defaultMicros: Double { defaultCPUSeconds * 1e6 / Double(max(defaultDelivered, 1)) }
+    var defaultRatio: Double { defaultMicros / floorMicros }
     var bytesPerEvent: Double { Double(agentWrittenBytes) / Double(max(delivered, 1)) }
     var writeAmplification: Double { bytesPerEvent / eventBytes }
 }
@@ -93,10 +100,24 @@ struct DeviceReport {
     var latencyBacklog = 0
     var energy: [EnergySample] = []
     var energyEvents = 0
+    /// Events per request in the like-for-like energy runs (the floor's chunk).
+    var energyChunk = 0
 
     /// Median over the repetitions of `p`-th percentile latencies, in µs.
     func latencyMicros(_ p: Double, draining: Bool) -> Double {
-        Statistics.median(latency.map { Double(Statistics.percentile(p, of: draining ? $0.draining : $0.idle)) / 1e3 })
+        latencyMicros(p) { draining ? $0.draining : $0.idle }
+    }
+
+    /// Median over the repetitions of `p`-th percentile latencies of one run of each, in µs.
+    func latencyMicros(_ p: Double, of run: (LatencySample) -> [UInt64]) -> Double {
+        Statistics.median(latency.map { Double(Statistics.percentile(p, of: run($0))) / 1e3 })
+    }
+
+    /// Median over the repetitions of the ratio of two runs' `p`-th percentiles.
+    func latencyRatio(_ p: Double, _ run: (LatencySample) -> [UInt64], to baseline: (LatencySample) -> [UInt64]) -> Double {
+        Statistics.median(latency.map {
+            Double(Statistics.percentile(p, of: run($0))) / Double(max(Statistics.percentile(p, of: baseline($0)), 1))
+        })
     }
 
     var text: String {
@@ -138,12 +159,21 @@ struct DeviceReport {
         if !latency.isEmpty {
             let idle99 = latencyMicros(99, draining: false)
             let drain99 = latencyMicros(99, draining: true)
-            let ratio = Statistics.median(latency.map {
-                Double(Statistics.percentile(99, of: $0.draining)) / Double(max(Statistics.percentile(99, of: $0.idle), 1))
-            })
+            let ratio = latencyRatio(99, \.draining, to: \.idle)
             rows.append([
                 "track() p99 while the agent drains \(Report.grouped(Double(latencyBacklog)))", "\(Report.decimal(drain99, 0)) µs",
                 "no agent: \(Report.decimal(idle99, 0)) µs", Report.decimal(ratio, 2), "<= 2x", ratio <= 2 ? "yes" : "no",
+            ])
+            let floor99 = latencyMicros(99, of: \.floorDraining)
+            rows.append([
+                "  same, beside the C floor's drain instead", "\(Report.decimal(floor99, 0)) µs",
+                "no agent: \(Report.decimal(idle99, 0)) µs", Report.decimal(latencyRatio(99, \.floorDraining, to: \.idle), 2),
+                "-", "-",
+            ])
+            rows.append([
+                "  the agent's drain against the C floor's, p99", "\(Report.decimal(drain99, 0)) µs",
+                "C floor: \(Report.decimal(floor99, 0)) µs", Report.decimal(latencyRatio(99, \.draining, to: \.floorDraining), 2),
+                "-", "-",
             ])
             let drainMax = latencyMicros(100, draining: true)
             rows.append([
@@ -160,10 +190,15 @@ struct DeviceReport {
         }
         if !energy.isEmpty {
             let ratio = Statistics.median(energy.map(\.ratio))
+            let floor = "C drain + gzip: \(Report.decimal(Statistics.median(energy.map(\.floorMicros)), 1)) µs"
             rows.append([
-                "agent CPU per delivered event", "\(Report.decimal(Statistics.median(energy.map(\.agentMicros)), 1)) µs",
-                "C drain + gzip: \(Report.decimal(Statistics.median(energy.map(\.floorMicros)), 1)) µs",
+                "agent CPU per delivered event, requests of \(Report.grouped(Double(energyChunk)))",
+                "\(Report.decimal(Statistics.median(energy.map(\.agentMicros)), 1)) µs", floor,
                 Report.decimal(ratio, 2), "<= 1.5x", ratio <= 1.5 ? "yes" : "no",
+            ])
+            rows.append([
+                "  same, the default batches (500 events)", "\(Report.decimal(Statistics.median(energy.map(\.defaultMicros)), 1)) µs",
+                floor, Report.decimal(Statistics.median(energy.map(\.defaultRatio)), 2), "-", "-",
             ])
             rows.append([
                 "agent bytes written per event", "\(Report.decimal(Statistics.median(energy.map(\.bytesPerEvent)), 0)) B",

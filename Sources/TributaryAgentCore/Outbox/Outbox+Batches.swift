@@ -242,7 +242,8 @@ extension Outbox {
     public func acknowledge(_ batchID: String, then next: PreparedBatch?, patience: Duration? = nil) throws -> Bool {
         try writeOutsideTransaction { db in
             try Self.withPatience(patience, db) {
-                try db.execute(sql: "PRAGMA synchronous = NORMAL")
+                // Cached: compiled once, not at every acknowledgement (a statement a batch).
+                try db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute()
                 var madeInFlight = false
                 let outcome = Result {
                     try db.inTransaction {
@@ -251,7 +252,7 @@ extension Outbox {
                     }
                 }
                 // Every other transaction commits FULL: set it back before anything else can run here.
-                try db.execute(sql: "PRAGMA synchronous = FULL")
+                try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute()
                 try outcome.get()
                 return madeInFlight
             }
