@@ -84,6 +84,13 @@ struct DeviceBench: ParsableCommand {
         do {
             session.template = try Backlog.trackerBody(scratch: scratch)
             if parts.contains(.idle) { report.idle = try session.idleRun(seconds: idleSeconds) }
+            // Energy before latency: the latency runs copy gigabytes of backlog, whose writeback goes on
+            // for a while after them, and the energy runs' CPU includes their commits' kernel time.
+            if parts.contains(.energy) {
+                for rep in 1...reps { report.energy.append(try session.energyRun(rep, of: reps, events: energyEvents)) }
+                report.energyEvents = energyEvents
+                report.energyChunk = chunk
+            }
             if parts.contains(.latency) {
                 for rep in 1...reps {
                     report.latency.append(
@@ -92,11 +99,6 @@ struct DeviceBench: ParsableCommand {
                 }
                 report.latencyEvents = latencyEvents
                 report.latencyBacklog = latencyBacklog
-            }
-            if parts.contains(.energy) {
-                for rep in 1...reps { report.energy.append(try session.energyRun(rep, of: reps, events: energyEvents)) }
-                report.energyEvents = energyEvents
-                report.energyChunk = chunk
             }
         } catch {
             writeError("tributary-bench device: run failed, aborting: \(error)")
