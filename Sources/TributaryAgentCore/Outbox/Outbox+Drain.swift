@@ -75,6 +75,8 @@ extension Outbox {
 
         var bytes: [UInt8] = []
         var entries: [Entry] = []
+        /// ``Outbox/recordIdentity(_:)`` of the store record of the last entry (0: not known).
+        var lastRecordIdentity: UInt64 = 0
 
         /// An empty chunk.
         init() {}
@@ -86,8 +88,6 @@ extension Outbox {
             bytes.reserveCapacity(events * 1024)
             entries.reserveCapacity(events)
         }
-        /// ``Outbox/recordIdentity(_:)`` of the store record of the last entry (0: not known).
-        var lastRecordIdentity: UInt64 = 0
 
         /// Appends `bytes` to the buffer; returns where they are.
         mutating func store<C: Collection<UInt8>>(_ bytes: C) -> Range<Int> {
