@@ -275,15 +275,7 @@ extension AgentSession {
     private func floorLatencies(backlog: Int, events: Int, intervalMicros: Int) throws -> ([UInt64], Int) {
         let run = try prepareRun(events: backlog)
         defer { try? FileManager.default.removeItem(atPath: run.directory) }
-        guard mkdir(run.directory + "/outbox", 0o700) == 0 else { throw BenchFailure("mkdir outbox failed.") }
-        let floor = try ProducerProcess(
-            name: "C drain", executable: binDirectory + "/lmdb-baseline",
-            arguments: [
-                "drain", "--group", run.group, "--outbox", run.directory + "/outbox/outbox.sqlite", "--chunk", "\(chunk)",
-                "--synchronous", "full", "--map-size", "\(Self.floorMapBytes)", "--gzip-level", "1",
-            ])
-        try floor.waitUntilReady()
-        try floor.start()
+        let floor = try startFloor(on: run, mapBytes: Self.floorMapBytes)
         let latencies = try producerLatencies(group: run.group, id: "app-floor", events: events, intervalMicros: intervalMicros)
         let left = try Backlog.pendingInStore(group: run.group)
         let report = try floor.finish()
@@ -341,18 +333,25 @@ extension AgentSession {
     private func floorRun(events: Int) throws -> Double {
         let run = try prepareRun(events: events)
         defer { try? FileManager.default.removeItem(atPath: run.directory) }
+        let report = try startFloor(on: run, mapBytes: 1 << 30).finish()
+        guard report.events == events else { throw BenchFailure("the C floor drained \(report.events) of \(events).") }
+        return Double(report.cpuNanos ?? 0) / 1e9
+    }
+
+    /// Starts the C floor (`lmdb-baseline drain`: the store's reads and deletes a chunk at a time, the
+    /// outbox's commits with `synchronous=FULL`, gzip at the agent's level) on `run`'s store, into a new
+    /// outbox beside it, with an LMDB map of `mapBytes`.
+    private func startFloor(on run: (directory: String, group: String), mapBytes: Int) throws -> ProducerProcess {
         guard mkdir(run.directory + "/outbox", 0o700) == 0 else { throw BenchFailure("mkdir outbox failed.") }
         let floor = try ProducerProcess(
             name: "C drain + gzip", executable: binDirectory + "/lmdb-baseline",
             arguments: [
                 "drain", "--group", run.group, "--outbox", run.directory + "/outbox/outbox.sqlite", "--chunk", "\(chunk)",
-                "--synchronous", "full", "--map-size", "\(1 << 30)", "--gzip-level", "1",
+                "--synchronous", "full", "--map-size", "\(mapBytes)", "--gzip-level", "1",
             ])
         try floor.waitUntilReady()
         try floor.start()
-        let report = try floor.finish()
-        guard report.events == events else { throw BenchFailure("the C floor drained \(report.events) of \(events).") }
-        return Double(report.cpuNanos ?? 0) / 1e9
+        return floor
     }
 }
 

@@ -174,7 +174,7 @@ public struct EnrichError: TributaryError {
 
 /// Appends the bytes of `literal` to `out` (from its static storage: no `String` in between).
 func appendLiteral(_ literal: StaticString, to out: inout [UInt8]) {
-    out.append(contentsOf: UnsafeBufferPointer(start: literal.utf8Start, count: literal.utf8CodeUnitCount))
+    literal.withUTF8Buffer { out.append(contentsOf: $0) }
 }
 
 /// Appends the decimal digits of `value` to `out`.
