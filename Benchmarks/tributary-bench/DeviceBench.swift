@@ -243,14 +243,21 @@ extension AgentSession {
                 "--group", run.group, "--server", collector.ingestURL, "--outbox", run.directory + "/outbox/outbox.sqlite",
                 "--log-level", "warning", "--metrics-address", "127.0.0.1:\(port)",
             ])
-        let draining = try producerLatencies(group: run.group, id: "app-drain", events: events, intervalMicros: intervalMicros)
+        var (leftAtStart, producerStarted) = (0, UInt64(0))
+        let draining = try producerLatencies(group: run.group, id: "app-drain", events: events, intervalMicros: intervalMicros) {
+            (leftAtStart, producerStarted) = (try Backlog.pendingInStore(group: run.group), Monotonic.nanos())
+        }
         // The producer ran beside the drain only if the backlog was not yet drained when it ended.
         let leftAtEnd = try Backlog.pendingInStore(group: run.group)
         let started = Monotonic.nanos()
         while try Backlog.pendingInStore(group: run.group) > 0 {
             guard Monotonic.nanos() - started < 900_000_000_000 else { throw BenchFailure("the agent did not drain the backlog.") }
-            usleep(200_000)
+            usleep(50_000)
         }
+        let drainRate = (
+            beside: Double(leftAtStart + events - leftAtEnd) / (Double(started - producerStarted) / 1e9),
+            alone: Double(leftAtEnd) / (Double(Monotonic.nanos() - started) / 1e9)
+        )
         let holds = try LockHolds(metrics: String(decoding: try HTTP.get(port: port, path: "/metrics"), as: UTF8.self))
         kill(agent.pid, SIGTERM)
         let exit = try agent.wait()
@@ -258,11 +265,12 @@ extension AgentSession {
         let (floorDraining, floorLeft) = try floorLatencies(backlog: backlog, events: events, intervalMicros: intervalMicros)
         let sample = LatencySample(
             idle: idle, draining: draining, floorDraining: floorDraining, overlapped: leftAtEnd > 0 && floorLeft > 0,
-            holds: holds)
+            holds: holds, drainRate: drainRate)
         progress(
             "rep \(rep)/\(reps)  track() p50/p99/p99.9/max µs, no agent: \(LatencySample.text(idle)); "
                 + "agent draining \(Report.grouped(Double(backlog))): \(LatencySample.text(draining))"
                 + (leftAtEnd > 0 ? "" : " (the drain ended before the producer)")
+                + " (drain \(Report.grouped(drainRate.beside))/s beside it, \(Report.grouped(drainRate.alone))/s after)"
                 + "; C floor draining: \(LatencySample.text(floorDraining))"
                 + (floorLeft > 0 ? "" : " (the drain ended before the producer)") + "; lock holds: \(holds.text)")
         return sample
@@ -289,14 +297,18 @@ extension AgentSession {
     /// producer's events beside it.
     static let floorMapBytes = 4 << 30
 
-    /// One paced producer's `track()` latencies, in nanoseconds.
-    private func producerLatencies(group: String, id: String, events: Int, intervalMicros: Int) throws -> [UInt64] {
+    /// One paced producer's `track()` latencies, in nanoseconds; `starting` runs once it is ready, just
+    /// before its first call.
+    private func producerLatencies(
+        group: String, id: String, events: Int, intervalMicros: Int, starting: () throws -> Void = {}
+    ) throws -> [UInt64] {
         let producer = try ProducerProcess(
             name: id, executable: binDirectory + "/tributary-bench",
             arguments: [
                 "worker", "--group", group, "--producer-id", id, "--events", "\(events)", "--interval-us", "\(intervalMicros)",
             ])
         try producer.waitUntilReady()
+        try starting()
         try producer.start()
         return try producer.finish().latencyNanos
     }

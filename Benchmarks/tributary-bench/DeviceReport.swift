@@ -61,6 +61,8 @@ struct LatencySample {
     /// Whether both backlogs were still being drained when the producer's last call returned.
     var overlapped: Bool
     var holds: LockHolds
+    /// The agent's drain in events a second: while the producer ran beside it, and after (alone).
+    var drainRate: (beside: Double, alone: Double)
 
     static let percentiles = [50.0, 99, 99.9, 100]
 
@@ -180,6 +182,13 @@ struct DeviceReport {
                 "track() max while the agent drains", "\(Report.decimal(drainMax / 1000, 1)) ms",
                 "no agent: \(Report.decimal(latencyMicros(100, draining: false) / 1000, 1)) ms", "-", "< 20 ms",
                 drainMax < 20_000 ? "yes" : "no",
+            ])
+            let beside = Statistics.median(latency.map(\.drainRate.beside))
+            let alone = Statistics.median(latency.map(\.drainRate.alone))
+            rows.append([
+                "  the agent's drain beside the producer (it rests)", "\(Report.grouped(beside))/s",
+                "alone: \(Report.grouped(alone))/s", Report.decimal(Statistics.median(latency.map { $0.drainRate.beside / max($0.drainRate.alone, 1) }), 2),
+                "-", "-",
             ])
             rows.append([
                 "  (p50 / p99.9 while draining)",

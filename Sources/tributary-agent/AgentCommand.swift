@@ -109,6 +109,17 @@ struct AgentCommand: AsyncParsableCommand {
     var drainAhead = 20_000
 
     @Option(
+        name: .customLong("drain-share"), parsing: .unconditional,
+        help: """
+            While producers are committing, the share of the time the agent's disk work may take \
+            (0 < share ≤ 1): after each turn it rests 1/share − 1 times as long as its drains and \
+            checkpoint took, so that their track() calls seldom wait behind its commits. 1: never rest \
+            (--once never does). Full speed again a second after their last commit, or while they \
+            append faster than the paced drain could keep up with.
+            """)
+    var drainShare = 0.05
+
+    @Option(
         name: .customLong("gzip-level"), parsing: .unconditional,
         help: "gzip level of request bodies, 1 (fastest, the default; bodies ~1.2× those of level 6) … 9 (smallest).")
     var gzipLevel: Int32 = 1
@@ -153,6 +164,9 @@ struct AgentCommand: AsyncParsableCommand {
             throw ValidationError("--halt-after-dead-letters must be 0 or more; got \(haltAfterDeadLetters).")
         }
         guard (1...9).contains(gzipLevel) else { throw ValidationError("--gzip-level must be 1 … 9.") }
+        guard drainShare > 0 && drainShare <= 1 else {
+            throw ValidationError("--drain-share must be above 0 and at most 1; got \(drainShare).")
+        }
         if format == nil, let text = Self.environment("TRIBUTARY_FORMAT"), WireFormat(rawValue: text) == nil {
             throw ValidationError("TRIBUTARY_FORMAT must be sensors or ndjson, not '\(text)'.")
         }
@@ -258,6 +272,7 @@ struct AgentCommand: AsyncParsableCommand {
         config.upload.maxBatchBytes = maxBatchBytes
         config.upload.gzipLevel = gzipLevel
         config.drainAhead = drainAhead
+        config.drainShare = drainShare
         config.upload.backoff = Backoff(
             base: .seconds(backoffBase), cap: .seconds(backoffCap), maxRetryAfter: .seconds(maxRetryAfter))
         config.upload.requestTimeout = .seconds(requestTimeout)

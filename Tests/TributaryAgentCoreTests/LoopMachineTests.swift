@@ -38,8 +38,11 @@ struct LoopMachineTests {
         func finish(at now: TestClock.Instant, pending: Int, stopping: Bool) -> Machine.Finish? {
             machine.finish(at: now, pending: pending, stopping: stopping)
         }
-        func waitTimeout(at now: TestClock.Instant, expiresAt: TestClock.Instant?, mustPoll: Bool = false) -> Duration? {
-            machine.waitTimeout(at: now, expiresAt: expiresAt, mustPoll: mustPoll)
+        func waitTimeout(
+            at now: TestClock.Instant, expiresAt: TestClock.Instant?, mustPoll: Bool = false,
+            restUntil: TestClock.Instant? = nil
+        ) -> Duration? {
+            machine.waitTimeout(at: now, expiresAt: expiresAt, mustPoll: mustPoll, restUntil: restUntil)
         }
         func uploadsFirst(queued: Int, at now: TestClock.Instant) -> Bool {
             machine.uploadsFirst(queued: queued, at: now)
@@ -66,11 +69,11 @@ struct LoopMachineTests {
 
     func seen(
         pending: Int, heldBytes: Int = 0, stopping: Bool = false, flush: Bool = false,
-        expiresAt: TestClock.Instant? = nil
+        expiresAt: TestClock.Instant? = nil, resting: Bool = false
     ) -> Machine.Observation {
         .init(
             now: clock.now, pending: pending, heldBytes: heldBytes, stopping: stopping, flushRequested: flush,
-            expiresAt: expiresAt)
+            expiresAt: expiresAt, resting: resting)
     }
 
     static let fullBatch = Machine.Action.upload(maxEvents: 500, timeout: .seconds(30))
@@ -284,6 +287,28 @@ struct LoopMachineTests {
         #expect(loop.decide(seen(pending: 0)) == .hold)
         #expect(!loop.statusDue(at: clock.now))
         #expect(loop.waitTimeout(at: clock.now, expiresAt: nil) == nil)
+    }
+
+    @Test("a loop resting beside committing producers holds its uploads, and sends once the rest is over")
+    func restHoldsUploads() {
+        let loop = machine()
+        #expect(loop.decide(seen(pending: 600, resting: true)) == .hold)
+        #expect(loop.flushing, "the bulk size's flush is due; only the rest holds it")
+        #expect(loop.decide(seen(pending: 600)) == Self.fullBatch)
+    }
+
+    @Test("a loop resting beside committing producers wakes when its rest ends, and not after")
+    func drainRestWakes() {
+        let loop = machine()
+        #expect(loop.decide(seen(pending: 0)) == .hold)
+        loop.statusWritten(at: clock.now)
+        let restEnds = clock.now.advanced(by: .milliseconds(380))
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: nil, restUntil: restEnds) == .milliseconds(380))
+        // An earlier cause still comes first.
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: clock.now.advanced(by: .milliseconds(50)), restUntil: restEnds) == .milliseconds(50))
+        // A rest that is over is no cause: an idle loop sleeps until woken.
+        clock.advance(by: .milliseconds(380))
+        #expect(loop.waitTimeout(at: clock.now, expiresAt: nil, restUntil: restEnds) == nil)
     }
 
     @Test("events waiting below the bulk size: the loop sleeps until the flush interval ends, then uploads")

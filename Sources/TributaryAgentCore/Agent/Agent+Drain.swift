@@ -6,14 +6,16 @@ import TributaryStore
 extension Agent {
     /// Drains chunk by chunk while `condition` holds (at most 10 chunks, as one loop's drain), until a
     /// chunk comes back partial (the drain caught up with the store), the outbox reaches its quota or
-    /// the agent stops.
+    /// the agent stops; one chunk only while producers are committing (``LoopPacing``).
     func drainWhile(_ condition: () -> Bool, _ loop: inout LoopRun) throws -> Int {
         var drained = 0
         while condition(), drained < configuration.drainChunk * 10, mayDrain() {
             let moved = try drainRespectingQuota(&loop, maxEvents: configuration.drainChunk)
             drained += moved
             // A partial chunk caught up with the store: stop rather than commit a tiny transaction per new event.
-            guard drainedMore(moved) else { break }
+            guard drainedMore(moved),
+                !loop.pacing.paces || !loop.pacing.producersCommitting(newest: try? store.newestSeq(), at: loop.clock.now)
+            else { break }
         }
         return drained
     }
@@ -49,7 +51,8 @@ extension Agent {
 
     /// Drains what the store holds, unless the outbox is at its quota, or (while the collector answers)
     /// holds ``AgentConfiguration/drainAhead`` events. Stops between chunks when a stop is requested,
-    /// the deadline passes or the outbox reaches its quota. `whileStopping`: a deleted store's last
+    /// the deadline passes or the outbox reaches its quota, and after one chunk while producers are
+    /// committing (``LoopPacing``). `whileStopping`: a deleted store's last
     /// events, drained during a stop, up to the quota and the deadline only.
     func drainRespectingQuota(_ loop: inout LoopRun, maxEvents: Int? = nil, whileStopping: Bool = false) throws -> Int {
         let (count, bytes, deadBytes) = try waiting()
@@ -85,10 +88,20 @@ extension Agent {
         if bounded { limit = min(limit, ahead - count) }
         // The quota is checked again before every chunk: the outbox goes past it by one chunk at most.
         let quota = configuration.outboxQuotaBytes
+        // Beside committing producers a drain takes one chunk (``LoopPacing``); a stop's drain of a deleted
+        // store's last events takes what it can.
+        let pacing = whileStopping || !loop.pacing.paces ? nil : loop.pacing
+        let began = loop.clock.now
+        defer { loop.drain.busy += began.duration(to: loop.clock.now) }
+        var chunks = 0
         let drained: Int
         do {
             drained = try drainer.drainAvailable(maxEvents: limit) {
                 guard self.mayDrain(whileStopping: whileStopping) else { return false }
+                if chunks > 0, let pacing, pacing.producersCommitting(newest: try? self.store.newestSeq(), at: loop.clock.now) {
+                    return false
+                }
+                chunks += 1
                 self.heartbeat.beat()  // each chunk committed is progress
                 guard let held = try? self.outbox.pending() else { return true }
                 return held.bytes + held.deadLetterBytes < quota

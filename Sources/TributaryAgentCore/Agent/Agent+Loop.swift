@@ -18,6 +18,8 @@ struct LoopRun {
     /// What the drain keeps between its chunks; the drain beside an upload works on a copy and hands
     /// it back.
     var drain = DrainBookkeeping()
+    /// When the loop rests beside committing producers.
+    var pacing: LoopPacing
 
     struct DrainBookkeeping {
         var outboxFullLogged = false
@@ -26,10 +28,17 @@ struct LoopRun {
         /// The outbox's count of events drained into it, as last read: the drained metric grows by what
         /// a drain adds to it.
         var outboxDrained: Int64 = 0
+        /// How long this turn's drains (the one beside an upload too) and its checkpoint took: the
+        /// local disk work a rest beside committing producers follows (``LoopPacing``).
+        var busy: Duration = .zero
     }
 
-    init(limits: LoopMachine<ContinuousClock>.Limits, settings: EffectiveSettings, clock: any AgentClock) {
+    init(
+        limits: LoopMachine<ContinuousClock>.Limits, settings: EffectiveSettings, clock: any AgentClock,
+        drainShare: Double, drainChunk: Int
+    ) {
         self.clock = clock
+        pacing = LoopPacing(share: drainShare, chunk: drainChunk)
         machine = LoopMachine(limits: limits, settings: settings, now: clock.now)
     }
 
@@ -65,6 +74,9 @@ extension Agent {
                 break
             }
             let isStopping = self.isStopping
+            // Beside committing producers the loop rests between turns that work (``LoopPacing``); a stop
+            // does not.
+            let resting = !isStopping && !loop.pacing.mayWork(at: loop.clock.now)
 
             // Stopping claims no new work: events still in the store are safe there for the next run (not
             // in a deleted store's file: see `rescuing` below).
@@ -78,7 +90,7 @@ extension Agent {
             let drained =
                 rescuing
                 ? try drainRespectingQuota(&loop, maxEvents: .max, whileStopping: true)
-                : isStopping || batchWaiting ? 0 : try drainRespectingQuota(&loop)
+                : isStopping || batchWaiting || resting ? 0 : try drainRespectingQuota(&loop)
             loop.drained += drained
             if drained == 0, !isStopping, store.isReplaced, try !oldStoreHoldsUndrained() {
                 // The producers now write a file this process does not have open: nothing more would
@@ -101,7 +113,7 @@ extension Agent {
                 .init(
                     now: loop.clock.now, pending: pending, heldBytes: pendingBytes + deadLetterBytes,
                     stopping: isStopping, flushRequested: takeFlushRequest(),
-                    expiresAt: task?.expiresAt))
+                    expiresAt: task?.expiresAt, resting: resting))
             switch action {
             case .finishWithoutURL:
                 // Nowhere to send them: a stop does not wait for a URL (the events wait in the outbox).
@@ -128,7 +140,6 @@ extension Agent {
                     session: session, maxEvents: maxEvents, timeout: timeout, stopping: isStopping, loop: &loop)
                 progressed = uploaded || progressed
             }
-
             // Past the deadline, straight to the top of the loop, which stops: the periodic checkpoint
             // and status write below cost tens to hundreds of ms under load, and the stop checkpoints
             // and writes the status anyway.
@@ -139,10 +150,13 @@ extension Agent {
                 // WAL is also cut back (a reader, `tributary status`, may keep that from completing: the
                 // next second tries again).
                 let truncate = pending == 0 && outbox.walFileBytes > configuration.idleWALBytes
+                let checkpointBegan = loop.clock.now
                 let completed = try outbox.checkpoint(truncate: truncate, patience: truncate ? .milliseconds(200) : nil)
+                loop.drain.busy += checkpointBegan.duration(to: loop.clock.now)
                 writeStatus(session: session, state: loop.machine.activity.rawValue, loop: loop)
                 loop.machine.statusWritten(at: loop.clock.now, completed: completed || !truncate)
             }
+            pace(&loop)
             switch loop.machine.finish(at: loop.clock.now, pending: pending, stopping: isStopping) {
             case .stopped: return loop.report
             case .stoppedAfterFailure:
@@ -161,7 +175,7 @@ extension Agent {
             if progressed { continue }
             var timeout = loop.machine.waitTimeout(
                 at: loop.clock.now, expiresAt: budget.current?.expiresAt,
-                mustPoll: deletes.isWaiting || loop.drain.storeBusyLogged)
+                mustPoll: deletes.isWaiting || loop.drain.storeBusyLogged, restUntil: loop.pacing.restUntil)
             // The test hook's freeze comes at its time, whether or not anything wakes the loop then.
             if let stallAfter { timeout = min(timeout ?? .seconds(1), started + .milliseconds(stallAfter) - loop.clock.now) }
             let until = timeout.map { loop.clock.now + $0 }
@@ -169,6 +183,22 @@ extension Agent {
             await heartbeat.sleeping { await wakeup.wait(until: until) }
         }
         return loop.report
+    }
+
+    /// Ends a turn for ``LoopPacing``: its drains' and checkpoint's time (`busy`, then cleared) sets
+    /// the rest that follows it while producers commit.
+    private func pace(_ loop: inout LoopRun) {
+        let busy = loop.drain.busy
+        loop.drain.busy = .zero
+        guard loop.pacing.paces else { return }
+        let restBefore = loop.pacing.restUntil
+        let now = loop.clock.now
+        loop.pacing.turnEnded(worked: busy > .zero ? busy : nil, newest: try? store.newestSeq(), at: now)
+        if let rest = loop.pacing.restUntil, rest != restBefore {
+            logger.trace("resting beside committing producers", metadata: [
+                "tributary.busy_ms": "\(busy.seconds * 1000)", "tributary.rest_ms": "\(now.duration(to: rest).seconds * 1000)",
+            ])
+        }
     }
 
     /// Runs the upload the machine decided on (``uploadSteps``), draining beside it while the collector

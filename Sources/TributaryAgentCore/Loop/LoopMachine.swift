@@ -74,6 +74,8 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
         var flushRequested: Bool
         /// When the run's background task expires, if it has one.
         var expiresAt: Instant?
+        /// The loop rests beside committing producers (``LoopPacing``): no upload this turn.
+        var resting = false
     }
 
     /// What a turn does after its drain.
@@ -240,7 +242,7 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
         }
         if now >= nextIntervalFlush { nextIntervalFlush = now.advanced(by: settings.flushInterval) }
 
-        guard flushing && seen.pending > 0 && mayUpload(at: now) else {
+        guard flushing && seen.pending > 0 && mayUpload(at: now) && !seen.resting else {
             if seen.pending > 0 && settings.serverURL == nil {
                 activity = .waiting
             } else if seen.pending == 0 {
@@ -359,6 +361,7 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
     /// - the flush interval's end, when events wait in the outbox;
     /// - the end of a wait (a backoff, the collector's `Retry-After`, a halt) while flushing;
     /// - the deadline;
+    /// - the end of the loop's rest beside committing producers (`restUntil`, ``LoopPacing``);
     /// - a second after the last status write, while a change is owed to it;
     /// - the poll interval, where nothing would wake the loop in time: no store watch, a one-shot run
     ///   or a stop (both short), an outbox at its quota (an operator's discarding of dead letters
@@ -367,7 +370,9 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
     ///
     /// systemd's watchdog is no cause: the pinger counts a sleeping loop as alive
     /// (``Heartbeat/sleeping(_:)``).
-    func waitTimeout(at now: Instant, expiresAt: Instant?, mustPoll: Bool = false) -> Duration? {
+    func waitTimeout(
+        at now: Instant, expiresAt: Instant?, mustPoll: Bool = false, restUntil: Instant? = nil
+    ) -> Duration? {
         var until: Instant?
         func wake(at instant: Instant) { until = until.map { min($0, instant) } ?? instant }
         if !storeWatched || limits.once || stopSeen || seenOutboxFull || mustPoll {
@@ -381,6 +386,7 @@ struct LoopMachine<C: Clock> where C.Duration == Duration {
             wake(at: now.advanced(by: limits.pollInterval))
         }
         if let expiresAt { wake(at: expiresAt) }
+        if let restUntil, restUntil > now { wake(at: restUntil) }
         if statusOwed { wake(at: lastStatusWrite.advanced(by: .seconds(1))) }
         return until.map { max(now.duration(to: $0), .milliseconds(1)) }
     }
