@@ -17,8 +17,8 @@ struct DeviceBench: ParsableCommand {
             idle: one event delivered, then --idle-seconds with nothing to send (collector up, \
             WATCHDOG_USEC=30 s): wake-ups (voluntary context switches of every thread), write_bytes and \
             CPU from /proc; once. latency: a copy of a --latency-backlog store; the producer tracks \
-            --latency-events, one every --latency-interval-us, first with no agent, then while \
-            tributary-agent drains the backlog, then beside the C floor's drain of a copy (the same \
+            --latency-events, one every --latency-interval-us, first with no agent, then once \
+            tributary-agent has begun draining the backlog, then beside the C floor's drain of a copy (the same \
             reads, deletes, outbox commits and gzip, nothing else); the agent's store-lock hold times from its \
             metrics. \
             energy: tributary-agent --once on --energy-events (verified as the e2e runs), its requests of \
@@ -245,7 +245,8 @@ extension AgentSession {
             ])
         var (leftAtStart, producerStarted) = (0, UInt64(0))
         let draining = try producerLatencies(group: run.group, id: "app-drain", events: events, intervalMicros: intervalMicros) {
-            (leftAtStart, producerStarted) = (try Backlog.pendingInStore(group: run.group), Monotonic.nanos())
+            leftAtStart = try Self.waitUntilDrainBegins(group: run.group, backlog: backlog, drainer: "the agent")
+            producerStarted = Monotonic.nanos()
         }
         // The producer ran beside the drain only if the backlog was not yet drained when it ended.
         let leftAtEnd = try Backlog.pendingInStore(group: run.group)
@@ -284,13 +285,30 @@ extension AgentSession {
         let run = try prepareRun(events: backlog)
         defer { try? FileManager.default.removeItem(atPath: run.directory) }
         let floor = try startFloor(on: run, mapBytes: Self.floorMapBytes)
-        let latencies = try producerLatencies(group: run.group, id: "app-floor", events: events, intervalMicros: intervalMicros)
+        let latencies = try producerLatencies(group: run.group, id: "app-floor", events: events, intervalMicros: intervalMicros) {
+            _ = try Self.waitUntilDrainBegins(group: run.group, backlog: backlog, drainer: "the C floor")
+        }
         let left = try Backlog.pendingInStore(group: run.group)
         let report = try floor.finish()
         guard report.events == backlog + events else {
             throw BenchFailure("the C floor drained \(report.events) of \(backlog + events).")
         }
         return (latencies, left)
+    }
+
+    /// Waits until `drainer` has taken its first events out of the `backlog` in `group`'s store (the
+    /// producer tracks while the backlog drains, not while the drainer starts: its process, a new
+    /// outbox), at most a minute; returns what the store still holds.
+    private static func waitUntilDrainBegins(group: String, backlog: Int, drainer: String) throws -> Int {
+        let started = Monotonic.nanos()
+        while true {
+            let left = try Backlog.pendingInStore(group: group)
+            if left < backlog { return left }
+            guard Monotonic.nanos() - started < 60_000_000_000 else {
+                throw BenchFailure("\(drainer) did not start draining the backlog within a minute.")
+            }
+            usleep(5_000)
+        }
     }
 
     /// The C floor's LMDB map for the latency runs' backlog (about 0.8 GB for 1,000,000 events) and the

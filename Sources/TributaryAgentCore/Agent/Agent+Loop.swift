@@ -56,6 +56,9 @@ extension Agent {
         // is never found empty).
         let onceThrough = once ? try store.newestSeq() ?? 0 : 0
         let started = loop.clock.now
+        // A first look at the store's newest seq before the first turn: producers already committing as
+        // the agent starts are seen after its first chunk, not after a first turn of ten (``LoopPacing``).
+        pace(&loop)
         while !Task.isCancelled {
             heartbeat.beat()
             // Not while a store delete waits for the writer lock: a read that had to adopt a map another
