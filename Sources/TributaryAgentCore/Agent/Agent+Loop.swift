@@ -56,9 +56,6 @@ extension Agent {
         // is never found empty).
         let onceThrough = once ? try store.newestSeq() ?? 0 : 0
         let started = loop.clock.now
-        // A first look at the store's newest seq before the first turn: producers already committing as
-        // the agent starts are seen after its first chunk, not after a first turn of ten (``LoopPacing``).
-        pace(&loop)
         while !Task.isCancelled {
             heartbeat.beat()
             // Not while a store delete waits for the writer lock: a read that had to adopt a map another
@@ -186,6 +183,18 @@ extension Agent {
             await heartbeat.sleeping { await wakeup.wait(until: until) }
         }
         return loop.report
+    }
+
+    /// A new run of the loop with `limits`. A one-shot run (a timer's background fetch) uses its budget
+    /// and never rests; a run that paces takes its first look at the store's newest seq here, before
+    /// its first turn, so that producers already committing as the agent starts are seen after its
+    /// first chunk, not after a first turn of ten (``LoopPacing``).
+    func newLoopRun(limits: LoopMachine<ContinuousClock>.Limits) -> LoopRun {
+        var loop = LoopRun(
+            limits: limits, settings: configuration.effective(AgentSettings()), clock: configuration.clock,
+            drainShare: limits.once ? 1 : configuration.drainShare, drainChunk: configuration.drainChunk)
+        pace(&loop)
+        return loop
     }
 
     /// Ends a turn for ``LoopPacing``: its drains' and checkpoint's time (`busy`, then cleared) sets

@@ -34,10 +34,7 @@ extension Agent {
         session.defersAcknowledgements = true
         var limits = LoopMachine<ContinuousClock>.Limits(configuration)
         limits.once = once
-        var loop = LoopRun(
-            limits: limits, settings: configuration.effective(AgentSettings()), clock: configuration.clock,
-            // A one-shot run (a timer's background fetch) uses its budget: it never rests.
-            drainShare: once ? 1 : configuration.drainShare, drainChunk: configuration.drainChunk)
+        var loop = newLoopRun(limits: limits)
         var listener: WakeSources?
         // The watchdog's pinger is a child task of the run: it pings from the start of the loop until the
         // run's closing steps are over.
