@@ -126,9 +126,9 @@ public final class Outbox: Sendable {
             // The migrations commit without a sync each (synchronous NORMAL: in WAL mode a power cut
             // may undo the last of them, which the next start runs again, and leaves the file sound);
             // the checkpoint after them syncs what they wrote, or else the first FULL commit does (the
-            // WAL's frames are synced in order). A new outbox's seven migrations were 18 syncs of
-            // the disk in 15 ms, which the commits of a producer writing while the agent starts had
-            // to wait behind (docs/performance.md, "Producers beside a drain").
+            // WAL's frames are synced in order). Opening a new outbox took 18 syncs of the disk in
+            // 15 ms, most of them these commits, and a producer committing while the agent started
+            // waited behind them (docs/performance-history.md, "Twenty-seventh round"): now about 10.
             let migrate = { [self] in
                 do {
                     try writer.writeWithoutTransaction { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
