@@ -13,11 +13,15 @@ extension Agent {
             let moved = try drainRespectingQuota(&loop, maxEvents: configuration.drainChunk)
             drained += moved
             // A partial chunk caught up with the store: stop rather than commit a tiny transaction per new event.
-            guard drainedMore(moved),
-                !loop.pacing.paces || !loop.pacing.producersCommitting(newest: try? store.newestSeq(), at: loop.clock.now)
-            else { break }
+            guard drainedMore(moved), !producersCommitting(loop.pacing, at: loop.clock.now) else { break }
         }
         return drained
+    }
+
+    /// Whether producers are committing at `now`, as `pacing` judges from the store's newest seq; the
+    /// store is not read when pacing is off (``LoopPacing/paces``).
+    func producersCommitting(_ pacing: LoopPacing, at now: ContinuousClock.Instant) -> Bool {
+        pacing.paces && pacing.producersCommitting(newest: try? store.newestSeq(), at: now)
     }
 
     /// Whether a drain that moved `drained` events may have left more in the store: it ended on a full
@@ -98,9 +102,7 @@ extension Agent {
         do {
             drained = try drainer.drainAvailable(maxEvents: limit) {
                 guard self.mayDrain(whileStopping: whileStopping) else { return false }
-                if chunks > 0, let pacing, pacing.producersCommitting(newest: try? self.store.newestSeq(), at: loop.clock.now) {
-                    return false
-                }
+                if chunks > 0, let pacing, self.producersCommitting(pacing, at: loop.clock.now) { return false }
                 chunks += 1
                 self.heartbeat.beat()  // each chunk committed is progress
                 guard let held = try? self.outbox.pending() else { return true }

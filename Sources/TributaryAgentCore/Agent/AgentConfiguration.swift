@@ -27,10 +27,11 @@ public struct AgentConfiguration: Sendable {
     /// checkpoints) may take: after each turn it rests `1 / drainShare − 1` times as long as that work
     /// took, neither draining nor uploading (``LoopPacing``), so that producers' commits seldom wait
     /// behind its own. 1: it never rests; a one-shot run never does. Default 0.05: beside a producer
-    /// committing every millisecond, that producer's p99 went from 4 × to about 2.2 × its p99 with no
-    /// drain, and its slowest call from 23 ms to 11–18 (docs/performance.md); the drain then moves
-    /// about a sixth of its rate alone, and goes at full speed a second after the producers' last
-    /// commit, or while they append faster than half a chunk in a turn's work and its rest.
+    /// committing every millisecond, that producer's p99 is about 1.5–1.8 × its p99 with no drain
+    /// (4 × before the agent rested), its slowest call 5–7 ms (23 ms before; docs/performance.md);
+    /// the drain then moves about a fifteenth of its rate alone, and goes at full speed a second after
+    /// the producers' last commit, or while they append faster than half a chunk in a turn's work and
+    /// its rest.
     public var drainShare = 0.05
     /// Stop draining while the outbox holds this many bytes of events, pending and dead letters
     /// together (the store then fills up and producers get `storeFull`, rather than the disk).
